@@ -1,0 +1,76 @@
+"""The ``Agent`` base class users subclass or build up programmatically."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Tuple
+
+from flink_agents.api.events.event import Event
+from flink_agents.api.resource import ResourceType
+
+__all__ = ["Agent"]
+
+
+class Agent:
+    """An agent: actions reacting to events, and the resources they use.
+
+    Declare actions and resources with the decorators of
+    ``flink_agents.api.decorators`` on a subclass, or add them to an instance
+    with ``add_action`` and ``add_resource``; both end up in the agent's plan
+    (``flink_agents.plan.AgentPlan.from_agent``).
+    """
+
+    def __init__(self) -> None:
+        self._actions: Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]] = {}
+        self._resources: Dict[ResourceType, Dict[str, Any]] = {}
+
+    @property
+    def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]]:
+        """Actions added with ``add_action``: name -> (events, function, config)."""
+        return self._actions
+
+    @property
+    def resources(self) -> Dict[ResourceType, Dict[str, Any]]:
+        """Resources added with ``add_resource``: type -> name -> resource."""
+        return self._resources
+
+    def add_action(
+        self,
+        name: str,
+        events: List[type[Event] | str],
+        func: Callable[..., Any],
+        **config: Any,
+    ) -> "Agent":
+        """Add an action.
+
+        Args:
+            name: Unique action name.
+            events: Event classes or ``EVENT_TYPE`` strings it listens to.
+            func: ``(event, ctx) -> None``, plain or async.
+            **config: Values the action reads through ``ctx.action_config``.
+
+        Raises:
+            ValueError: An action of this name exists.
+        """
+        if name in self._actions:
+            raise ValueError(f"action {name!r} is already defined")
+        self._actions[name] = (list(events), func, dict(config))
+        return self
+
+    def add_resource(self, name: str, resource_type: ResourceType, instance: Any) -> "Agent":
+        """Add a resource.
+
+        Args:
+            name: Name unique within ``resource_type``.
+            resource_type: Its kind.
+            instance: A ``ResourceDescriptor``, a ``SerializableResource``
+                (a ``Prompt``, a ``Tool``), a plain function for a tool, or an
+                ``Agent`` for ``ResourceType.AGENT``.
+
+        Raises:
+            ValueError: A resource of this kind and name exists.
+        """
+        by_name = self._resources.setdefault(ResourceType(resource_type), {})
+        if name in by_name:
+            raise ValueError(f"{ResourceType(resource_type).value} resource {name!r} is already defined")
+        by_name[name] = instance
+        return self

@@ -1,0 +1,149 @@
+"""Chat model resources: a connection (how to reach a provider) and a setup
+(which model, prompt and tools to use over a connection).
+
+Users subclass both for their own providers. The runtime's built-in chat action
+calls ``BaseChatModelSetup.achat``; a connection that only implements ``chat``
+is run on a worker thread so it does not block other keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Any, Dict, List, Mapping, Sequence
+
+from pydantic import Field, PrivateAttr
+
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.prompts.prompt import Prompt
+from flink_agents.api.resource import Resource, ResourceType
+from flink_agents.api.tools.tool import Tool
+
+__all__ = ["BaseChatModelConnection", "BaseChatModelSetup"]
+
+
+class BaseChatModelConnection(Resource, ABC):
+    """How to reach a model service (address, credentials, timeouts).
+
+    One connection may serve several setups.
+    """
+
+    @classmethod
+    def resource_type(cls) -> ResourceType:
+        return ResourceType.CHAT_MODEL_CONNECTION
+
+    @abstractmethod
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: List[Tool] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        """Send ``messages`` (and the tools offered) and return the reply.
+
+        Args:
+            messages: The conversation, oldest first.
+            tools: Tools the model may call; their calls come back in
+                ``ChatMessage.tool_calls`` with ``arguments`` as a dict.
+            **kwargs: Model settings (``model``, ``temperature``, ...).
+        """
+
+    async def achat(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: List[Tool] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        """Async ``chat``; the default runs ``chat`` on a worker thread."""
+        return await asyncio.to_thread(self.chat, messages, tools, **kwargs)
+
+
+class BaseChatModelSetup(Resource):
+    """Which model to use over which connection, with which prompt and tools.
+
+    Attributes:
+        connection: Name of a ``CHAT_MODEL_CONNECTION`` resource.
+        model: The provider's model name.
+        prompt: A ``Prompt`` or the name of a ``PROMPT`` resource; its filled
+            messages go before the request's messages.
+        tools: Names of ``TOOL`` resources offered to the model.
+    """
+
+    connection: str
+    model: str = ""
+    prompt: Prompt | str | None = None
+    tools: List[str] = Field(default_factory=list)
+
+    _connection: BaseChatModelConnection | None = PrivateAttr(default=None)
+    _prompt: Prompt | None = PrivateAttr(default=None)
+    _tools: List[Tool] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def resource_type(cls) -> ResourceType:
+        return ResourceType.CHAT_MODEL
+
+    @property
+    def model_kwargs(self) -> Dict[str, Any]:
+        """Settings passed to the connection with every call."""
+        return {"model": self.model} if self.model else {}
+
+    def open(self) -> None:
+        """Resolve the connection, prompt and tools by name.
+
+        Raises:
+            KeyError: A named resource does not exist.
+        """
+        if self.get_resource is None:
+            raise RuntimeError(f"{type(self).__name__} was created outside a runtime")
+        self._connection = self.get_resource(
+            self.connection, ResourceType.CHAT_MODEL_CONNECTION
+        )
+        if isinstance(self.prompt, str):
+            self._prompt = self.get_resource(self.prompt, ResourceType.PROMPT)
+        else:
+            self._prompt = self.prompt
+        self._tools = [self.get_resource(t, ResourceType.TOOL) for t in self.tools]
+
+    @property
+    def offered_tools(self) -> List[Tool]:
+        """The resolved tools offered to the model."""
+        return list(self._tools)
+
+    def _prepare(
+        self, messages: Sequence[ChatMessage], prompt_args: Mapping[str, Any] | None
+    ) -> List[ChatMessage]:
+        if self._connection is None:
+            self.open()
+        if self._prompt is None:
+            return list(messages)
+        prepared = self._prompt.format_messages(**dict(prompt_args or {}))
+        prepared.extend(
+            m for m in messages if m.content or m.role == MessageRole.ASSISTANT
+        )
+        return prepared
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        prompt_args: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        """Fill the prompt with ``prompt_args``, prepend it, and call the model."""
+        prepared = self._prepare(messages, prompt_args)
+        assert self._connection is not None  # set by _prepare
+        return self._connection.chat(
+            prepared, tools=self._tools, **{**self.model_kwargs, **kwargs}
+        )
+
+    async def achat(
+        self,
+        messages: Sequence[ChatMessage],
+        prompt_args: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatMessage:
+        """Async ``chat``."""
+        prepared = self._prepare(messages, prompt_args)
+        assert self._connection is not None  # set by _prepare
+        return await self._connection.achat(
+            prepared, tools=self._tools, **{**self.model_kwargs, **kwargs}
+        )

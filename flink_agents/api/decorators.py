@@ -1,0 +1,74 @@
+"""Decorators that declare an agent's actions and resources on its class.
+
+Use them under ``@staticmethod``-style functions of an ``Agent`` subclass::
+
+    class MyAgent(Agent):
+        @action(InputEvent)
+        @staticmethod
+        def on_input(event: InputEvent, ctx: RunnerContext) -> None: ...
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flink_agents.api.events.event import Event
+from flink_agents.api.resource import ResourceType
+
+__all__ = [
+    "action",
+    "chat_model_connection",
+    "chat_model_setup",
+    "prompt",
+    "tool",
+]
+
+ACTION_ATTR = "_flink_agents_listen_events"
+ACTION_CONFIG_ATTR = "_flink_agents_action_config"
+RESOURCE_ATTR = "_flink_agents_resource_type"
+
+
+def _function_of(obj: Any) -> Callable[..., Any]:
+    return obj.__func__ if isinstance(obj, staticmethod) else obj
+
+
+def action(*listen_events: type[Event] | str, **config: Any) -> Callable[[Any], Any]:
+    """Mark a function as an action listening to ``listen_events``.
+
+    Args:
+        *listen_events: Event classes or ``EVENT_TYPE`` strings.
+        **config: Values the action reads through ``ctx.action_config``.
+
+    Raises:
+        TypeError: No event given, or an entry is neither an Event class nor a str.
+    """
+    if not listen_events:
+        raise TypeError("@action needs at least one event type")
+    for ev in listen_events:
+        if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
+            raise TypeError(f"@action takes Event classes or EVENT_TYPE strings, not {ev!r}")
+
+    def mark(fn: Any) -> Any:
+        setattr(_function_of(fn), ACTION_ATTR, tuple(listen_events))
+        setattr(_function_of(fn), ACTION_CONFIG_ATTR, dict(config))
+        return fn
+
+    return mark
+
+
+def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
+    def mark(fn: Any) -> Any:
+        setattr(_function_of(fn), RESOURCE_ATTR, kind)
+        return fn
+
+    return mark
+
+
+tool = _resource_marker(ResourceType.TOOL)
+tool.__doc__ = "Mark a function as a tool; its schema comes from its signature and docstring."
+prompt = _resource_marker(ResourceType.PROMPT)
+prompt.__doc__ = "Mark a function returning a ``Prompt``."
+chat_model_connection = _resource_marker(ResourceType.CHAT_MODEL_CONNECTION)
+chat_model_connection.__doc__ = "Mark a function returning a connection's ``ResourceDescriptor``."
+chat_model_setup = _resource_marker(ResourceType.CHAT_MODEL)
+chat_model_setup.__doc__ = "Mark a function returning a chat model setup's ``ResourceDescriptor``."

@@ -1,0 +1,81 @@
+"""Events: what actions react to and send.
+
+Events are pydantic models; anything that crosses a process or a checkpoint is
+serialized as JSON (see ``flink_agents.runtime.event_codec``). Every event class
+has an ``EVENT_TYPE`` string that ``@action`` may name instead of the class; a
+subclass that does not set one gets ``"<module>.<qualname>"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Event", "InputEvent", "OutputEvent"]
+
+E = TypeVar("E", bound="Event")
+
+
+class Event(BaseModel):
+    """Base class of all events.
+
+    Attributes:
+        id: Identifier of the event. The runtime replaces it when the event is
+            sent with one derived from (key, record sequence, send ordinal), so a
+            replay re-derives the same ids; the default is only for events that
+            are never sent.
+
+    Extra attributes are allowed (as in Flink Agents 0.3) and must be
+    JSON-serializable; a value that is not raises ``TypeError`` at construction.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    EVENT_TYPE: ClassVar[str] = "_event"
+
+    id: UUID = Field(default_factory=uuid4)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "EVENT_TYPE" not in cls.__dict__:
+            cls.EVENT_TYPE = f"{cls.__module__}.{cls.__qualname__}"
+
+    def model_post_init(self, __context: Any) -> None:
+        try:
+            self.model_dump_json()
+        except Exception as exc:  # pydantic raises several types here
+            raise TypeError(
+                f"{type(self).__name__} holds a value that is not JSON-serializable: {exc}"
+            ) from exc
+
+    @classmethod
+    def from_event(cls: type[E], event: Event) -> E:
+        """Return ``event`` as an instance of ``cls``.
+
+        Args:
+            event: Any event whose fields (declared or extra) fit ``cls``.
+
+        Raises:
+            pydantic.ValidationError: The fields do not fit ``cls``.
+        """
+        if isinstance(event, cls):
+            return event
+        return cls.model_validate(event.model_dump())
+
+
+class InputEvent(Event):
+    """Sent by the runtime for each input record; ``input`` is the record's value."""
+
+    EVENT_TYPE: ClassVar[str] = "_input_event"
+
+    input: Any
+
+
+class OutputEvent(Event):
+    """Sent by an action to emit ``output`` downstream of the agent."""
+
+    EVENT_TYPE: ClassVar[str] = "_output_event"
+
+    output: Any

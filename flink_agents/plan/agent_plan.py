@@ -1,0 +1,118 @@
+"""``AgentPlan``: an agent compiled into a serializable description.
+
+The plan is what the runtime executes: actions indexed by the event types they
+listen to, and resource specs from which each operator builds its resources.
+It serializes to JSON (``to_json``/``from_json``) unchanged; the compiled
+plans of the project's jobs are kept under ``plans/`` and a test keeps them
+current.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Dict, List
+
+from pydantic import BaseModel, Field
+
+from flink_agents.api.resource import ResourceDescriptor, ResourceType
+from flink_agents.plan.function_ref import FunctionRef
+
+__all__ = ["ActionSpec", "AgentPlan", "ResourceKind", "ResourceSpec", "PLAN_SCHEMA_VERSION"]
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class ActionSpec(BaseModel):
+    """One action: its function, the event types it listens to, its config."""
+
+    name: str
+    listen_event_types: List[str]
+    function: FunctionRef
+    config: Dict[str, Any] = Field(default_factory=dict)
+    builtin: bool = False
+
+
+class ResourceKind(str, Enum):
+    """How a resource is built where the agent runs."""
+
+    DESCRIPTOR = "descriptor"  # ResourceDescriptor: class + constructor arguments
+    PROMPT = "prompt"  # a Prompt's fields
+    FUNCTION_TOOL = "function_tool"  # a function wrapped as a FunctionTool
+    SERIALIZED = "serialized"  # another SerializableResource's fields + its class
+
+
+class ResourceSpec(BaseModel):
+    """One resource of the plan."""
+
+    name: str
+    type: ResourceType
+    kind: ResourceKind
+    descriptor: ResourceDescriptor | None = None
+    function: FunctionRef | None = None
+    value: Dict[str, Any] | None = None
+
+
+class AgentPlan(BaseModel):
+    """A compiled agent. Build it with ``AgentPlan.from_agent(agent)``."""
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    agent: str
+    actions: Dict[str, ActionSpec]
+    actions_by_event: Dict[str, List[str]]
+    resources: Dict[ResourceType, Dict[str, ResourceSpec]] = Field(default_factory=dict)
+
+    @staticmethod
+    def from_agent(agent: Any) -> "AgentPlan":
+        """Compile ``agent``.
+
+        Raises:
+            PlanError: An action has a wrong signature, a resource is named
+                twice or refers to an unknown resource, or a resource cannot
+                be serialized. The message names the offender.
+        """
+        from flink_agents.plan.compiler import compile_agent
+
+        return compile_agent(agent)
+
+    def to_json(self) -> str:
+        """The plan as indented, key-sorted JSON (stable for snapshots)."""
+        import json
+
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+    @staticmethod
+    def from_json(text: str) -> "AgentPlan":
+        """Read a plan written by ``to_json``.
+
+        Raises:
+            PlanError: The plan's schema version is not supported.
+        """
+        import json
+
+        from flink_agents.plan.errors import PlanError
+
+        data = json.loads(text)
+        if data.get("schema_version") != PLAN_SCHEMA_VERSION:
+            raise PlanError(
+                f"plan schema version {data.get('schema_version')!r} is not supported "
+                f"(this release reads {PLAN_SCHEMA_VERSION})"
+            )
+        return AgentPlan.model_validate(data)
+
+    def actions_for(self, event_type: str) -> List[ActionSpec]:
+        """Actions listening to ``event_type``, in plan order."""
+        return [self.actions[n] for n in self.actions_by_event.get(event_type, ())]
+
+    def resource_spec(self, name: str, type: ResourceType) -> ResourceSpec:
+        """The spec of resource ``name`` of kind ``type``.
+
+        Raises:
+            KeyError: No such resource (the message lists the known names).
+        """
+        by_name = self.resources.get(ResourceType(type), {})
+        if name not in by_name:
+            raise KeyError(
+                f"{self.agent} has no {ResourceType(type).value} resource {name!r} "
+                f"(known: {sorted(by_name)})"
+            )
+        return by_name[name]

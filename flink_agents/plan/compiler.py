@@ -1,0 +1,199 @@
+"""Compile an ``Agent`` into an ``AgentPlan``, validating it on the way."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+from pydantic import BaseModel
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
+from flink_agents.api.events.chat_event import ChatRequestEvent
+from flink_agents.api.events.event import Event
+from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
+from flink_agents.api.prompts.prompt import Prompt
+from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
+from flink_agents.api.tools.tool import FunctionTool
+from flink_agents.plan.agent_plan import ActionSpec, AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.plan.errors import PlanError
+from flink_agents.plan.function_ref import FunctionRef
+
+__all__ = ["compile_agent"]
+
+_BUILTIN_MODULE = "flink_agents.runtime.builtin_actions"
+# Built-in actions: name -> (function, event types). Named, not imported: the
+# plan layer does not depend on the runtime.
+_BUILTIN_ACTIONS: Dict[str, Tuple[str, List[str]]] = {
+    "_chat_model_action": (
+        "chat_model_action",
+        [ChatRequestEvent.EVENT_TYPE, ToolResponseEvent.EVENT_TYPE],
+    ),
+    "_tool_call_action": ("tool_call_action", [ToolRequestEvent.EVENT_TYPE]),
+}
+
+
+def compile_agent(agent: Agent) -> AgentPlan:
+    """See ``AgentPlan.from_agent``."""
+    if not isinstance(agent, Agent):
+        raise PlanError(f"expected an Agent instance, got {type(agent).__name__}")
+    agent_name = type(agent).__qualname__
+    actions = _collect_actions(agent, agent_name)
+    resources = _collect_resources(agent, agent_name)
+    _check_references(resources, agent_name)
+
+    by_event: Dict[str, List[str]] = {}
+    for spec in actions.values():
+        for event_type in spec.listen_event_types:
+            by_event.setdefault(event_type, []).append(spec.name)
+    return AgentPlan(
+        agent=f"{type(agent).__module__}.{agent_name}",
+        actions=actions,
+        actions_by_event=by_event,
+        resources=resources,
+    )
+
+
+def _decorated(agent: Agent, attr: str) -> Iterator[Tuple[str, Callable[..., Any]]]:
+    """Functions of the agent's class (and bases) carrying marker ``attr``."""
+    seen: set[str] = set()
+    for cls in type(agent).__mro__:
+        for name, member in vars(cls).items():
+            fn = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if name in seen or not callable(fn) or not hasattr(fn, attr):
+                continue
+            seen.add(name)
+            yield name, fn
+
+
+def _event_type(ev: type[Event] | str) -> str:
+    return ev if isinstance(ev, str) else ev.EVENT_TYPE
+
+
+def _check_action_signature(name: str, fn: Callable[..., Any], agent_name: str) -> None:
+    if not callable(fn):
+        raise PlanError(f"action {name!r} of {agent_name} is not callable")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"action {name!r} of {agent_name} has no inspectable signature") from exc
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required_other = [
+        p for p in params
+        if p.kind == p.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+    ]
+    if len(positional) != 2 or required_other:
+        shown = ", ".join(p.name for p in params)
+        raise PlanError(
+            f"action {name!r} of {agent_name} must take (event, ctx); it takes ({shown})"
+            + (" - declare it as @staticmethod" if positional and positional[0].name == "self" else "")
+        )
+
+
+def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
+    actions: Dict[str, ActionSpec] = {}
+    entries: List[Tuple[str, List[Any], Callable[..., Any], Dict[str, Any]]] = [
+        (name, list(getattr(fn, ACTION_ATTR)), fn, dict(getattr(fn, ACTION_CONFIG_ATTR, {})))
+        for name, fn in _decorated(agent, ACTION_ATTR)
+    ]
+    entries += [(name, evs, fn, cfg) for name, (evs, fn, cfg) in agent.actions.items()]
+    for name, events, fn, config in entries:
+        if name in actions or name in _BUILTIN_ACTIONS:
+            raise PlanError(f"action {name!r} of {agent_name} is defined twice")
+        _check_action_signature(name, fn, agent_name)
+        if not events:
+            raise PlanError(f"action {name!r} of {agent_name} listens to no event")
+        actions[name] = ActionSpec(
+            name=name,
+            listen_event_types=[_event_type(e) for e in events],
+            function=FunctionRef.of(fn),
+            config=config,
+        )
+    for name, (fn_name, event_types) in _BUILTIN_ACTIONS.items():
+        actions[name] = ActionSpec(
+            name=name,
+            listen_event_types=event_types,
+            function=FunctionRef(module=_BUILTIN_MODULE, qualname=fn_name, is_async=True),
+            builtin=True,
+        )
+    return actions
+
+
+def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str) -> ResourceSpec:
+    where = f"{type.value} resource {name!r} of {agent_name}"
+    if isinstance(value, ResourceDescriptor):
+        return ResourceSpec(name=name, type=type, kind=ResourceKind.DESCRIPTOR, descriptor=value)
+    if isinstance(value, Prompt):
+        return ResourceSpec(
+            name=name, type=type, kind=ResourceKind.PROMPT, value=value.model_dump(mode="json")
+        )
+    if isinstance(value, FunctionTool):
+        value = value.func
+    if type == ResourceType.TOOL and callable(value) and not isinstance(value, BaseModel):
+        tool = FunctionTool.from_callable(value, name=name)
+        return ResourceSpec(
+            name=name,
+            type=type,
+            kind=ResourceKind.FUNCTION_TOOL,
+            function=FunctionRef.of(value),
+            value=tool.metadata.model_dump(mode="json"),
+        )
+    if isinstance(value, SerializableResource):
+        descriptor = ResourceDescriptor(clazz=value.__class__, arguments=value.model_dump(mode="json"))
+        return ResourceSpec(name=name, type=type, kind=ResourceKind.SERIALIZED, descriptor=descriptor)
+    if type == ResourceType.AGENT:
+        raise PlanError(f"{where}: sub-agents are not supported by this release yet")
+    raise PlanError(
+        f"{where} is a {value.__class__.__name__}; expected a ResourceDescriptor, "
+        "a Prompt, a SerializableResource, or a function (for a tool)"
+    )
+
+
+def _collect_resources(agent: Agent, agent_name: str) -> Dict[ResourceType, Dict[str, ResourceSpec]]:
+    resources: Dict[ResourceType, Dict[str, ResourceSpec]] = {}
+
+    def add(name: str, type: ResourceType, value: Any) -> None:
+        by_name = resources.setdefault(type, {})
+        if name in by_name:
+            raise PlanError(f"{type.value} resource {name!r} of {agent_name} is defined twice")
+        by_name[name] = _resource_spec(name, type, value, agent_name)
+
+    for name, fn in _decorated(agent, RESOURCE_ATTR):
+        type = getattr(fn, RESOURCE_ATTR)
+        if type == ResourceType.TOOL:
+            add(name, type, fn)
+            continue
+        try:
+            value = fn()
+        except Exception as exc:
+            raise PlanError(
+                f"{type.value} resource {name!r} of {agent_name} raised while building: {exc!r}"
+            ) from exc
+        add(name, type, value)
+    for type, by_name in agent.resources.items():
+        for name, value in by_name.items():
+            add(name, type, value)
+    return resources
+
+
+def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], agent_name: str) -> None:
+    """A chat model setup's connection, prompt and tools must exist."""
+    wanted = {
+        "connection": ResourceType.CHAT_MODEL_CONNECTION,
+        "prompt": ResourceType.PROMPT,
+        "tools": ResourceType.TOOL,
+    }
+    for name, spec in resources.get(ResourceType.CHAT_MODEL, {}).items():
+        if spec.descriptor is None:
+            continue
+        for arg, target_type in wanted.items():
+            refs = spec.descriptor.arguments.get(arg)
+            if refs is None or (arg == "prompt" and not isinstance(refs, str)):
+                continue
+            for ref in refs if isinstance(refs, list) else [refs]:
+                known = resources.get(target_type, {})
+                if ref not in known:
+                    raise PlanError(
+                        f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "
+                        f"which is not a {target_type.value} resource (known: {sorted(known)})"
+                    )

@@ -1,0 +1,62 @@
+"""A reference to a Python function that survives JSON (module + qualname)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+from pydantic import BaseModel, PrivateAttr
+
+from flink_agents.plan.errors import PlanError
+
+__all__ = ["FunctionRef"]
+
+
+class FunctionRef(BaseModel):
+    """Names a function by ``module`` and ``qualname``.
+
+    The referenced function is kept alongside (not in the JSON), so a plan
+    built in-process (or shipped to Flink workers by cloudpickle) can call
+    functions that are not importable by name, such as ones defined in
+    ``__main__`` or inside a function. A plan read back from JSON resolves the
+    name on first use.
+    """
+
+    module: str
+    qualname: str
+    is_async: bool = False
+
+    _fn: Callable[..., Any] | None = PrivateAttr(default=None)
+
+    @staticmethod
+    def of(fn: Callable[..., Any]) -> "FunctionRef":
+        if isinstance(fn, staticmethod):
+            fn = fn.__func__
+        ref = FunctionRef(
+            module=fn.__module__,
+            qualname=fn.__qualname__,
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+        ref._fn = fn
+        return ref
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    def resolve(self) -> Callable[..., Any]:
+        """The function.
+
+        Raises:
+            PlanError: It cannot be imported by name.
+        """
+        if self._fn is None:
+            try:
+                obj: Any = importlib.import_module(self.module)
+                for part in self.qualname.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError) as exc:
+                raise PlanError(f"cannot import function {self.name}: {exc}") from exc
+            self._fn = obj.__func__ if isinstance(obj, staticmethod) else obj
+        return self._fn

@@ -1,0 +1,167 @@
+"""Built-in actions: the chat model call with its tool-call loop, and tool calls.
+
+Flow of one request (each arrow is an event through the action loop)::
+
+    ChatRequestEvent -> chat_model_action -> (model asks for tools) ToolRequestEvent
+    ToolRequestEvent -> tool_call_action  -> ToolResponseEvent
+    ToolResponseEvent -> chat_model_action -> ... -> ChatResponseEvent
+
+The conversation of a request in its tool-call loop lives in sensory memory
+under ``_flink_agents.chat.<tool request id>``, so it is per run and
+checkpoint-stable. Tool calls get the runtime's own ids
+(``<request>-<round>-<index>``) and the history sent to the provider uses
+them; the provider's id is kept as ``original_id``. Providers reuse ids across
+turns, so theirs cannot key results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from typing import Any, Dict, List
+
+from pydantic import BaseModel
+
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_models.chat_model import BaseChatModelSetup
+from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
+from flink_agents.api.events.event import Event
+from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
+from flink_agents.api.resource import ResourceType
+from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.tools.tool import Tool
+
+__all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
+
+log = logging.getLogger(__name__)
+
+MAX_TOOL_ROUNDS_OPTION = "chat.max_tool_rounds"
+_DEFAULT_MAX_TOOL_ROUNDS = 16
+_CONTEXT_PATH = "_flink_agents.chat"
+
+
+async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
+    """Handle ``ChatRequestEvent`` and ``ToolResponseEvent``."""
+    if isinstance(event, ChatRequestEvent):
+        conversation = {
+            "request_id": str(event.id),
+            "model": event.model,
+            "prompt_args": event.prompt_args,
+            "messages": [m.model_dump(mode="json") for m in event.messages],
+            "round": 0,
+        }
+    elif isinstance(event, ToolResponseEvent):
+        path = f"{_CONTEXT_PATH}.{event.request_id.hex}"
+        conversation = ctx.sensory_memory.get(path)
+        if conversation is None:
+            raise RuntimeError(f"tool response {event.request_id} matches no pending chat request")
+        for call_id in conversation.pop("pending_calls"):
+            if call_id not in event.responses:
+                raise RuntimeError(f"tool response {event.request_id} lacks call {call_id!r}")
+            result = event.responses[call_id]
+            conversation["messages"].append(
+                ChatMessage(
+                    role=MessageRole.TOOL,
+                    content=result if isinstance(result, str) else json.dumps(result),
+                    extra_args={
+                        "tool_call_id": call_id,
+                        "external_id": event.external_ids.get(call_id),
+                    },
+                ).model_dump(mode="json")
+            )
+        conversation["round"] += 1
+    else:
+        raise TypeError(f"chat_model_action got a {type(event).__name__}")
+    await _call_model(conversation, ctx)
+
+
+async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
+    max_rounds = int(ctx.config.get(MAX_TOOL_ROUNDS_OPTION, _DEFAULT_MAX_TOOL_ROUNDS))
+    model = conversation["model"]
+    if conversation["round"] > max_rounds:
+        raise RuntimeError(
+            f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
+            f"({MAX_TOOL_ROUNDS_OPTION})"
+        )
+    setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
+    if not isinstance(setup, BaseChatModelSetup):
+        raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
+    messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
+    reply = await setup.achat(messages, prompt_args=conversation["prompt_args"])
+
+    if not reply.tool_calls:
+        ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
+        return
+    request_tag = conversation["request_id"].replace("-", "")[:12]
+    calls = []
+    for index, call in enumerate(reply.tool_calls):
+        function = call.get("function", {})
+        calls.append({
+            "id": f"{request_tag}-{conversation['round']}-{index}",
+            "type": "function",
+            "function": {"name": function.get("name"), "arguments": function.get("arguments") or {}},
+            "original_id": call.get("original_id", call.get("id")),
+        })
+    reply = reply.model_copy(update={"tool_calls": calls})
+    conversation["messages"].append(reply.model_dump(mode="json"))
+    conversation["pending_calls"] = [c["id"] for c in calls]
+    request = ToolRequestEvent(model=model, tool_calls=calls)
+    ctx.send_event(request)  # assigns request.id
+    ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
+
+
+def _json_result(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
+    """Handle ``ToolRequestEvent``: run each call, send one ``ToolResponseEvent``.
+
+    A tool that raises (or is unknown) gives the model an error text as its
+    result and is listed in ``ToolResponseEvent.errors``; the model decides
+    what to do next.
+    """
+    request = ToolRequestEvent.from_event(event)
+
+    async def run(call: Dict[str, Any]) -> Any:
+        name = call["function"]["name"]
+        arguments = call["function"].get("arguments") or {}
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments or "{}")
+        tool = ctx.get_resource(name, ResourceType.TOOL)
+        if not isinstance(tool, Tool):
+            raise TypeError(f"resource {name!r} is not a tool")
+        fn = getattr(tool, "func", None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            return await fn(**arguments)
+        return await asyncio.to_thread(tool.call, **arguments)
+
+    outcomes = await asyncio.gather(*(run(c) for c in request.tool_calls), return_exceptions=True)
+    responses: Dict[str, Any] = {}
+    errors: Dict[str, str] = {}
+    external: Dict[str, str | None] = {}
+    for call, outcome in zip(request.tool_calls, outcomes):
+        call_id = call["id"]
+        external[call_id] = call.get("original_id")
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):
+                raise outcome
+            text = f"{type(outcome).__name__}: {outcome}"
+            log.warning("tool %r failed on key %r: %s", call["function"]["name"], ctx.key, text)
+            errors[call_id] = text
+            responses[call_id] = f"Error: {text}"
+        else:
+            responses[call_id] = _json_result(outcome)
+    ctx.send_event(
+        ToolResponseEvent(request_id=request.id, responses=responses, external_ids=external, errors=errors)
+    )
+
+

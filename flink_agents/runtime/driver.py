@@ -1,0 +1,35 @@
+"""The driver interface: what the engine needs from its host.
+
+Two implementations with mirrored file names: ``runtime/local/driver.py``
+(dicts, in-process) and ``runtime/flink/driver.py`` (Flink keyed state and the
+operator's collector). The engine never sees which one it runs on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from flink_agents.runtime.state import KeyState
+
+__all__ = ["KeyedDriver"]
+
+
+class KeyedDriver(ABC):
+    """Keyed state and output for the keys the engine runs.
+
+    On Flink, ``load``/``store`` may only be called for the operator's current
+    key (inside ``process_element``/``on_timer`` of that key).
+    """
+
+    @abstractmethod
+    def load(self, key: Any) -> KeyState | None:
+        """The key's state, or None for a key never seen."""
+
+    @abstractmethod
+    def store(self, key: Any, state: KeyState) -> None:
+        """Replace the key's state."""
+
+    @abstractmethod
+    def emit(self, key: Any, output: Any) -> None:
+        """Send an ``OutputEvent``'s output downstream."""

@@ -1,0 +1,129 @@
+"""Memory as a flat map of dotted paths, with per-action staging.
+
+A memory tree is stored flat (``{"order": OBJECT, "order.total": 12}``) so that
+it is one JSON object in keyed state. Each action works on a
+``StagedMemory``: reads see the action's own writes, the first write copies the
+map (copy-on-write), and the copy replaces the base only when the action
+finishes (``commit``); a failed action's writes are simply dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List
+
+from flink_agents.api.memory_object import MemoryObject
+from flink_agents.api.memory_reference import MemoryRef
+from flink_agents.runtime.values import check_json_like
+
+__all__ = ["MemoryNode", "StagedMemory", "OBJECT"]
+
+# Marks a path that holds a nested object. JSON-serializable so the flat map
+# goes into keyed state as is.
+OBJECT: Dict[str, int] = {"$memory_object": 1}
+
+
+class StagedMemory:
+    """One action's view of a memory map; see the module docstring."""
+
+    __slots__ = ("_base", "_working", "label")
+
+    def __init__(self, base: Dict[str, Any], label: str) -> None:
+        self._base = base
+        self._working: Dict[str, Any] | None = None
+        self.label = label
+
+    @property
+    def data(self) -> Dict[str, Any]:
+        return self._base if self._working is None else self._working
+
+    def writable(self) -> Dict[str, Any]:
+        if self._working is None:
+            self._working = dict(self._base)
+        return self._working
+
+    def commit(self) -> Dict[str, Any]:
+        """The map to keep after the action finished."""
+        return self.data
+
+
+def _join(prefix: str, path: str) -> str:
+    if not path or path.startswith(".") or path.endswith(".") or ".." in path:
+        raise ValueError(f"invalid memory path {path!r}")
+    return f"{prefix}.{path}" if prefix else path
+
+
+class MemoryNode(MemoryObject):
+    """A ``MemoryObject`` at ``prefix`` of a ``StagedMemory``."""
+
+    __slots__ = ("_memory", "_prefix")
+
+    def __init__(self, memory: StagedMemory, prefix: str = "") -> None:
+        self._memory = memory
+        self._prefix = prefix
+
+    def get(self, path: str | MemoryRef) -> Any:
+        full = path.path if isinstance(path, MemoryRef) else _join(self._prefix, path)
+        data = self._memory.data
+        if full not in data:
+            return None
+        value = data[full]
+        if value == OBJECT:
+            return MemoryNode(self._memory, full)
+        # Hand out a copy: mutating it must not bypass set() (and staging).
+        return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
+
+    def set(self, path: str, value: Any) -> MemoryRef:
+        full = _join(self._prefix, path)
+        stored = check_json_like(value, f"{self._memory.label}.{full}")
+        if stored == OBJECT:
+            raise TypeError(f"memory value at {full!r} equals the reserved object marker")
+        data = self._memory.writable()
+        self._ensure_parents(data, full)
+        if data.get(full) == OBJECT:
+            self._drop_children(data, full)
+        data[full] = stored
+        return MemoryRef(path=full)
+
+    def new_object(self, path: str, overwrite: bool = False) -> MemoryObject:
+        full = _join(self._prefix, path)
+        data = self._memory.data
+        if full in data and not overwrite:
+            raise ValueError(f"memory path {full!r} already exists")
+        data = self._memory.writable()
+        self._ensure_parents(data, full)
+        self._drop_children(data, full)
+        data[full] = OBJECT
+        return MemoryNode(self._memory, full)
+
+    def is_exist(self, path: str) -> bool:
+        return _join(self._prefix, path) in self._memory.data
+
+    def get_field_names(self) -> List[str]:
+        start = f"{self._prefix}." if self._prefix else ""
+        return [
+            k[len(start):] for k in self._memory.data
+            if k.startswith(start) and "." not in k[len(start):]
+        ]
+
+    def get_fields(self) -> Dict[str, Any]:
+        return {name: self.get(name) for name in self.get_field_names()}
+
+    @staticmethod
+    def _ensure_parents(data: Dict[str, Any], full: str) -> None:
+        parts = full.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            existing = data.get(parent)
+            if existing is None and parent not in data:
+                data[parent] = OBJECT
+            elif existing != OBJECT:
+                raise ValueError(
+                    f"cannot set memory path {full!r}: {parent!r} holds a value, not an object"
+                )
+
+    @staticmethod
+    def _drop_children(data: Dict[str, Any], full: str) -> None:
+        start = f"{full}."
+        for k in [k for k in data if k.startswith(start)]:
+            del data[k]

@@ -1,0 +1,23 @@
+"""Counters of what the engine did; the Flink driver mirrors them into Flink
+metrics, the local runner returns them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict
+
+__all__ = ["RunCounters"]
+
+
+@dataclass
+class RunCounters:
+    """Totals since the engine started."""
+
+    records: int = 0
+    events: int = 0
+    actions: int = 0
+    outputs: int = 0
+    unhandled_events: int = 0
+
+    def as_dict(self) -> Dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,76 @@
+"""Per-key state: everything a key needs to resume after a restore.
+
+One ``KeyState`` per key lives in one Flink ``ValueState`` (as JSON, with a
+schema version) or, on the local runner, in a dict. The schema is versioned:
+``from_json`` refuses a version it does not know instead of misreading it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+from flink_agents.runtime.errors import StateSchemaError
+from flink_agents.runtime.values import decode_value, encode_value
+
+__all__ = ["KeyState", "PendingRecord", "STATE_SCHEMA_VERSION"]
+
+STATE_SCHEMA_VERSION = 1
+
+
+@dataclass
+class PendingRecord:
+    """An input record waiting for (or in) its run; ``seq`` counts per key from 0."""
+
+    seq: int
+    value: Any
+
+
+@dataclass
+class KeyState:
+    """State of one key.
+
+    Attributes:
+        next_seq: Sequence number the next input record of the key gets.
+        pending: Records not yet finished, oldest first; the head is running.
+        short_term_memory: The key's short-term memory (flat dotted-path map).
+        runs_finished: Records of the key that finished.
+    """
+
+    next_seq: int = 0
+    pending: List[PendingRecord] = field(default_factory=list)
+    short_term_memory: Dict[str, Any] = field(default_factory=dict)
+    runs_finished: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": STATE_SCHEMA_VERSION,
+                "next_seq": self.next_seq,
+                "pending": [{"seq": p.seq, "value": encode_value(p.value)} for p in self.pending],
+                "stm": self.short_term_memory,
+                "runs_finished": self.runs_finished,
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_json(text: str) -> "KeyState":
+        """Read state written by ``to_json``.
+
+        Raises:
+            StateSchemaError: Unknown schema version.
+        """
+        data = json.loads(text)
+        if data.get("v") != STATE_SCHEMA_VERSION:
+            raise StateSchemaError(
+                f"keyed state schema version {data.get('v')!r} is not supported "
+                f"(this release reads {STATE_SCHEMA_VERSION})"
+            )
+        return KeyState(
+            next_seq=data["next_seq"],
+            pending=[PendingRecord(p["seq"], decode_value(p["value"])) for p in data["pending"]],
+            short_term_memory=data["stm"],
+            runs_finished=data["runs_finished"],
+        )

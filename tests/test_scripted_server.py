@@ -1,0 +1,177 @@
+"""The scripted chat server speaks enough OpenAI (and Ollama) for real clients."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from tests.support.scripted_openai_server import ScriptedChatServer
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_openai_sdk_tool_call_then_text(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.extend(
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Berlin"}'},
+                    }
+                ],
+            },
+            {"role": "assistant", "content": "It is sunny in Berlin."},
+        ]
+    )
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+
+    first_messages = [{"role": "user", "content": "Weather in Berlin?"}]
+    first = client.chat.completions.create(
+        model="scripted-model", messages=first_messages, tools=[WEATHER_TOOL]
+    )
+    assert first.model == "scripted-model"
+    assert first.choices[0].finish_reason == "tool_calls"
+    calls = first.choices[0].message.tool_calls
+    assert calls is not None and len(calls) == 1
+    assert calls[0].id == "call_0"
+    assert calls[0].function.name == "get_weather"
+    assert json.loads(calls[0].function.arguments) == {"city": "Berlin"}
+    assert first.usage is not None and first.usage.total_tokens >= first.usage.prompt_tokens
+
+    second_messages = first_messages + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Berlin"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 21C"},
+    ]
+    second = client.chat.completions.create(model="scripted-model", messages=second_messages)
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "It is sunny in Berlin."
+    assert not second.choices[0].message.tool_calls
+
+    assert len(server.requests) == 2
+    assert server.requests[0]["model"] == "scripted-model"
+    assert server.requests[0]["messages"] == first_messages
+    assert server.requests[0]["tools"][0]["function"]["name"] == "get_weather"
+    assert server.requests[1]["messages"] == second_messages
+
+
+def test_exhausted_script_is_an_api_error(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.append({"role": "assistant", "content": "only one"})
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    msgs = [{"role": "user", "content": "hello"}]
+
+    assert client.chat.completions.create(model="m", messages=msgs).choices[0].message.content == "only one"
+    with pytest.raises(openai.APIError) as info:
+        client.chat.completions.create(model="m", messages=msgs)
+    assert isinstance(info.value, openai.InternalServerError)
+    assert "#1" in str(info.value)
+    assert len(server.requests) == 2
+
+
+def test_reply_fn_and_streaming_rejected(scripted_chat_server):
+    server = scripted_chat_server
+    server.set_reply_fn(
+        lambda req, i: {"role": "assistant", "content": f"{i}:{req['messages'][-1]['content']}"}
+    )
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    for n in range(3):
+        out = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"q{n}"}]
+        )
+        assert out.choices[0].message.content == f"{n}:q{n}"
+
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+
+
+def test_ollama_chat_dialect(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.extend(
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c", "type": "function",
+                     "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+                ],
+            },
+            {"role": "assistant", "content": "3"},
+        ]
+    )
+    url = server.base_url.removesuffix("/v1") + "/api/chat"
+    status, body = _post(url, {"model": "qwen3:8b", "messages": [{"role": "user", "content": "1+2"}], "stream": False})
+    assert status == 200 and body["done"] is True and body["model"] == "qwen3:8b"
+    assert body["message"]["tool_calls"][0]["function"] == {"name": "add", "arguments": {"a": 1, "b": 2}}
+    status, body = _post(url, {"model": "qwen3:8b", "messages": []})
+    assert status == 200 and body["message"]["content"] == "3"
+    status, body = _post(url, {"model": "qwen3:8b", "messages": []})
+    assert status == 500 and "#2" in body["error"]["message"]
+
+
+def test_latency_overlaps_across_threads():
+    with ScriptedChatServer(latency_s=0.5) as server:
+        server.set_reply_fn(lambda req, i: {"role": "assistant", "content": str(i)})
+        client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        results: list[str] = []
+
+        def call() -> None:
+            out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            results.append(out.choices[0].message.content)
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - start
+    assert sorted(results) == ["0", "1", "2", "3"]
+    assert elapsed < 1.5, f"requests did not overlap: {elapsed:.2f}s"
