@@ -1,0 +1,89 @@
+"""The ``flink-agents`` command.
+
+    flink-agents plan show MODULE:AGENT     print an agent's compiled plan (JSON)
+    flink-agents plan write [--check]       regenerate (or check) plans/*.json
+    flink-agents run review-analysis [...]  run the review-analysis job
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+from flink_agents.plan.agent_plan import AgentPlan
+
+__all__ = ["main", "SNAPSHOTS"]
+
+# Snapshot file under plans/ -> the agent it is compiled from (default arguments).
+SNAPSHOTS: Dict[str, str] = {
+    "review_analysis.json": "jobs.review_analysis:ReviewAnalysisAgent",
+}
+JOBS: Dict[str, str] = {"review-analysis": "jobs.review_analysis:main"}
+
+
+def _load(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"expected MODULE:NAME, got {spec!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def compile_spec(spec: str) -> AgentPlan:
+    """The plan of the agent ``MODULE:NAME`` (a class, built with no arguments,
+    or an instance)."""
+    agent = _load(spec)
+    return AgentPlan.from_agent(agent() if isinstance(agent, type) else agent)
+
+
+def _plans_dir() -> Path:
+    return Path.cwd() / "plans"
+
+
+def _plan_write(check: bool) -> int:
+    stale: List[str] = []
+    for file_name, spec in SNAPSHOTS.items():
+        path = _plans_dir() / file_name
+        text = compile_spec(spec).to_json()
+        if path.exists() and path.read_text() == text:
+            continue
+        if check:
+            stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print("stale plan snapshots (run 'flink-agents plan write'): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flink-agents")
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan = commands.add_parser("plan", help="compiled agent plans").add_subparsers(dest="plan_command", required=True)
+    show = plan.add_parser("show", help="print an agent's plan as JSON")
+    show.add_argument("agent", help="MODULE:AGENT, e.g. jobs.review_analysis:ReviewAnalysisAgent")
+    write = plan.add_parser("write", help="regenerate plans/*.json (run from the repo root)")
+    write.add_argument("--check", action="store_true", help="only report stale snapshots (exit 1)")
+    run = commands.add_parser("run", help="run a bundled job")
+    run.add_argument("job", choices=sorted(JOBS))
+    run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments of the job (see its --help)")
+    args = parser.parse_args(argv)
+
+    if args.command == "plan" and args.plan_command == "show":
+        sys.stdout.write(compile_spec(args.agent).to_json())
+        return 0
+    if args.command == "plan":
+        return _plan_write(args.check)
+    return int(_load(JOBS[args.job])(args.job_args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The Flink runner: ``from_datastream(ds, key_selector).apply(agent).to_datastream()``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Dict
+
+from pyflink.common import Types
+from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.flink.operator import AgentOperatorFunction
+
+__all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
+
+JOB_ID_OPTION = "job_id"
+
+
+class FlinkAgentBuilder(AgentBuilder):
+    def __init__(self, env: "FlinkExecutionEnvironment", keyed: KeyedStream) -> None:
+        self._env = env
+        self._keyed = keyed
+        self._plan: AgentPlan | None = None
+        self._agent_name = "agent"
+
+    def apply(self, agent: Agent) -> AgentBuilder:
+        if self._plan is not None:
+            raise RuntimeError("apply() was already called on this input")
+        self._plan = AgentPlan.from_agent(agent)
+        self._agent_name = type(agent).__name__
+        return self
+
+    def to_datastream(self, output_type: Any = None) -> DataStream:
+        """The agent's outputs (``OutputEvent.output``), in order per key.
+
+        Args:
+            output_type: Flink type information of the outputs; default pickled
+                Python objects.
+
+        Raises:
+            RuntimeError: ``apply`` was not called.
+        """
+        if self._plan is None:
+            raise RuntimeError("call apply(agent) before to_datastream()")
+        config: Dict[str, Any] = dict(self._env.get_config())
+        job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
+        function = AgentOperatorFunction(self._plan, config, job_id)
+        return (
+            self._keyed.process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
+            .name(f"agent:{self._agent_name}")
+            .uid(f"flink-agents:{self._agent_name}")
+        )
+
+
+class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
+    """Builds agent operators into a PyFlink job on ``env``.
+
+    Args:
+        env: The job's ``StreamExecutionEnvironment``.
+        t_env: A ``StreamTableEnvironment`` (for tables; not used yet).
+        **config: Agent configuration (also settable via ``get_config()``).
+    """
+
+    def __init__(self, env: StreamExecutionEnvironment, t_env: Any = None, **config: Any) -> None:
+        super().__init__()
+        self.env = env
+        self.t_env = t_env
+        self._config.update(config)
+        # Stable across restarts of the same job only if the user sets job_id.
+        self.job_id = str(config.get(JOB_ID_OPTION) or uuid.uuid4().hex[:12])
+
+    def from_datastream(self, input: DataStream, key_selector: Callable[[Any], Any] | Any = None, key_type: Any = None) -> AgentBuilder:
+        """Key ``input`` by ``key_selector`` (a function or ``KeySelector``);
+        an already keyed stream may omit it.
+
+        Raises:
+            ValueError: No key selector for an unkeyed stream.
+        """
+        if isinstance(input, KeyedStream) and key_selector is None:
+            return FlinkAgentBuilder(self, input)
+        if key_selector is None:
+            raise ValueError("from_datastream needs a key_selector (or a KeyedStream)")
+        return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type))
+
+    def execute(self, job_name: str | None = None) -> Any:
+        """Run the job (blocks until a bounded input is done)."""
+        return self.env.execute(job_name or "flink-agents job")
