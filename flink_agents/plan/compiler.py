@@ -82,7 +82,7 @@ def _check_action_signature(name: str, fn: Callable[..., Any], agent_name: str) 
         p for p in params
         if p.kind == p.KEYWORD_ONLY and p.default is inspect.Parameter.empty
     ]
-    if len(positional) != 2 or required_other:
+    if len(positional) != 2 or required_other or positional[0].name == "self":
         shown = ", ".join(p.name for p in params)
         raise PlanError(
             f"action {name!r} of {agent_name} must take (event, ctx); it takes ({shown})"
@@ -103,6 +103,12 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
         _check_action_signature(name, fn, agent_name)
         if not events:
             raise PlanError(f"action {name!r} of {agent_name} listens to no event")
+        for ev in events:
+            if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
+                raise PlanError(
+                    f"action {name!r} of {agent_name} listens to {ev!r}; "
+                    "expected an Event class or an EVENT_TYPE string"
+                )
         actions[name] = ActionSpec(
             name=name,
             listen_event_types=[_event_type(e) for e in events],

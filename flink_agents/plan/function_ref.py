@@ -41,6 +41,18 @@ class FunctionRef(BaseModel):
         ref._fn = fn
         return ref
 
+    def __eq__(self, other: object) -> bool:
+        # The name is the identity; the kept function is a cache (pydantic's
+        # default equality would compare it, so a plan read back from JSON
+        # would differ from the plan it was written from).
+        if not isinstance(other, FunctionRef):
+            return NotImplemented
+        return (self.module, self.qualname, self.is_async) == (
+            other.module,
+            other.qualname,
+            other.is_async,
+        )
+
     @property
     def name(self) -> str:
         return f"{self.module}:{self.qualname}"

@@ -45,15 +45,20 @@ async def run_record(
 ) -> None:
     """Run ``record`` of ``key`` to completion, updating ``state`` in place.
 
+    A run is all-or-nothing for short-term memory: if an action raises,
+    ``state.short_term_memory`` is put back as it was when the record started
+    (so a retried record does not apply its earlier actions' writes twice).
+
     Raises:
-        ActionFailed: An action raised; ``state.short_term_memory`` then keeps
-            the writes of the actions that finished before it.
+        ActionFailed: An action raised.
     """
     run = RunIdentity(job_id, key, record.seq)
     first = InputEvent(input=record.value)
     first.id = run.next_event_id()
     queue: Deque[Event] = deque([first])
     sensory: Dict[str, Any] = {}
+    # Commits replace the map rather than mutate it, so this is a snapshot.
+    memory_at_start = state.short_term_memory
 
     while queue:
         event = queue.popleft()
@@ -80,6 +85,7 @@ async def run_record(
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
+                state.short_term_memory = memory_at_start
                 raise ActionFailed(key, record.seq, spec.name, exc) from exc
             counters.actions += 1
             sensory = ctx.sensory.commit()

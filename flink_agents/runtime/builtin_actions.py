@@ -80,11 +80,6 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
 async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     max_rounds = int(ctx.config.get(MAX_TOOL_ROUNDS_OPTION, _DEFAULT_MAX_TOOL_ROUNDS))
     model = conversation["model"]
-    if conversation["round"] > max_rounds:
-        raise RuntimeError(
-            f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
-            f"({MAX_TOOL_ROUNDS_OPTION})"
-        )
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
@@ -94,6 +89,12 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     if not reply.tool_calls:
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
         return
+    # ``round`` tool rounds ran already; refuse one more before running its tools.
+    if conversation["round"] >= max_rounds:
+        raise RuntimeError(
+            f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
+            f"({MAX_TOOL_ROUNDS_OPTION})"
+        )
     request_tag = conversation["request_id"].replace("-", "")[:12]
     calls = []
     for index, call in enumerate(reply.tool_calls):

@@ -19,7 +19,9 @@ class KeyedDriver(ABC):
     """Keyed state and output for the keys the engine runs.
 
     On Flink, ``load``/``store`` may only be called for the operator's current
-    key (inside ``process_element``/``on_timer`` of that key).
+    key (inside ``process_element``/``on_timer`` of that key); the Flink driver
+    raises if another key is touched. The engine therefore only awaits work of
+    the key being processed within one callback.
     """
 
     @abstractmethod

@@ -78,6 +78,13 @@ class AgentEngine:
                 lambda output: driver.emit(key, output),
                 self.counters,
             )
+            # Records that arrived during the run were stored by ``process``
+            # into the state as it was before the run; a driver that
+            # serializes state hands out copies, so take them from there.
+            latest = driver.load(key)
+            if latest is not None and latest is not state:
+                state.pending = latest.pending
+                state.next_seq = latest.next_seq
             state.pending.pop(0)
             state.runs_finished += 1
             self.counters.records += 1

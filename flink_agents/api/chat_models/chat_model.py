@@ -116,9 +116,12 @@ class BaseChatModelSetup(Resource):
             self.open()
         if self._prompt is None:
             return list(messages)
-        prepared = self._prompt.format_messages(**dict(prompt_args or {}))
+        prepared = self._prompt.fill_messages(prompt_args or {})
+        # Drop empty user/system messages (the prompt carries the text); keep
+        # every assistant and tool message: a tool call needs its answer.
         prepared.extend(
-            m for m in messages if m.content or m.role == MessageRole.ASSISTANT
+            m for m in messages
+            if m.content or m.role in (MessageRole.ASSISTANT, MessageRole.TOOL)
         )
         return prepared
 

@@ -1,7 +1,7 @@
 """Events: what actions react to and send.
 
 Events are pydantic models; anything that crosses a process or a checkpoint is
-serialized as JSON (see ``flink_agents.runtime.event_codec``). Every event class
+serialized as JSON. Every event class
 has an ``EVENT_TYPE`` string that ``@action`` may name instead of the class; a
 subclass that does not set one gets ``"<module>.<qualname>"``.
 """

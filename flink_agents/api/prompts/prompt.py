@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, List, Sequence
+from typing import Any, List, Mapping, Sequence
 
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.resource import ResourceType, SerializableResource
@@ -58,9 +58,18 @@ class Prompt(SerializableResource):
     ) -> List[ChatMessage]:
         """The filled template as chat messages; a text template becomes one
         message of ``role``."""
+        return self.fill_messages(kwargs, role)
+
+    def fill_messages(
+        self, values: Mapping[str, Any], role: MessageRole = MessageRole.SYSTEM
+    ) -> List[ChatMessage]:
+        """``format_messages`` with the slot values as a mapping, so that any
+        slot name works, ``role`` included (the chat action uses this for
+        ``ChatRequestEvent.prompt_args``)."""
+        values = dict(values)
         if isinstance(self.template, str):
-            return [ChatMessage(role=role, content=_fill(self.template, kwargs))]
+            return [ChatMessage(role=role, content=_fill(self.template, values))]
         return [
-            m.model_copy(update={"content": _fill(m.content, kwargs)})
+            m.model_copy(update={"content": _fill(m.content, values)})
             for m in self.template
         ]

@@ -8,7 +8,6 @@ in a dict. Keys run concurrently as asyncio tasks (at most
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any, Dict, List
 
 from flink_agents.api.agents.agent import Agent
@@ -21,7 +20,6 @@ __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
 
 MAX_CONCURRENT_RUNS_OPTION = "max_concurrent_runs"
 _DEFAULT_MAX_CONCURRENT_RUNS = 64
-_fresh_keys = itertools.count()
 
 
 def _split_record(index: int, record: Any) -> tuple[Any, Any]:
@@ -35,8 +33,9 @@ def _split_record(index: int, record: Any) -> tuple[Any, Any]:
         return record["key"], value
     if "k" in record:
         return record["k"], value
-    # Flink Agents 0.3: a record without a key gets a fresh one.
-    return f"_auto_key_{next(_fresh_keys)}", value
+    # Flink Agents 0.3: a record without a key gets a fresh one. Derived from
+    # the record's position so that ids derived from keys are reproducible.
+    return f"_auto_key_{index}", value
 
 
 class LocalAgentBuilder(AgentBuilder):
