@@ -200,7 +200,7 @@ def run_on_flink(
 
     env = flink_environment(parallelism, checkpoint_interval_ms)
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env)
-    source = env.from_collection(reviews, type_info=Types.PICKLED_BYTE_ARRAY()).name("reviews")
+    source = env.from_collection(reviews).name("reviews")
     outputs = agents_env.from_datastream(source, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
     results: List[Dict[str, Any]] = []
     with outputs.execute_and_collect("review-analysis") as collected:

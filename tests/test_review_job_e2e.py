@@ -54,6 +54,23 @@ def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path:
     assert sorted(on_flink, key=key) == sorted(local, key=key)
 
 
+# Variables PyFlink puts into this process's environment once it has run a job
+# here; a child that inherits PYFLINK_GATEWAY_DISABLED refuses to start Flink.
+_PYFLINK_RUNTIME_VARIABLES = (
+    "PYFLINK_GATEWAY_DISABLED",
+    "_PYFLINK_CONN_INFO_PATH",
+    "PYTHON_LOOPBACK_SERVER_ADDRESS",
+    "BOOT_LOG_DIR",
+    "_PYTHON_WORKER_MEMORY_LIMIT",
+)
+
+
+def _job_environment() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _PYFLINK_RUNTIME_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def _run_job(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "jobs.review_analysis", *args],
@@ -61,7 +78,7 @@ def _run_job(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=_job_environment(),
     )
 
 

@@ -1,0 +1,401 @@
+"""The OpenAI chat model over the real ``openai`` SDK, against the scripted server."""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Dict, List
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.decorators import action, chat_model_setup, tool
+from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
+from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
+from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.tools.tool import FunctionTool
+from flink_agents.integrations.chat_models.openai.openai_chat_model import (
+    OpenAIChatModelConnection,
+    OpenAIChatModelSetup,
+    from_openai_completion,
+    split_reasoning,
+    to_openai_messages,
+    to_openai_tools,
+)
+from flink_agents.runtime.errors import ActionFailed
+
+NOTIFIED: List[Dict[str, Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear_notified():
+    NOTIFIED.clear()
+    yield
+    NOTIFIED.clear()
+
+
+def _notify(id: str, review: str) -> str:
+    NOTIFIED.append({"id": id, "review": review})
+    return "the shipping manager was notified"
+
+
+def notify_shipping_manager(id: str, review: str) -> str:
+    """Tell the shipping manager about a damaged delivery.
+
+    Args:
+        id: The product id.
+        review: The customer's review.
+    """
+    return _notify(id, review)
+
+
+class ReviewAgent(Agent):
+    """Asks the model about each review; the model may notify shipping.
+
+    The connection's base URL comes from the test's server, so the
+    constructor adds it; everything else is declared on the class.
+    """
+
+    def __init__(self, base_url: str, max_retries: int = 2) -> None:
+        super().__init__()
+        self.add_resource(
+            "openai",
+            ResourceType.CHAT_MODEL_CONNECTION,
+            ResourceDescriptor(
+                clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION,
+                base_url=base_url,
+                max_retries=max_retries,
+                timeout_s=10.0,
+            ),
+        )
+
+    @tool
+    @staticmethod
+    def notify_shipping_manager(id: str, review: str) -> str:
+        """Tell the shipping manager about a damaged delivery.
+
+        Args:
+            id: The product id.
+            review: The customer's review.
+        """
+        return _notify(id, review)
+
+    @chat_model_setup
+    @staticmethod
+    def reviewer() -> ResourceDescriptor:
+        return ResourceDescriptor(
+            clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP,
+            connection="openai",
+            model="gpt-test",
+            temperature=0.0,
+            tools=["notify_shipping_manager"],
+        )
+
+    @action(InputEvent)
+    @staticmethod
+    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
+        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
+        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message]))
+
+    @action(ChatResponseEvent)
+    @staticmethod
+    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
+        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
+
+
+REVIEW = {"id": "B01", "review": "The box was crushed and the shoes arrived damaged."}
+TOOL_CALL_REPLY = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "notify_shipping_manager", "arguments": json.dumps(REVIEW)},
+    }],
+}
+ANSWER = '{"score": 1, "reasons": ["reports shipping damage"]}'
+
+
+def _run(agent: Agent, records: List[Dict[str, Any]]) -> List[Dict[Any, Any]]:
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    out = env.from_list(records).apply(agent).to_list()
+    env.execute()
+    return out
+
+
+def test_tool_call_loop_through_the_local_runner(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+
+    out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+
+    assert out == [{"B01": {"answer": ANSWER}}]
+    assert NOTIFIED == [REVIEW]
+    assert len(server.requests) == 2
+    first, second = server.requests
+    assert first["model"] == "gpt-test" and first["temperature"] == 0.0
+    assert first["messages"] == [{"role": "user", "content": json.dumps(REVIEW)}]
+    assert first["tools"] == [{
+        "type": "function",
+        "function": {
+            "name": "notify_shipping_manager",
+            "description": "Tell the shipping manager about a damaged delivery.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "The product id."},
+                    "review": {"type": "string", "description": "The customer's review."},
+                },
+                "required": ["id", "review"],
+            },
+        },
+    }]
+    user, assistant, tool_message = second["messages"]
+    assert user == first["messages"][0]
+    (call,) = assistant["tool_calls"]
+    assert call["function"] == {"name": "notify_shipping_manager", "arguments": json.dumps(REVIEW)}
+    assert call["id"] != "call_0"  # the runtime's id, not the provider's
+    assert tool_message == {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": "the shipping manager was notified",
+    }
+    assert second["tools"] == first["tools"]
+
+
+def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
+    """The provider gives every call the id "call_0"; each turn still pairs
+    its tool result with its own call, across concurrent keys."""
+    server = scripted_chat_server
+
+    def reply(request: dict, index: int) -> dict:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return {"role": "assistant", "content": f"done after {last['tool_call_id']}"}
+        return {**TOOL_CALL_REPLY, "tool_calls": [{
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "notify_shipping_manager", "arguments": last["content"]},
+        }]}
+
+    server.set_reply_fn(reply)
+    records = [
+        {"key": f"k{n % 3}", "value": {"id": f"B{n}", "review": f"box {n} was crushed"}}
+        for n in range(9)
+    ]
+    out = _run(ReviewAgent(server.base_url), records)
+
+    assert len(out) == 9 and len(server.requests) == 18
+    assert sorted(c["id"] for c in NOTIFIED) == sorted(f"B{n}" for n in range(9))
+    call_ids = set()
+    for request in server.requests:
+        messages = request["messages"]
+        if messages[-1]["role"] == "tool":
+            assert messages[-1]["tool_call_id"] == messages[-2]["tool_calls"][0]["id"]
+            call_ids.add(messages[-1]["tool_call_id"])
+    assert len(call_ids) == 9
+
+
+def test_provider_error_fails_the_run_with_the_sdk_error(scripted_chat_server):
+    # An empty script: the server answers 500.
+    with pytest.raises(ActionFailed) as failed:
+        _run(ReviewAgent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
+    assert isinstance(failed.value.cause, openai.InternalServerError)
+    assert failed.value.cause.status_code == 500
+    assert failed.value.action == "_chat_model_action"
+    assert len(scripted_chat_server.requests) == 1
+
+
+def test_bad_tool_arguments_raise_value_error_naming_the_tool(scripted_chat_server):
+    scripted_chat_server.replies.append({
+        "role": "assistant",
+        "tool_calls": [{
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "notify_shipping_manager", "arguments": '{"id": "B01", '},
+        }],
+    })
+    connection = OpenAIChatModelConnection(base_url=scripted_chat_server.base_url)
+    try:
+        with pytest.raises(ValueError, match="notify_shipping_manager") as raised:
+            connection.chat([ChatMessage(content="hi")], model="gpt-test")
+    finally:
+        connection.close()
+    assert '{"id": "B01", ' in str(raised.value)
+
+
+def _completion(message: Dict[str, Any], usage: Dict[str, int] | None = None) -> ChatCompletion:
+    return ChatCompletion.model_validate({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": usage,
+    })
+
+
+def test_bad_arguments_in_a_completion():
+    for text in ('{"id": ', '["B01"]'):
+        completion = _completion({"role": "assistant", "tool_calls": [{
+            "id": "c", "type": "function", "function": {"name": "lookup", "arguments": text},
+        }]})
+        with pytest.raises(ValueError, match="'lookup'"):
+            from_openai_completion(completion)
+
+
+def test_messages_to_openai():
+    messages = [
+        ChatMessage(role=MessageRole.SYSTEM, content="be brief"),
+        ChatMessage(role=MessageRole.USER, content="hi"),
+        ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=[{
+            "id": "req-0-0",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": {"q": "x", "n": 2}},
+            "original_id": "call_0",
+        }]),
+        ChatMessage(role=MessageRole.TOOL, content="42", extra_args={"tool_call_id": "req-0-0", "external_id": "call_0"}),
+        ChatMessage(role=MessageRole.ASSISTANT, content="it is 42"),
+    ]
+    assert to_openai_messages(messages) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "req-0-0",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "x", "n": 2}'},
+        }]},
+        {"role": "tool", "tool_call_id": "req-0-0", "content": "42"},
+        {"role": "assistant", "content": "it is 42"},
+    ]
+    with pytest.raises(ValueError, match="tool_call_id"):
+        to_openai_messages([ChatMessage(role=MessageRole.TOOL, content="42")])
+
+
+def test_tools_to_openai():
+    tool_ = FunctionTool.from_callable(notify_shipping_manager)
+    (converted,) = to_openai_tools([tool_])
+    assert converted == {
+        "type": "function",
+        "function": {
+            "name": "notify_shipping_manager",
+            "description": "Tell the shipping manager about a damaged delivery.",
+            "parameters": tool_.metadata.args_schema,
+        },
+    }
+    assert converted["function"]["parameters"]["required"] == ["id", "review"]
+
+
+def test_completion_to_message():
+    reply = from_openai_completion(_completion(
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_7", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}},
+            {"id": "call_8", "type": "function", "function": {"name": "ping", "arguments": ""}},
+        ]},
+        usage={"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16},
+    ))
+    assert reply.role == MessageRole.ASSISTANT and reply.content == ""
+    assert reply.tool_calls == [
+        {"id": "call_7", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}, "original_id": "call_7"},
+        {"id": "call_8", "type": "function", "function": {"name": "ping", "arguments": {}}, "original_id": "call_8"},
+    ]
+    assert reply.extra_args == {"usage": {"prompt_tokens": 11, "completion_tokens": 5}}
+
+    text = from_openai_completion(_completion({"role": "assistant", "content": "hello"}))
+    assert (text.content, text.tool_calls, text.extra_args) == ("hello", [], {})
+
+
+def test_setup_model_kwargs():
+    assert OpenAIChatModelSetup(connection="c", model="m").model_kwargs == {"model": "m"}
+    setup = OpenAIChatModelSetup(connection="c", model="m", temperature=0.2, max_tokens=64)
+    assert setup.model_kwargs == {"model": "m", "temperature": 0.2, "max_tokens": 64}
+
+
+def test_split_reasoning():
+    assert split_reasoning("<think>hmm\n</think>\n42") == ("42", "hmm")
+    assert split_reasoning("a<think>x</think>b<think>y</think>") == ("ab", "x\n\ny")
+    assert split_reasoning("x, then y</think> 42") == ("42", "x, then y")
+    assert split_reasoning("42") == ("42", "")
+
+
+def _setup_over(connection: OpenAIChatModelConnection, **fields: Any) -> OpenAIChatModelSetup:
+    setup = OpenAIChatModelSetup(connection="openai", model="gpt-test", **fields)
+    setup.get_resource = lambda name, type: connection
+    return setup
+
+
+def test_setup_extracts_reasoning_and_sends_settings(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.extend([{"content": "<think>short review</think>Positive."}] * 2)
+    connection = OpenAIChatModelConnection(base_url=server.base_url)
+    try:
+        plain = _setup_over(connection).chat([ChatMessage(content="great")])
+        reply = _setup_over(connection, extract_reasoning=True, max_tokens=32).chat([ChatMessage(content="great")])
+    finally:
+        connection.close()
+    assert plain.content == "<think>short review</think>Positive."
+    assert reply.content == "Positive."
+    assert reply.extra_args["reasoning"] == "short review"
+    assert "max_tokens" not in server.requests[0] and server.requests[1]["max_tokens"] == 32
+
+
+def test_api_key_falls_back_to_env_then_placeholder(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    connection = OpenAIChatModelConnection(base_url="http://127.0.0.1:9/v1")
+    assert connection._sync().api_key == "unused"
+    connection.close()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    assert connection._sync().api_key == "sk-env"
+    connection.close()
+    explicit = OpenAIChatModelConnection(api_key="sk-given", base_url="http://127.0.0.1:9/v1")
+    assert explicit._sync().api_key == "sk-given"
+    assert "sk-given" not in repr(explicit)
+    explicit.close()
+
+
+def test_missing_model_is_a_clear_error():
+    connection = OpenAIChatModelConnection(base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match="model name"):
+        connection.chat([ChatMessage(content="hi")])
+
+
+def test_async_clients_follow_the_event_loop(scripted_chat_server):
+    """One async client per loop: a connection survives successive
+    ``asyncio.run`` calls (as the local runner makes), and every client gets
+    closed on its own loop."""
+    server = scripted_chat_server
+    server.set_reply_fn(lambda request, index: {"content": f"reply {index}"})
+    connection = OpenAIChatModelConnection(base_url=server.base_url)
+
+    async def many(n: int) -> List[str]:
+        replies = await asyncio.gather(
+            *(connection.achat([ChatMessage(content="hi")], model="m") for _ in range(n))
+        )
+        assert len(connection._async()) == 1  # one client for this loop
+        return [r.content for r in replies]
+
+    assert len(asyncio.run(many(64))) == 64
+    assert len(connection._async()) == 0  # closed by asyncio.run's shutdown
+    assert len(asyncio.run(many(3))) == 3
+
+    async def close_inside() -> None:
+        await connection.achat([ChatMessage(content="hi")], model="m")
+        connection.close()  # as the local runner does: closed at the loop's end
+
+    asyncio.run(close_inside())
+    assert len(connection._async()) == 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(many(2))
+        connection.close()  # the loop is idle: closed right away
+        assert len(connection._async()) == 0
+    finally:
+        loop.close()
+    assert connection.chat([ChatMessage(content="hi")], model="m").content.startswith("reply")
+    connection.close()
+    assert len(server.requests) == 64 + 3 + 1 + 2 + 1
