@@ -79,4 +79,6 @@ class AgentOperatorFunction(KeyedProcessFunction):
         if self._engine is not None:
             self._engine.close()
         if self._loop is not None:
+            # Async clients held per loop close when their generators finish.
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
