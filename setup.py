@@ -18,6 +18,7 @@ setup(
         "protobuf",  # apache-flink constrains the version
         "openai>=1.40",
         "tqdm>=4.60",
+        "psycopg[binary]>=3.1",  # the PostgreSQL journal store (clusters)
     ],
     extras_require={
         "test": [

@@ -57,7 +57,9 @@ REVIEW_PROMPT = Prompt.from_messages([
 ])
 
 
-def _model_resources(model: str, base_url: str | None) -> tuple[ResourceDescriptor, ResourceDescriptor]:
+def _model_resources(
+    model: str, base_url: str | None, timeout_s: float, max_retries: int
+) -> tuple[ResourceDescriptor, ResourceDescriptor]:
     provider, _, name = model.partition(":")
     setup_args = dict(connection=MODEL_CONNECTION, prompt="review_analysis_prompt", tools=["notify_shipping_manager"])
     if provider == "local" and not name:
@@ -66,7 +68,9 @@ def _model_resources(model: str, base_url: str | None) -> tuple[ResourceDescript
             ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_SETUP, model="local", **setup_args),
         )
     if provider == "openai" and name:
-        connection_args = {"base_url": base_url} if base_url else {}
+        connection_args: Dict[str, Any] = {"timeout_s": timeout_s, "max_retries": max_retries}
+        if base_url:
+            connection_args["base_url"] = base_url
         return (
             ResourceDescriptor(clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, **connection_args),
             ResourceDescriptor(clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP, model=name, **setup_args),
@@ -97,11 +101,18 @@ class ReviewAnalysisAgent(Agent):
     Args:
         model: ``"local"`` or ``"openai:MODEL_NAME"``.
         base_url: The OpenAI-compatible endpoint for ``openai:`` models.
+        timeout_s: Per-request timeout of ``openai:`` models, seconds.
+        max_retries: Retries of a failed request (the SDK's backoff).
+
+    Raises:
+        ValueError: ``model`` is neither form.
     """
 
-    def __init__(self, model: str = "local", base_url: str | None = None) -> None:
+    def __init__(
+        self, model: str = "local", base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 2
+    ) -> None:
         super().__init__()
-        connection, setup = _model_resources(model, base_url)
+        connection, setup = _model_resources(model, base_url, timeout_s, max_retries)
         self.add_resource(MODEL_CONNECTION, ResourceType.CHAT_MODEL_CONNECTION, connection)
         self.add_resource(MODEL_SETUP, ResourceType.CHAT_MODEL, setup)
 
@@ -211,17 +222,52 @@ def run_on_flink(
     return results
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m jobs.review_analysis", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts} (default: the bundled sample)")
-    parser.add_argument("--output", type=Path, default=Path("out/review_analysis.jsonl"), help="where to write one JSON line per review")
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.review_analysis",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="openai: models read their API key from OPENAI_API_KEY.",
+    )
+    parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
+    parser.add_argument("--output", type=Path, default=Path("out/review_analysis.jsonl"),
+                        help="where to write one JSON line per review (replaced only when the job succeeds)")
     parser.add_argument("--model", default="local", help="'local' (offline, deterministic) or 'openai:MODEL_NAME'")
     parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint for openai: models")
-    parser.add_argument("--runner", choices=["flink", "local"], default="flink", help="Flink mini-cluster (default) or the embedded local runner")
-    parser.add_argument("--parallelism", type=int, default=2, help="Flink parallelism (default 2)")
-    parser.add_argument("--checkpoint-interval-ms", type=int, default=10_000)
-    parser.add_argument("--skip-bad-records", action="store_true", help="log and count malformed lines instead of failing")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of openai: models")
+    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed openai: request")
+    parser.add_argument("--runner", choices=["flink", "local"], default="flink",
+                        help="Flink mini-cluster or the embedded local runner")
+    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
+    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=10_000,
+                        help="Flink checkpoint interval")
+    parser.add_argument("--skip-bad-records", action="store_true",
+                        help="log and count malformed lines instead of failing")
+    parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     return parser.parse_args(argv)
+
+
+def _failure_summary(exc: BaseException) -> str:
+    """One line for a failed job: the runtime's own message if the failure
+    (possibly wrapped by Flink and Py4J) carries one."""
+    from flink_agents.runtime.errors import ActionFailed
+
+    if isinstance(exc, ActionFailed):
+        return str(exc)
+    # A failure on Flink reaches the client as a Java exception whose text
+    # holds the Python worker's traceback; show its ActionFailed line.
+    lines = [line.strip() for line in str(exc).splitlines()]
+    tagged = [line for line in lines if ActionFailed.__name__ + ":" in line]
+    if tagged:
+        return tagged[-1].split(ActionFailed.__name__ + ":", 1)[1].strip()
+    return f"{type(exc).__name__}: {lines[0] if lines else exc}"
 
 
 def main(argv: List[str] | None = None) -> int:
@@ -234,7 +280,7 @@ def main(argv: List[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         read = read_reviews(args.input, skip_bad_records=args.skip_bad_records)
-        agent = ReviewAnalysisAgent(args.model, args.base_url)
+        agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries)
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -242,19 +288,32 @@ def main(argv: List[str] | None = None) -> int:
         print(f"skipped {len(read.bad_lines)} bad record(s) (--skip-bad-records)", file=sys.stderr)
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and renamed on success, so a failed run never
+    # destroys an earlier result.
+    partial = args.output.with_name(args.output.name + ".partial")
     started = time.monotonic()
-    with open(args.output, "w", encoding="utf-8") as sink, tqdm(
-        total=len(read.reviews), unit="review", desc=f"review-analysis ({args.runner})", file=sys.stderr
-    ) as progress:
-        def write(output: Dict[str, Any]) -> None:
-            sink.write(json.dumps(output) + "\n")
-            progress.update(1)
+    try:
+        with open(partial, "w", encoding="utf-8") as sink, tqdm(
+            total=len(read.reviews), unit="review", desc=f"review-analysis ({args.runner})", file=sys.stderr
+        ) as progress:
+            def write(output: Dict[str, Any]) -> None:
+                sink.write(json.dumps(output) + "\n")
+                progress.update(1)
 
-        if args.runner == "flink":
-            run_on_flink(read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write)
-        else:
-            for output in run_locally(read.reviews, agent):
-                write(output)
+            if args.runner == "flink":
+                run_on_flink(read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write)
+            else:
+                for output in run_locally(read.reviews, agent):
+                    write(output)
+    except Exception as exc:
+        partial.unlink(missing_ok=True)
+        if args.verbose:
+            raise
+        endpoint = f" (model {args.model} at {args.base_url})" if args.base_url else ""
+        print(f"error: the job failed{endpoint}: {_failure_summary(exc)}", file=sys.stderr)
+        print("(run with --verbose for the full trace)", file=sys.stderr)
+        return 1
+    partial.replace(args.output)
     elapsed = time.monotonic() - started
     print(
         f"{len(read.reviews)} reviews -> {args.output} in {elapsed:.1f} s "

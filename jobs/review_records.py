@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 class ProductReview(BaseModel):
     """One input line: ``{"id": product id, "review": text, "ts": unix seconds}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str = Field(min_length=1)
     review: str

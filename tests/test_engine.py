@@ -74,6 +74,9 @@ class JsonDriver(KeyedDriver):
     def emit(self, key: Any, output: Any) -> None:
         self.outputs.append({key: output})
 
+    def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
+        self.outputs.append({key: ("error", error)})
+
 
 @pytest.fixture(params=["local", "json"])
 def driver(request) -> KeyedDriver:

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the test suite. Extra arguments go to pytest.
+# Starts a throwaway PostgreSQL (tools/postgres.sh) for the journal store tests
+# and exports its DSN as FLINK_AGENTS_POSTGRES_DSN, unless that is already set.
+# Without PostgreSQL those tests skip, except under CI=true, where it is an error.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -7,4 +10,18 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO_ROOT/tools/setup.sh"
 
 cd "$REPO_ROOT"
+
+if [ -z "${FLINK_AGENTS_POSTGRES_DSN:-}" ]; then
+    if pg_dsn="$(bash "$REPO_ROOT/tools/postgres.sh")"; then
+        export FLINK_AGENTS_POSTGRES_DSN="$pg_dsn"
+        printf '[test] PostgreSQL journal tests use %s\n' "$pg_dsn"
+    elif [ "${CI:-}" = "true" ]; then
+        printf '[test] ERROR: tools/postgres.sh could not start PostgreSQL (see above); CI needs it\n' >&2
+        exit 1
+    else
+        printf '[test] WARNING: tools/postgres.sh could not start PostgreSQL (see above); the PostgreSQL journal tests will skip\n' >&2
+        export FLINK_AGENTS_POSTGRES_UNAVAILABLE="tools/postgres.sh could not start PostgreSQL (see its output before the tests)"
+    fi
+fi
+
 exec "$REPO_ROOT/.venv/bin/python" -m pytest -q "$@"

@@ -28,9 +28,12 @@ def _load(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit(f"expected MODULE:NAME, got {spec!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"flink-agents: cannot load {spec!r}: {exc}") from None
     return obj
 
 
@@ -42,7 +45,11 @@ def compile_spec(spec: str) -> AgentPlan:
 
 
 def _plans_dir() -> Path:
-    return Path.cwd() / "plans"
+    """``plans/`` of the checkout this package runs from (the jobs' snapshots
+    live beside the jobs, not in the current directory)."""
+    import jobs
+
+    return Path(jobs.__file__).resolve().parent.parent / "plans"
 
 
 def _plan_write(check: bool) -> int:
@@ -53,13 +60,13 @@ def _plan_write(check: bool) -> int:
         if path.exists() and path.read_text() == text:
             continue
         if check:
-            stale.append(str(path))
+            stale.append(f"{path} ({'stale' if path.exists() else 'missing'})")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path}")
     if stale:
-        print("stale plan snapshots (run 'flink-agents plan write'): " + ", ".join(stale), file=sys.stderr)
+        print("plan snapshots out of date (run 'flink-agents plan write'): " + ", ".join(stale), file=sys.stderr)
         return 1
     return 0
 
@@ -70,7 +77,7 @@ def main(argv: List[str] | None = None) -> int:
     plan = commands.add_parser("plan", help="compiled agent plans").add_subparsers(dest="plan_command", required=True)
     show = plan.add_parser("show", help="print an agent's plan as JSON")
     show.add_argument("agent", help="MODULE:AGENT, e.g. jobs.review_analysis:ReviewAnalysisAgent")
-    write = plan.add_parser("write", help="regenerate plans/*.json (run from the repo root)")
+    write = plan.add_parser("write", help="regenerate the jobs' plans/*.json snapshots")
     write.add_argument("--check", action="store_true", help="only report stale snapshots (exit 1)")
     run = commands.add_parser("run", help="run a bundled job")
     run.add_argument("job", choices=sorted(JOBS))

@@ -5,14 +5,17 @@ last event.
                -> the events it sent are queued (only if it finished)
                -> ... until the queue is empty.
 
+Each action invocation is a *step* named ``"<action>@<event index>"``. Its
+completion (sent events, memory writes) is journaled; on replay a completed
+step is not run again: its events and writes are re-applied from the journal.
 ``OutputEvent`` outputs go to the driver as they are dequeued. An action's
 memory writes become visible to later actions when it finishes and are
-dropped if it raises (``StagedMemory``). Sensory memory lives for this run
-only.
+dropped if it raises. Sensory memory lives for this run only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections import deque
@@ -20,10 +23,13 @@ from typing import Any, Callable, Deque, Dict
 
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import Resource, ResourceType
-from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
 from flink_agents.runtime.context import ActionContext, RunIdentity
-from flink_agents.runtime.errors import ActionFailed
-from flink_agents.runtime.memory import StagedMemory
+from flink_agents.runtime.error_policy import ErrorPolicy
+from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
+from flink_agents.runtime.event_codec import decode_event, encode_event
+from flink_agents.runtime.journal import RunJournal
+from flink_agents.runtime.memory import StagedMemory, apply_diff
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.state import KeyState, PendingRecord
 
@@ -31,63 +37,117 @@ __all__ = ["run_record"]
 
 log = logging.getLogger(__name__)
 
+INPUT_STEP = "_input"
+
 
 async def run_record(
     plan: AgentPlan,
-    job_id: str,
-    key: Any,
+    run: RunIdentity,
     state: KeyState,
     record: PendingRecord,
+    journal: RunJournal,
     resources: Callable[[str, ResourceType], Resource],
     job_config: Dict[str, Any],
     emit: Callable[[Any], None],
     counters: RunCounters,
 ) -> None:
-    """Run ``record`` of ``key`` to completion, updating ``state`` in place.
+    """Run ``record`` to completion, updating ``state`` in place.
 
-    A run is all-or-nothing for short-term memory: if an action raises,
-    ``state.short_term_memory`` is put back as it was when the record started
-    (so a retried record does not apply its earlier actions' writes twice).
+    A run is all-or-nothing for short-term memory: if it fails,
+    ``state.short_term_memory`` is put back as it was when the record started.
 
     Raises:
-        ActionFailed: An action raised.
+        ActionFailed: An action failed (after its retries) under ``fail``.
+        RecordSkipped: An action failed under ``skip``.
     """
-    run = RunIdentity(job_id, key, record.seq)
     first = InputEvent(input=record.value)
-    first.id = run.next_event_id()
+    first.id = run.event_id(INPUT_STEP, 0)
     queue: Deque[Event] = deque([first])
     sensory: Dict[str, Any] = {}
     # Commits replace the map rather than mutate it, so this is a snapshot.
     memory_at_start = state.short_term_memory
+    event_index = 0
 
-    while queue:
-        event = queue.popleft()
-        counters.events += 1
-        if isinstance(event, OutputEvent):
-            emit(event.output)
-            counters.outputs += 1
-        actions = plan.actions_for(event.EVENT_TYPE)
-        if not actions and not isinstance(event, OutputEvent):
-            counters.unhandled_events += 1
-            log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, key, record.seq)
-        for spec in actions:
-            ctx = ActionContext(
-                run,
-                spec.name,
-                spec.config,
-                StagedMemory(sensory, "sensory_memory"),
-                StagedMemory(state.short_term_memory, "short_term_memory"),
-                resources,
-                job_config,
-            )
-            try:
-                result = spec.function.resolve()(event, ctx)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                state.short_term_memory = memory_at_start
-                raise ActionFailed(key, record.seq, spec.name, exc) from exc
+    try:
+        while queue:
+            event = queue.popleft()
+            counters.events += 1
+            if isinstance(event, OutputEvent):
+                emit(event.output)
+                counters.outputs += 1
+            actions = plan.actions_for(event.EVENT_TYPE)
+            if not actions and not isinstance(event, OutputEvent):
+                counters.unhandled_events += 1
+                log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, run.key, run.seq)
+            for spec in actions:
+                step = f"{spec.name}@{event_index}"
+                done = journal.completion(step)
+                if done is not None:
+                    counters.steps_replayed += 1
+                    sensory = apply_diff(sensory, done["sensory"])
+                    state.short_term_memory = apply_diff(state.short_term_memory, done["stm"])
+                    queue.extend(decode_event(e) for e in done["events"])
+                    continue
+                ctx = await _run_step(plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters)
+                sensory = ctx.sensory.commit()
+                state.short_term_memory = ctx.short_term.commit()
+                journal.complete(step, {
+                    "events": [encode_event(e) for e in ctx.sent_events],
+                    "sensory": ctx.sensory.diff(),
+                    "stm": ctx.short_term.diff(),
+                })
+                queue.extend(ctx.sent_events)
+            event_index += 1
+    except BaseException:
+        state.short_term_memory = memory_at_start
+        raise
+
+
+async def _run_step(
+    plan: AgentPlan,
+    spec: ActionSpec,
+    step: str,
+    event: Event,
+    run: RunIdentity,
+    sensory: Dict[str, Any],
+    state: KeyState,
+    journal: RunJournal,
+    resources: Callable[[str, ResourceType], Resource],
+    job_config: Dict[str, Any],
+    counters: RunCounters,
+) -> ActionContext:
+    """Run one action on one event under its error policy; returns the
+    finished context (staged writes and events not yet applied)."""
+    policy = ErrorPolicy.for_action(spec.config, job_config)
+    attempt = 0
+    while True:
+        attempt += 1
+        ctx = ActionContext(
+            run, step, spec.name, spec.config,
+            StagedMemory(sensory, "sensory_memory"),
+            StagedMemory(state.short_term_memory, "short_term_memory"),
+            resources, job_config, journal,
+        )
+        try:
+            result = spec.function.resolve()(event, ctx)
+            if inspect.isawaitable(result):
+                await result
             counters.actions += 1
-            sensory = ctx.sensory.commit()
-            state.short_term_memory = ctx.short_term.commit()
-            queue.extend(ctx.sent_events)
+            return ctx
+        except NondeterminismError as exc:
+            raise ActionFailed(run.key, run.seq, spec.name, exc) from None
+        except Exception as exc:
+            journal.discard_step(step)
+            if attempt < policy.attempts_allowed:
+                delay_s = policy.backoff_s(attempt)
+                counters.action_retries += 1
+                log.warning(
+                    "action %r failed on key %r, record #%d (attempt %d of %d), retrying in %.2f s: %r",
+                    spec.name, run.key, run.seq, attempt, policy.attempts_allowed, delay_s, exc,
+                )
+                await asyncio.sleep(delay_s)
+                continue
+            failure = ActionFailed(run.key, run.seq, spec.name, exc)
+            if policy.strategy == "skip":
+                raise RecordSkipped(failure, attempt) from exc
+            raise failure from exc

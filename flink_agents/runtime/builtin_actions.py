@@ -20,7 +20,7 @@ import asyncio
 import inspect
 import json
 import logging
-from typing import Any, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List
 
 from pydantic import BaseModel
 
@@ -84,7 +84,14 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
     messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
-    reply = await setup.achat(messages, prompt_args=conversation["prompt_args"])
+    # Journaled: after a failover the reply is replayed, not asked for again.
+    reply = await _journaled(ctx)(
+        f"chat:{model}",
+        [conversation["messages"], conversation["prompt_args"]],
+        lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
+    )
+    if not isinstance(reply, ChatMessage):
+        raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
 
     if not reply.tool_calls:
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
@@ -111,6 +118,15 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     request = ToolRequestEvent(model=model, tool_calls=calls)
     ctx.send_event(request)  # assigns request.id
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
+
+
+def _journaled(ctx: RunnerContext) -> Callable[..., Awaitable[Any]]:
+    """The runtime context's journaled-call entry (the built-ins run only on
+    the runtime's own context)."""
+    call = getattr(ctx, "journaled_call", None)
+    if call is None:
+        raise TypeError(f"built-in actions need the runtime's ActionContext, got {type(ctx).__name__}")
+    return call
 
 
 def _json_result(value: Any) -> Any:
@@ -141,9 +157,14 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         if not isinstance(tool, Tool):
             raise TypeError(f"resource {name!r} is not a tool")
         fn = getattr(tool, "func", None)
-        if fn is not None and inspect.iscoroutinefunction(fn):
-            return await fn(**arguments)
-        return await asyncio.to_thread(tool.call, **arguments)
+
+        async def invoke() -> Any:
+            if fn is not None and inspect.iscoroutinefunction(fn):
+                return _json_result(await fn(**arguments))
+            return _json_result(await asyncio.to_thread(tool.call, **arguments))
+
+        # Journaled: a tool with side effects does not run twice after a failover.
+        return await _journaled(ctx)(f"tool:{name}", [arguments], invoke)
 
     outcomes = await asyncio.gather(*(run(c) for c in request.tool_calls), return_exceptions=True)
     responses: Dict[str, Any] = {}

@@ -4,62 +4,82 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import uuid
-from typing import Any, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.runtime.journal import RunJournal, args_digest, function_id_of
 from flink_agents.runtime.memory import MemoryNode, StagedMemory
+from flink_agents.runtime.values import encode_value
 
-__all__ = ["ActionContext", "RunIdentity"]
+__all__ = ["ActionContext", "RunIdentity", "key_text"]
 
 # Namespace of the ids the runtime derives; fixed forever (ids are journaled).
 _ID_NAMESPACE = uuid.UUID("3f0b3f5e-6d1c-4d8e-9a57-6c1f4a7b9e21")
 
 
+def key_text(key: Any) -> str:
+    """A key as stable text (JSON where it has a JSON form, else repr)."""
+    try:
+        return json.dumps(encode_value(key), sort_keys=True, separators=(",", ":"))
+    except TypeError:
+        return repr(key)
+
+
 class RunIdentity:
-    """Who is running: job, key and record sequence number. Event ids derive
-    from it and an ordinal, never from randomness, so a replay re-derives them."""
+    """Who is running: journal id, key and record sequence number.
 
-    __slots__ = ("job_id", "key", "seq", "_ordinal")
+    Ids derive from it, the step (action invocation) and an ordinal, never
+    from randomness or time, so a replay re-derives them.
+    """
 
-    def __init__(self, job_id: str, key: Any, seq: int) -> None:
-        self.job_id = job_id
+    __slots__ = ("journal_id", "key", "seq", "key_text")
+
+    def __init__(self, journal_id: str, key: Any, seq: int) -> None:
+        self.journal_id = journal_id
         self.key = key
         self.seq = seq
-        self._ordinal = 0
+        self.key_text = key_text(key)
 
-    def next_event_id(self) -> uuid.UUID:
-        self._ordinal += 1
-        return uuid.uuid5(_ID_NAMESPACE, f"{self.job_id}/{self.key!r}/{self.seq}/{self._ordinal}")
+    def event_id(self, step: str, ordinal: int) -> uuid.UUID:
+        return uuid.uuid5(_ID_NAMESPACE, f"{self.journal_id}/{self.key_text}/{self.seq}/{step}/{ordinal}")
 
 
 class ActionContext(RunnerContext):
-    """Context of one action invocation; valid only while the action runs.
+    """Context of one action invocation (one step); valid only while it runs.
 
     Sent events and memory writes are staged here; the action loop applies
-    them only when the action returns without raising.
+    them only when the action returns without raising. Journaled calls
+    (``durable_execute*`` and the built-in model and tool calls) are numbered
+    by ``ordinal`` in the order they start.
     """
 
     def __init__(
         self,
         run: RunIdentity,
+        step: str,
         action_name: str,
         action_config: Dict[str, Any],
         sensory: StagedMemory,
         short_term: StagedMemory,
         resources: Callable[[str, ResourceType], Resource],
         job_config: Dict[str, Any],
+        journal: RunJournal,
     ) -> None:
         self._run = run
+        self.step = step
         self.action_name = action_name
         self._action_config = action_config
         self.sensory = sensory
         self.short_term = short_term
         self._resources = resources
         self._job_config = job_config
+        self._journal = journal
+        self._call_ordinal = 0
         self.sent_events: List[Event] = []
 
     @property
@@ -76,7 +96,7 @@ class ActionContext(RunnerContext):
             raise TypeError(
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
-        event.id = self._run.next_event_id()
+        event.id = self._run.event_id(self.step, len(self.sent_events))
         self.sent_events.append(event)
 
     @property
@@ -98,15 +118,43 @@ class ActionContext(RunnerContext):
     def action_config(self) -> Dict[str, Any]:
         return dict(self._action_config)
 
+    def _next_ordinal(self) -> int:
+        ordinal = self._call_ordinal
+        self._call_ordinal += 1
+        return ordinal
+
     def durable_execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Journaled ``fn(*args, **kwargs)``: on replay the journaled result is
+        returned (or its exception re-raised) without calling ``fn``.
+
+        Raises:
+            TypeError: ``fn`` is a coroutine function, or its result is not
+                JSON-serializable.
+            NondeterminismError: On replay, the journal recorded another call here.
+        """
         if inspect.iscoroutinefunction(fn):
             raise TypeError(
                 f"durable_execute got coroutine function {fn.__qualname__}; "
                 "use 'await ctx.durable_execute_async(...)' in an async action"
             )
-        return fn(*args, **kwargs)
+        return self._journal.call_sync(
+            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs),
+            lambda: fn(*args, **kwargs),
+        )
 
     async def durable_execute_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        """Async ``durable_execute``: a coroutine function is awaited, a plain
+        one runs on a worker thread."""
+
+        async def run() -> Any:
+            if inspect.iscoroutinefunction(fn):
+                return await fn(*args, **kwargs)
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+        return await self._journal.call(
+            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs), run
+        )
+
+    async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Runtime-internal: journal a built-in call (model, tool)."""
+        return await self._journal.call(self.step, self._next_ordinal(), function_id, args_digest(digest_args), run)

@@ -8,7 +8,7 @@ operator's collector). The engine never sees which one it runs on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Dict
 
 from flink_agents.runtime.state import KeyState
 
@@ -35,3 +35,11 @@ class KeyedDriver(ABC):
     @abstractmethod
     def emit(self, key: Any, output: Any) -> None:
         """Send an ``OutputEvent``'s output downstream."""
+
+    @abstractmethod
+    def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
+        """Send the error record of a skipped record to the error output.
+
+        ``error`` is ``{"key", "seq", "record", "action", "error_type",
+        "error_message", "attempts"}``.
+        """

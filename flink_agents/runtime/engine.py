@@ -1,25 +1,40 @@
-"""``AgentEngine``: per-key queueing and runs, over any ``KeyedDriver``.
+"""``AgentEngine``: per-key queueing, runs and their journal, over any
+``KeyedDriver``.
 
 One engine per operator instance (subtask) or local runner. For each input
 record: load the key's state, append the record to the key's pending queue,
 and, unless the key is already running, run its pending records one at a
-time in arrival order (``action_loop.run_record``), storing the state after
-each. Records of a busy key wait in its state; different keys may run
-concurrently (the local runner runs them as asyncio tasks).
+time in arrival order (``action_loop.run_record``) against the journal
+(``runtime.journal.RunJournal``), storing the state after each. Records of a
+busy key wait in its state; different keys may run concurrently.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import logging
+import time
+from typing import Any, Callable, Dict
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
+from flink_agents.runtime.context import RunIdentity
 from flink_agents.runtime.driver import KeyedDriver
+from flink_agents.runtime.errors import ActionFailed, RecordSkipped
+from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.stores.factory import open_journal_store
+from flink_agents.stores.journal import JournalStore
 
-__all__ = ["AgentEngine"]
+__all__ = ["AgentEngine", "RETENTION_OPTION", "PRUNE_INTERVAL_OPTION"]
+
+log = logging.getLogger(__name__)
+
+RETENTION_OPTION = "journal.retention_s"
+PRUNE_INTERVAL_OPTION = "journal.prune_interval_s"
+_DEFAULT_RETENTION_S = 1800.0
+_DEFAULT_PRUNE_INTERVAL_S = 60.0
 
 
 class AgentEngine:
@@ -27,15 +42,34 @@ class AgentEngine:
 
     Args:
         plan: The compiled agent.
-        config: The job's agent configuration (``ctx.config``).
-        job_id: Identifies the job in derived ids (and, later, the journal).
+        config: The job's agent configuration (``ctx.config``; journal and
+            error options, see ``docs/operations.md``).
+        job_id: Journal namespace of keys this engine sees first.
+        store: The journal store; default from ``config`` (``journal.store``,
+            in-memory if unset).
+        clock: Unix seconds; injectable for tests.
     """
 
-    def __init__(self, plan: AgentPlan, config: Dict[str, Any] | None = None, job_id: str = "job") -> None:
+    def __init__(
+        self,
+        plan: AgentPlan,
+        config: Dict[str, Any] | None = None,
+        job_id: str = "job",
+        store: JournalStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.plan = plan
         self.config = dict(config or {})
         self.job_id = job_id
         self.counters = RunCounters()
+        self._owns_store = store is None
+        # An engine built directly (tests, embedding) journals in memory unless
+        # told otherwise; the Flink runner asks for SQLite by default.
+        self.store = store if store is not None else open_journal_store({"journal.store": "memory", **self.config})
+        self._clock = clock
+        self._retention_s = float(self.config.get(RETENTION_OPTION, _DEFAULT_RETENTION_S))
+        self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
+        self._last_prune = clock()
         self._resources = ResourceCache(plan)
         self._running: set[Any] = set()
 
@@ -47,9 +81,10 @@ class AgentEngine:
         """Accept one input record of ``key`` and run what the key can run.
 
         Raises:
-            ActionFailed: An action raised (the error names key, record, action).
+            ActionFailed: An action failed under the ``fail`` strategy (the
+                error names key, record and action).
         """
-        state = driver.load(key) or KeyState()
+        state = driver.load(key) or KeyState(journal_id=self.job_id)
         state.pending.append(PendingRecord(state.next_seq, value))
         state.next_seq += 1
         driver.store(key, state)
@@ -67,17 +102,7 @@ class AgentEngine:
             if state is None or not state.pending:
                 return
             record = state.pending[0]
-            await run_record(
-                self.plan,
-                self.job_id,
-                key,
-                state,
-                record,
-                self._resources.get,
-                self.config,
-                lambda output: driver.emit(key, output),
-                self.counters,
-            )
+            await self._run(driver, key, state, record)
             # Records that arrived during the run were stored by ``process``
             # into the state as it was before the run; a driver that
             # serializes state hands out copies, so take them from there.
@@ -89,7 +114,58 @@ class AgentEngine:
             state.runs_finished += 1
             self.counters.records += 1
             driver.store(key, state)
+            self._maybe_prune()
+
+    async def _run(self, driver: KeyedDriver, key: Any, state: KeyState, record: PendingRecord) -> None:
+        run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
+        journal = RunJournal(self.store, run.journal_id, run.key_text, record.seq, self._count_write)
+        try:
+            await run_record(
+                self.plan, run, state, record, journal, self._resources.get, self.config,
+                lambda output: driver.emit(key, output), self.counters,
+            )
+        except RecordSkipped as skipped:
+            failure = skipped.failure
+            self.counters.records_skipped += 1
+            log.warning("skipped %s", failure)
+            driver.emit_error(key, {
+                "key": key,
+                "seq": record.seq,
+                "record": record.value,
+                "action": failure.action,
+                "error_type": type(failure.cause).__name__,
+                "error_message": str(failure.cause),
+                "attempts": skipped.attempts,
+            })
+            journal.finish("skipped")
+        except ActionFailed:
+            # Keep what finished (calls, completed steps): a restart then
+            # replays it instead of calling again.
+            journal.commit()
+            raise
+        else:
+            journal.finish("ok")
+        finally:
+            self.counters.calls_executed += journal.calls_executed
+            self.counters.calls_replayed += journal.calls_replayed
+
+    def _count_write(self) -> None:
+        self.counters.journal_writes += 1
+
+    def _maybe_prune(self) -> None:
+        now = self._clock()
+        if now - self._last_prune < self._prune_interval_s:
+            return
+        self._last_prune = now
+        deleted = self.store.prune(now - self._retention_s)
+        if deleted:
+            log.info("pruned %d journal entries of runs finished over %.0f s ago", deleted, self._retention_s)
 
     def close(self) -> None:
-        """Close the agent's resources."""
-        self._resources.close()
+        """Close the agent's resources, and the journal store if the engine
+        opened it."""
+        try:
+            self._resources.close()
+        finally:
+            if self._owns_store:
+                self.store.close()

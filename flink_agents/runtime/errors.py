@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ActionFailed", "StateSchemaError"]
+__all__ = ["ActionFailed", "NondeterminismError", "RecordSkipped", "ReplayedError", "StateSchemaError"]
 
 
 class ActionFailed(RuntimeError):
@@ -29,3 +29,38 @@ class ActionFailed(RuntimeError):
 
 class StateSchemaError(RuntimeError):
     """Keyed state was written by an incompatible release."""
+
+
+class NondeterminismError(BaseException):
+    """A replayed action made a different call than the journal recorded.
+
+    A ``BaseException`` so that an action's ``except Exception`` cannot
+    swallow it: continuing would mix two different histories. Never retried or
+    skipped; the action loop turns it into a failure of the record.
+    """
+
+
+class ReplayedError(RuntimeError):
+    """A journaled exception whose class cannot be rebuilt on replay.
+
+    Attributes:
+        type_name: ``module:qualname`` of the original exception.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+
+
+class RecordSkipped(Exception):
+    """The record's run failed and its error strategy is ``skip``.
+
+    Attributes:
+        failure: The ``ActionFailed`` that ended the run.
+        attempts: How many times the failing action ran.
+    """
+
+    def __init__(self, failure: ActionFailed, attempts: int) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+        self.attempts = attempts

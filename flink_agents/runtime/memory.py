@@ -16,7 +16,7 @@ from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.memory_reference import MemoryRef
 from flink_agents.runtime.values import check_json_like
 
-__all__ = ["MemoryNode", "StagedMemory", "OBJECT"]
+__all__ = ["MemoryNode", "StagedMemory", "OBJECT", "apply_diff"]
 
 # Marks a path that holds a nested object. JSON-serializable so the flat map
 # goes into keyed state as is.
@@ -45,6 +45,25 @@ class StagedMemory:
     def commit(self) -> Dict[str, Any]:
         """The map to keep after the action finished."""
         return self.data
+
+    def diff(self) -> Dict[str, Any]:
+        """The action's writes: ``{"set": {path: value}, "del": [path]}``."""
+        if self._working is None:
+            return {"set": {}, "del": []}
+        base, working = self._base, self._working
+        changed = {k: v for k, v in working.items() if k not in base or base[k] != v}
+        return {"set": changed, "del": [k for k in base if k not in working]}
+
+
+def apply_diff(data: Dict[str, Any], diff: Dict[str, Any]) -> Dict[str, Any]:
+    """A new map: ``data`` with a ``StagedMemory.diff`` applied."""
+    if not diff["set"] and not diff["del"]:
+        return data
+    result = dict(data)
+    for path in diff["del"]:
+        result.pop(path, None)
+    result.update(diff["set"])
+    return result
 
 
 def _join(prefix: str, path: str) -> str:

@@ -18,6 +18,12 @@ class RunCounters:
     actions: int = 0
     outputs: int = 0
     unhandled_events: int = 0
+    journal_writes: int = 0
+    calls_executed: int = 0
+    calls_replayed: int = 0
+    steps_replayed: int = 0
+    action_retries: int = 0
+    records_skipped: int = 0
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)

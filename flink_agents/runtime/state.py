@@ -32,24 +32,31 @@ class KeyState:
     """State of one key.
 
     Attributes:
+        journal_id: The key's journal namespace: the id of the job that first
+            saw the key. It travels with the state, so a new job restored from
+            a checkpoint finds the journal entries of the old one.
         next_seq: Sequence number the next input record of the key gets.
         pending: Records not yet finished, oldest first; the head is running.
         short_term_memory: The key's short-term memory (flat dotted-path map).
         runs_finished: Records of the key that finished.
     """
 
+    journal_id: str = ""
     next_seq: int = 0
     pending: List[PendingRecord] = field(default_factory=list)
     short_term_memory: Dict[str, Any] = field(default_factory=dict)
     runs_finished: int = 0
 
-    def to_json(self) -> str:
+    def to_json(self, include_memory: bool = True) -> str:
+        """The state as JSON; ``include_memory=False`` leaves short-term memory
+        out (a driver that keeps it in its own state)."""
         return json.dumps(
             {
                 "v": STATE_SCHEMA_VERSION,
+                "journal_id": self.journal_id,
                 "next_seq": self.next_seq,
                 "pending": [{"seq": p.seq, "value": encode_value(p.value)} for p in self.pending],
-                "stm": self.short_term_memory,
+                "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
             },
             separators=(",", ":"),
@@ -69,8 +76,9 @@ class KeyState:
                 f"(this release reads {STATE_SCHEMA_VERSION})"
             )
         return KeyState(
+            journal_id=data["journal_id"],
             next_seq=data["next_seq"],
             pending=[PendingRecord(p["seq"], decode_value(p["value"])) for p in data["pending"]],
-            short_term_memory=data["stm"],
+            short_term_memory=data["stm"] or {},
             runs_finished=data["runs_finished"],
         )

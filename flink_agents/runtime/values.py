@@ -11,6 +11,9 @@ after a restore.
 from __future__ import annotations
 
 import importlib
+import math
+import uuid
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,6 +30,8 @@ def check_json_like(value: Any, path: str) -> Any:
     Raises:
         TypeError: Some part is not JSON-like; the message names its path.
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(f"memory value at {path!r} is {value!r}, which JSON cannot hold")
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, (list, tuple)):
@@ -46,9 +51,18 @@ def check_json_like(value: Any, path: str) -> Any:
 
 
 def encode_value(value: Any) -> Any:
-    """``value`` as JSON, with pydantic models tagged by class."""
+    """``value`` as JSON, with pydantic models tagged by class; UUIDs and
+    enums become their string/value (pydantic fields typed so read them back).
+
+    Raises:
+        TypeError: A part has no JSON form.
+    """
+    if isinstance(value, Enum):
+        return encode_value(value.value)
     if isinstance(value, _SCALARS):
         return value
+    if isinstance(value, uuid.UUID):
+        return str(value)
     if isinstance(value, BaseModel):
         cls = type(value)
         return {_MODEL_TAG: f"{cls.__module__}:{cls.__qualname__}", "data": value.model_dump(mode="json")}

@@ -1,0 +1,34 @@
+"""Journal stores: where the runtime's durable call results live.
+
+``journal`` defines the port (``JournalStore``, ``JournalEntry``); the stores
+implement it: ``InMemoryJournalStore`` (tests, previews), ``SQLiteJournalStore``
+(the embedded default, one file per job) and ``PostgresJournalStore`` (a real
+cluster). ``open_journal_store`` picks one from a job's configuration.
+Importing this package connects nothing and does not import ``psycopg``.
+"""
+
+from flink_agents.stores.errors import (
+    JournalSchemaError,
+    JournalStoreError,
+    JournalUnavailableError,
+)
+from flink_agents.stores.factory import open_journal_store
+from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
+from flink_agents.stores.memory_store import InMemoryJournalStore
+from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.sqlite_store import SQLiteJournalStore
+
+__all__ = [
+    "COMPLETION",
+    "InMemoryJournalStore",
+    "JournalEntry",
+    "JournalSchemaError",
+    "JournalStore",
+    "JournalStoreError",
+    "JournalUnavailableError",
+    "PostgresJournalStore",
+    "RUN_END",
+    "RUN_STEP",
+    "SQLiteJournalStore",
+    "open_journal_store",
+]

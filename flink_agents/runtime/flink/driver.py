@@ -1,4 +1,4 @@
-"""Flink driver: keyed state in a Flink ``ValueState``, output to the collector.
+"""Flink driver: keyed state in Flink ``ValueState``s, output to the collector.
 
 Valid only inside ``process_element``/``on_timer`` of the key being loaded or
 stored: Flink scopes keyed state to the operator's current key.
@@ -6,7 +6,8 @@ stored: Flink scopes keyed state to the operator's current key.
 
 from __future__ import annotations
 
-from typing import Any, List
+import json
+from typing import Any, Dict, List, Tuple
 
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.state import KeyState
@@ -15,23 +16,29 @@ __all__ = ["FlinkDriver"]
 
 
 class FlinkDriver(KeyedDriver):
-    """Maps the engine's per-key state onto one ``ValueState[str]`` (JSON).
+    """Maps the engine's per-key state onto two ``ValueState[str]`` (JSON):
+    the key's queue and sequence numbers, and its short-term memory, which is
+    separate so that a state TTL can apply to memory alone.
 
     The state object is cached between ``load`` and ``store`` within one
-    callback so a run does not re-decode it at every step; ``begin`` starts a
-    callback for the current key and ``drain`` hands the outputs to yield.
+    callback; memory is written only when a run changed it (commits replace
+    the map, so identity tells). ``begin`` starts a callback for the current
+    key; ``drain`` hands over the outputs and error records to yield.
     """
 
-    def __init__(self, value_state: Any) -> None:
-        self._value_state = value_state
+    def __init__(self, key_state: Any, memory_state: Any) -> None:
+        self._key_state = key_state
+        self._memory_state = memory_state
         self._current_key: Any = None
         self._cached: KeyState | None = None
-        self._outputs: List[Any] = []
+        self._stored_memory: Dict[str, Any] | None = None
+        self._outputs: List[Tuple[bool, Any]] = []
 
     def begin(self, key: Any) -> None:
         """Start a callback for ``key`` (the operator's current key)."""
         self._current_key = key
         self._cached = None
+        self._stored_memory = None
 
     def _check(self, key: Any) -> None:
         if key != self._current_key:
@@ -43,19 +50,30 @@ class FlinkDriver(KeyedDriver):
     def load(self, key: Any) -> KeyState | None:
         self._check(key)
         if self._cached is None:
-            text = self._value_state.value()
-            self._cached = None if text is None else KeyState.from_json(text)
+            text = self._key_state.value()
+            if text is None:
+                return None
+            self._cached = KeyState.from_json(text)
+            memory = self._memory_state.value()
+            self._cached.short_term_memory = {} if memory is None else json.loads(memory)
+            self._stored_memory = self._cached.short_term_memory
         return self._cached
 
     def store(self, key: Any, state: KeyState) -> None:
         self._check(key)
         self._cached = state
-        self._value_state.update(state.to_json())
+        self._key_state.update(state.to_json(include_memory=False))
+        if state.short_term_memory is not self._stored_memory:
+            self._memory_state.update(json.dumps(state.short_term_memory, separators=(",", ":")))
+            self._stored_memory = state.short_term_memory
 
     def emit(self, key: Any, output: Any) -> None:
-        self._outputs.append(output)
+        self._outputs.append((False, output))
 
-    def drain(self) -> List[Any]:
-        """Outputs emitted since the last drain, in order."""
+    def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
+        self._outputs.append((True, error))
+
+    def drain(self) -> List[Tuple[bool, Any]]:
+        """``(is_error, value)`` pairs emitted since the last drain, in order."""
         outputs, self._outputs = self._outputs, []
         return outputs

@@ -11,7 +11,8 @@ from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironme
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.flink.operator import AgentOperatorFunction
+from flink_agents.runtime.engine import RETENTION_OPTION
+from flink_agents.runtime.flink.operator import ERROR_OUTPUT, AgentOperatorFunction
 
 __all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
 
@@ -24,6 +25,7 @@ class FlinkAgentBuilder(AgentBuilder):
         self._keyed = keyed
         self._plan: AgentPlan | None = None
         self._agent_name = "agent"
+        self._outputs: DataStream | None = None
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -45,13 +47,27 @@ class FlinkAgentBuilder(AgentBuilder):
         if self._plan is None:
             raise RuntimeError("call apply(agent) before to_datastream()")
         config: Dict[str, Any] = dict(self._env.get_config())
+        config.setdefault(RETENTION_OPTION, self._env.default_retention_s())
         job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
         function = AgentOperatorFunction(self._plan, config, job_id)
-        return (
+        self._outputs = (
             self._keyed.process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
             .name(f"agent:{self._agent_name}")
             .uid(f"flink-agents:{self._agent_name}")
         )
+        return self._outputs
+
+    def error_stream(self) -> DataStream:
+        """Error records of records skipped under the ``skip`` strategy:
+        ``{"key", "seq", "record", "action", "error_type", "error_message",
+        "attempts"}``.
+
+        Raises:
+            RuntimeError: ``to_datastream`` was not called.
+        """
+        if self._outputs is None:
+            raise RuntimeError("call to_datastream() before error_stream()")
+        return self._outputs.get_side_output(ERROR_OUTPUT)
 
 
 class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
@@ -68,6 +84,7 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
         self.env = env
         self.t_env = t_env
         self._config.update(config)
+        self._config.setdefault("journal.store", "sqlite")
         # Stable across restarts of the same job only if the user sets job_id.
         self.job_id = str(config.get(JOB_ID_OPTION) or uuid.uuid4().hex[:12])
 
@@ -83,6 +100,20 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
         if key_selector is None:
             raise ValueError("from_datastream needs a key_selector (or a KeyedStream)")
         return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type))
+
+    def default_retention_s(self) -> float:
+        """How long journal entries of finished runs are kept by default.
+
+        An entry is needed only while a failover can restore a checkpoint
+        taken before its run finished. The checkpoint that follows a run
+        starts within one interval and completes within the checkpoint
+        timeout, so twice (interval + timeout) covers one failed checkpoint
+        too; never less than 10 minutes. See docs/durability.md.
+        """
+        checkpoints = self.env.get_checkpoint_config()
+        interval_ms = max(checkpoints.get_checkpoint_interval(), 0)
+        timeout_ms = max(checkpoints.get_checkpoint_timeout(), 0)
+        return max(600.0, 2 * (interval_ms + timeout_ms) / 1000.0)
 
     def execute(self, job_name: str | None = None) -> Any:
         """Run the job (blocks until a bounded input is done)."""

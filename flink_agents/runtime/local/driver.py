@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import time
+from typing import Any, Callable, Dict, List
 
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.state import KeyState
@@ -11,17 +12,43 @@ __all__ = ["LocalDriver"]
 
 
 class LocalDriver(KeyedDriver):
-    """In-process state for the local runner; outputs are ``{key: output}``."""
+    """In-process state for the local runner; outputs are ``{key: output}``.
 
-    def __init__(self) -> None:
+    Args:
+        memory_ttl_s: Short-term memory of a key not written for this long is
+            dropped at the key's next load (as Flink state TTL does); None keeps it.
+        clock: Unix seconds; injectable for tests.
+    """
+
+    def __init__(self, memory_ttl_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.states: Dict[Any, KeyState] = {}
         self.outputs: List[Dict[Any, Any]] = []
+        self.errors: List[Dict[str, Any]] = []
+        self._memory_ttl_s = memory_ttl_s
+        self._clock = clock
+        self._memory_written_at: Dict[Any, float] = {}
+        # The memory map last stored per key: commits replace the map on a
+        # write, so a different object means the memory was written.
+        self._memory_seen: Dict[Any, Dict[str, Any]] = {}
 
     def load(self, key: Any) -> KeyState | None:
-        return self.states.get(key)
+        state = self.states.get(key)
+        if state is not None and self._memory_ttl_s is not None:
+            written = self._memory_written_at.get(key)
+            if written is not None and self._clock() - written >= self._memory_ttl_s:
+                state.short_term_memory = {}
+                del self._memory_written_at[key]
+        return state
 
     def store(self, key: Any, state: KeyState) -> None:
         self.states[key] = state
+        # Like Flink's OnCreateAndWrite TTL: a write of the memory renews it.
+        if self._memory_seen.get(key) is not state.short_term_memory:
+            self._memory_seen[key] = state.short_term_memory
+            self._memory_written_at[key] = self._clock()
+
+    def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
+        self.errors.append(error)
 
     def emit(self, key: Any, output: Any) -> None:
         self.outputs.append({key: output})

@@ -8,6 +8,7 @@ in a dict. Keys run concurrently as asyncio tasks (at most
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, Dict, List
 
 from flink_agents.api.agents.agent import Agent
@@ -29,10 +30,15 @@ def _split_record(index: int, record: Any) -> tuple[Any, Any]:
         value = record["value"] if "value" in record else record["v"]
     else:
         raise ValueError(f"from_list record #{index} has no 'value' (or 'v'): {record!r}")
-    if "key" in record:
-        return record["key"], value
-    if "k" in record:
-        return record["k"], value
+    if "key" in record or "k" in record:
+        key = record["key"] if "key" in record else record["k"]
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(
+                f"from_list record #{index} has an unhashable key {key!r}; keys must be hashable"
+            ) from None
+        return key, value
     # Flink Agents 0.3: a record without a key gets a fresh one. Derived from
     # the record's position so that ids derived from keys are reproducible.
     return f"_auto_key_{index}", value
@@ -44,6 +50,7 @@ class LocalAgentBuilder(AgentBuilder):
         self._records = records
         self._plan: AgentPlan | None = None
         self._outputs: List[Dict[Any, Any]] = []
+        self._errors: List[Dict[str, Any]] = []
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -55,10 +62,21 @@ class LocalAgentBuilder(AgentBuilder):
     def to_list(self) -> List[Dict[Any, Any]]:
         return self._outputs
 
+    def to_error_list(self) -> List[Dict[str, Any]]:
+        """A list that ``execute()`` fills with the error records of records
+        skipped under the ``skip`` strategy (see ``FlinkAgentBuilder.error_stream``)."""
+        return self._errors
+
     async def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
         assert self._plan is not None  # registered by apply()
-        engine = AgentEngine(self._plan, config, job_id=config.get("job_id", "local"))
-        driver = LocalDriver()
+        config = {"journal.store": "memory", **config}
+        # A fresh in-memory journal cannot collide with another execution's,
+        # so a fixed id keeps derived ids reproducible; a persistent store
+        # needs a new namespace per execution unless job_id is given.
+        default_id = "local" if config["journal.store"] == "memory" else uuid.uuid4().hex[:12]
+        engine = AgentEngine(self._plan, config, job_id=str(config.get("job_id") or default_id))
+        ttl_s = config.get("short_term_memory.ttl_s")
+        driver = LocalDriver(memory_ttl_s=None if ttl_s is None else float(ttl_s))
         limit = asyncio.Semaphore(int(config.get(MAX_CONCURRENT_RUNS_OPTION, _DEFAULT_MAX_CONCURRENT_RUNS)))
         by_key: Dict[Any, List[Any]] = {}
         for key, value in self._records:
@@ -81,6 +99,7 @@ class LocalAgentBuilder(AgentBuilder):
         finally:
             engine.close()
             self._outputs.extend(driver.outputs)
+            self._errors.extend(driver.errors)
         return engine.counters.as_dict()
 
 

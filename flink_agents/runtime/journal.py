@@ -1,0 +1,202 @@
+"""``RunJournal``: one record's run against the journal store.
+
+Every journaled call of a run goes through ``call``: it returns the journaled
+result (or re-raises the journaled exception) if the call is in the journal,
+and otherwise runs it and journals the outcome. Entries are buffered and
+committed in as few writes as correctness allows:
+
+- before a call that is not in the journal starts, everything buffered is
+  committed, so no call runs on a result that a crash could still lose, and a
+  crash never costs more than the calls in flight;
+- at the end of the run, with the run-end marker.
+
+So a run InputEvent -> one model call -> OutputEvent commits twice (the first
+action's completion before the model call; the model's reply with the rest at
+the end), and a run with one round of tool calls four times.
+
+A replayed call whose function id or argument digest differs from the journal
+raises ``NondeterminismError`` naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+from typing import Any, Awaitable, Callable, Dict, List, Tuple
+
+from pydantic import BaseModel
+
+from flink_agents.runtime.errors import NondeterminismError, ReplayedError
+from flink_agents.runtime.values import decode_value, encode_value
+from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
+
+__all__ = ["RunJournal", "args_digest", "function_id_of"]
+
+log = logging.getLogger(__name__)
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON form of call arguments for digests; objects without one count by
+    type only (their identity would make the digest differ on every replay)."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    try:
+        return encode_value(value)
+    except TypeError:
+        return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def args_digest(*args: Any, **kwargs: Any) -> str:
+    """SHA-256 hex of the canonical JSON of ``(args, kwargs)``."""
+    text = json.dumps(_canonical([list(args), kwargs]), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def function_id_of(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of ``fn``."""
+    fn = getattr(fn, "__func__", fn)
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _encode_outcome(result: Any = None, error: BaseException | None = None) -> str:
+    if error is None:
+        try:
+            return json.dumps({"ok": encode_value(result)})
+        except TypeError as exc:
+            raise TypeError(f"a journaled call returned a value that is not JSON-serializable: {exc}") from exc
+    cls = type(error)
+    return json.dumps({"error": {"type": f"{cls.__module__}:{cls.__qualname__}", "message": str(error)}})
+
+
+def _decode_outcome(payload: str) -> Any:
+    data = json.loads(payload)
+    if "ok" in data:
+        return decode_value(data["ok"])
+    error = data["error"]
+    module, _, qualname = error["type"].partition(":")
+    rebuilt: BaseException | None = None
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        rebuilt = cls(error["message"])
+    except Exception:  # the class is gone or takes other arguments
+        rebuilt = None
+    if isinstance(rebuilt, Exception):
+        raise rebuilt
+    raise ReplayedError(error["type"], error["message"])
+
+
+class RunJournal:
+    """The journal of one record's run (see the module docstring).
+
+    Args:
+        store: Where entries go.
+        journal_id: The key's journal namespace (kept in its keyed state).
+        key_text: The key as text.
+        seq: The record's sequence number.
+        on_write: Called after each committed write (for counters).
+    """
+
+    def __init__(self, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None]) -> None:
+        self._store = store
+        self._run = (journal_id, key_text, seq)
+        self._on_write = on_write
+        self._journaled: Dict[Tuple[str, int], JournalEntry] = store.load_run(journal_id, key_text, seq)
+        self._buffer: List[JournalEntry] = []
+        # Set when a write failed: no further call may start, since what it
+        # would build on is not durable (concurrent calls of a step see this).
+        self._write_failure: BaseException | None = None
+        self.calls_executed = 0
+        self.calls_replayed = 0
+
+    @property
+    def is_replay(self) -> bool:
+        """Whether the journal already held entries of this run."""
+        return bool(self._journaled)
+
+    def commit(self) -> None:
+        """Write everything buffered in one transaction (no-op if nothing is)."""
+        if self._write_failure is not None:
+            raise self._write_failure
+        if not self._buffer:
+            return
+        entries, self._buffer = self._buffer, []
+        try:
+            self._store.append(*self._run, entries)
+        except BaseException as exc:
+            self._write_failure = exc
+            raise
+        for entry in entries:
+            self._journaled[(entry.step, entry.ordinal)] = entry
+        self._on_write()
+
+    def _replay(self, step: str, ordinal: int, function_id: str, digest: str) -> JournalEntry | None:
+        entry = self._journaled.get((step, ordinal))
+        if entry is None:
+            return None
+        if entry.function_id != function_id or entry.args_digest != digest:
+            raise NondeterminismError(
+                f"step {step!r} call #{ordinal} replays differently: the journal has "
+                f"{entry.function_id} (args {entry.args_digest[:12]}), the action now calls "
+                f"{function_id} (args {digest[:12]}); the action is not deterministic"
+            )
+        self.calls_replayed += 1
+        return entry
+
+    def call_sync(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any]) -> Any:
+        """Replay or run a synchronous call."""
+        entry = self._replay(step, ordinal, function_id, digest)
+        if entry is not None:
+            return _decode_outcome(entry.payload)
+        self.commit()
+        self.calls_executed += 1
+        try:
+            result = run()
+        except Exception as exc:
+            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
+            raise
+        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
+        return result
+
+    async def call(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Replay or run an asynchronous call."""
+        entry = self._replay(step, ordinal, function_id, digest)
+        if entry is not None:
+            return _decode_outcome(entry.payload)
+        self.commit()
+        self.calls_executed += 1
+        try:
+            result = await run()
+        except Exception as exc:
+            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
+            raise
+        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
+        return result
+
+    def completion(self, step: str) -> Dict[str, Any] | None:
+        """The journaled completion of ``step`` (events, memory writes), if any."""
+        entry = self._journaled.get((step, COMPLETION))
+        return None if entry is None else json.loads(entry.payload)
+
+    def complete(self, step: str, completion: Dict[str, Any]) -> None:
+        """Buffer ``step``'s completion (committed with the next write)."""
+        self._buffer.append(JournalEntry(step, COMPLETION, "", "", json.dumps(completion)))
+
+    def discard_step(self, step: str) -> None:
+        """Drop the uncommitted entries of a failed ``step`` (before a retry)."""
+        self._buffer = [e for e in self._buffer if e.step != step]
+
+    def finish(self, outcome: str) -> None:
+        """Mark the run finished (``"ok"`` or ``"skipped"``) and commit."""
+        if (RUN_STEP, RUN_END) not in self._journaled:
+            self._buffer.append(JournalEntry(RUN_STEP, RUN_END, "", "", json.dumps({"outcome": outcome})))
+        self.commit()

@@ -1,0 +1,62 @@
+"""Choose and open the journal store a job's configuration names.
+
+Keys (flat, dotted, as in a Flink configuration):
+
+- ``journal.store``: ``"sqlite"`` (default), ``"memory"`` or ``"postgres"``.
+- ``journal.sqlite.path``: the SQLite file; default ``flink_agents_journal.db``
+  in the current directory.
+- ``journal.postgres.dsn``: the PostgreSQL DSN; default the environment
+  variable ``FLINK_AGENTS_POSTGRES_DSN``.
+
+Opening connects nothing: every store connects on its first read or write.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from flink_agents.stores.journal import JournalStore
+from flink_agents.stores.memory_store import InMemoryJournalStore
+from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.sqlite_store import SQLiteJournalStore
+
+__all__ = ["POSTGRES_DSN_ENV", "STORES", "open_journal_store"]
+
+STORES = ("sqlite", "memory", "postgres")
+DEFAULT_SQLITE_PATH = "flink_agents_journal.db"
+POSTGRES_DSN_ENV = "FLINK_AGENTS_POSTGRES_DSN"
+
+
+def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
+    """The journal store ``config`` names (see the module docstring for keys).
+
+    Args:
+        config: The job's configuration; missing keys take their defaults.
+
+    Returns:
+        A store, not yet connected.
+
+    Raises:
+        ValueError: ``journal.store`` is not one of ``STORES``, or it is
+            ``"postgres"`` and neither ``journal.postgres.dsn`` nor
+            ``FLINK_AGENTS_POSTGRES_DSN`` gives a DSN.
+    """
+    kind = str(config.get("journal.store") or "sqlite").strip().lower()
+    if kind == "sqlite":
+        path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
+        return SQLiteJournalStore(os.path.abspath(os.fspath(path)))
+    if kind == "memory":
+        return InMemoryJournalStore()
+    if kind == "postgres":
+        dsn = config.get("journal.postgres.dsn") or os.environ.get(POSTGRES_DSN_ENV)
+        if not dsn:
+            raise ValueError(
+                "journal.store is 'postgres' but no DSN is configured: set "
+                f"journal.postgres.dsn or the {POSTGRES_DSN_ENV} environment variable"
+            )
+        return PostgresJournalStore(str(dsn))
+    raise ValueError(
+        f"unknown journal.store {config.get('journal.store')!r}; choose one of "
+        + ", ".join(repr(name) for name in STORES)
+    )

@@ -1,0 +1,87 @@
+"""The journal port: the one interface through which the runtime reads and
+writes durable call results. Stores implement it and nothing else.
+
+An entry is keyed by (journal id, key, record sequence number, step,
+ordinal). ``step`` names an action invocation within a record's run
+(``"<action>@<event index>"``); ``ordinal`` counts the journaled calls within
+that step from 0, and ``COMPLETION`` marks the step's completion (its sent
+events and memory writes). ``RUN_END`` under step ``"_run"`` marks a finished
+run; pruning keys off it.
+
+Values are JSON text written by the runtime; stores treat them as opaque.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+__all__ = ["COMPLETION", "JournalEntry", "JournalStore", "RUN_END", "RUN_STEP"]
+
+COMPLETION = -1  # ordinal of a step's completion entry
+RUN_END = -2  # ordinal of the run-end marker (under RUN_STEP)
+RUN_STEP = "_run"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One journaled fact of a run.
+
+    Attributes:
+        step: The action invocation (``"<action>@<event index>"``) or ``RUN_STEP``.
+        ordinal: Call ordinal within the step (0, 1, ...), ``COMPLETION`` or ``RUN_END``.
+        function_id: What was called (``module:qualname``, ``chat:<model>``,
+            ``tool:<name>``), or ``""`` for completions and run ends.
+        args_digest: SHA-256 hex of the call's canonical arguments, or ``""``.
+        payload: JSON text: the call's result or exception, or the step's
+            completion, or the run's outcome.
+    """
+
+    step: str
+    ordinal: int
+    function_id: str
+    args_digest: str
+    payload: str
+
+
+RunKey = Tuple[str, str, int]  # (journal id, key text, record sequence number)
+
+
+class JournalStore(ABC):
+    """Durable storage of journal entries.
+
+    Implementations must make ``append`` atomic (all entries or none) and
+    durable when it returns, and must be safe to use from several processes
+    (the Python workers of one job) at once. ``writes`` counts ``append``
+    calls that wrote: the runtime's commit count.
+    """
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    @abstractmethod
+    def load_run(self, journal_id: str, key: str, seq: int) -> Dict[Tuple[str, int], JournalEntry]:
+        """Every entry of one record's run, by (step, ordinal)."""
+
+    @abstractmethod
+    def append(self, journal_id: str, key: str, seq: int, entries: List[JournalEntry]) -> None:
+        """Write ``entries`` of one run in one transaction (one commit).
+
+        An entry whose (step, ordinal) exists replaces it.
+
+        Raises:
+            Exception: The store's own errors (the write did not happen).
+        """
+
+    @abstractmethod
+    def prune(self, finished_before_s: float) -> int:
+        """Delete every entry of runs whose ``RUN_END`` was committed before
+        ``finished_before_s`` (Unix seconds). Returns the entries deleted."""
+
+    @abstractmethod
+    def count_entries(self) -> int:
+        """How many entries the store holds (for sizing and tests)."""
+
+    def close(self) -> None:
+        """Release connections."""
