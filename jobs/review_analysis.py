@@ -184,9 +184,11 @@ def flink_environment(parallelism: int, checkpoint_interval_ms: int) -> Any:
     from pyflink.datastream import StreamExecutionEnvironment
 
     config = Configuration()
-    # Without journaled calls (a later release), a restart would repeat model
-    # calls; fail fast instead of retrying forever (Flink's default).
-    config.set_string("restart-strategy.type", "none")
+    # Model and tool calls are journaled, so a restart replays them instead
+    # of calling again; a few attempts cover a lost worker.
+    config.set_string("restart-strategy.type", "fixed-delay")
+    config.set_string("restart-strategy.fixed-delay.attempts", "3")
+    config.set_string("restart-strategy.fixed-delay.delay", "2 s")
     # Python workers must run in this interpreter (the venv), or they cannot
     # import pyflink and flink_agents.
     config.set_string("python.executable", sys.executable)
@@ -202,15 +204,22 @@ def run_on_flink(
     parallelism: int = 2,
     checkpoint_interval_ms: int = 10_000,
     on_output: Any = None,
+    journal_path: Path | None = None,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` as a Flink job on a local mini-cluster;
-    outputs come back to this process as they are produced."""
+    outputs come back to this process as they are produced.
+
+    Args:
+        journal_path: SQLite journal file (default: the runtime's default,
+            ``flink_agents_journal.db`` in the working directory).
+    """
     from pyflink.common import Types
 
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
     env = flink_environment(parallelism, checkpoint_interval_ms)
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(env)
+    options = {"journal.sqlite.path": str(journal_path)} if journal_path else {}
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
     source = env.from_collection(reviews).name("reviews")
     outputs = agents_env.from_datastream(source, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
     results: List[Dict[str, Any]] = []
@@ -301,7 +310,10 @@ def main(argv: List[str] | None = None) -> int:
                 progress.update(1)
 
             if args.runner == "flink":
-                run_on_flink(read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write)
+                run_on_flink(
+                    read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
+                    journal_path=args.output.with_name(args.output.name + ".journal.db"),
+                )
             else:
                 for output in run_locally(read.reviews, agent):
                     write(output)

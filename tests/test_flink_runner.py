@@ -60,10 +60,12 @@ def _records(n: int) -> list[dict]:
     return [{"k": f"key-{i % 5}", "x": i} for i in range(n)]
 
 
-def test_flink_runner_matches_local_runner() -> None:
+def test_flink_runner_matches_local_runner(tmp_path) -> None:
     records = _records(200)
     env = _flink_env()
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(env)
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(
+        env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
+    )
     source = env.from_collection(records)
     stream = agents_env.from_datastream(source, lambda r: r["k"]).apply(CountingAgent()).to_datastream()
     with stream.execute_and_collect("counting") as collected:
@@ -82,10 +84,12 @@ def test_flink_runner_matches_local_runner() -> None:
         assert xs == sorted(xs) and len(xs) == 40
 
 
-def test_failing_action_fails_the_job_naming_key_and_action() -> None:
+def test_failing_action_fails_the_job_naming_key_and_action(tmp_path) -> None:
     records = _records(10) + [{"k": "key-3", "x": -1}]
     env = _flink_env(parallelism=1)
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(env)
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(
+        env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
+    )
     stream = agents_env.from_datastream(env.from_collection(records), lambda r: r["k"]).apply(CountingAgent()).to_datastream()
     with pytest.raises(Exception) as failure:
         with stream.execute_and_collect("failing") as collected:

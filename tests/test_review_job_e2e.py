@@ -40,11 +40,14 @@ def _check_outputs(reviews: list[dict], outputs: list[dict]) -> None:
         assert output["mean_score"] == pytest.approx(expected_mean)
 
 
-def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path: Path) -> None:
+def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path: Path, tmp_path: Path) -> None:
     reviews = read_reviews(shared_reviews_path).reviews
     assert len(reviews) == 2700
 
-    on_flink = run_on_flink(reviews, ReviewAnalysisAgent(), parallelism=2, checkpoint_interval_ms=2_000)
+    on_flink = run_on_flink(
+        reviews, ReviewAnalysisAgent(), parallelism=2, checkpoint_interval_ms=2_000,
+        journal_path=tmp_path / "journal.db",
+    )
     _check_outputs(reviews, on_flink)
     assert len({r["id"] for r in reviews}) == 31
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any, Callable, Dict
 
@@ -13,6 +14,7 @@ from flink_agents.api.execution_environment import AgentBuilder, AgentsExecution
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import RETENTION_OPTION
 from flink_agents.runtime.flink.operator import ERROR_OUTPUT, AgentOperatorFunction
+from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
 __all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
 
@@ -48,6 +50,10 @@ class FlinkAgentBuilder(AgentBuilder):
             raise RuntimeError("call apply(agent) before to_datastream()")
         config: Dict[str, Any] = dict(self._env.get_config())
         config.setdefault(RETENTION_OPTION, self._env.default_retention_s())
+        if config.get("journal.store") == "sqlite":
+            # Resolved here: Python workers run in another working directory.
+            path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
+            config["journal.sqlite.path"] = os.path.abspath(os.fspath(path))
         job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
         function = AgentOperatorFunction(self._plan, config, job_id)
         self._outputs = (
