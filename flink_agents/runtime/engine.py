@@ -112,23 +112,43 @@ class AgentEngine:
                 state.next_seq = latest.next_seq
             state.pending.pop(0)
             state.runs_finished += 1
-            self.counters.records += 1
             driver.store(key, state)
-            self._maybe_prune()
 
     async def _run(self, driver: KeyedDriver, key: Any, state: KeyState, record: PendingRecord) -> None:
+        await self.run_one(
+            key, state, record,
+            lambda output: driver.emit(key, output),
+            lambda error: driver.emit_error(key, error),
+        )
+
+    async def run_one(
+        self,
+        key: Any,
+        state: KeyState,
+        record: PendingRecord,
+        emit: Callable[[Any], None],
+        emit_error: Callable[[Dict[str, Any]], None],
+    ) -> None:
+        """Run one record of ``key`` against ``state`` (its short-term memory
+        is updated in place; the pending queue is the caller's business).
+
+        Raises:
+            ActionFailed: An action failed under the ``fail`` strategy.
+        """
         run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
         journal = RunJournal(self.store, run.journal_id, run.key_text, record.seq, self._count_write)
+        self.counters.in_flight += 1
+        self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
         try:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
-                lambda output: driver.emit(key, output), self.counters,
+                emit, self.counters,
             )
         except RecordSkipped as skipped:
             failure = skipped.failure
             self.counters.records_skipped += 1
             log.warning("skipped %s", failure)
-            driver.emit_error(key, {
+            emit_error({
                 "key": key,
                 "seq": record.seq,
                 "record": record.value,
@@ -146,8 +166,11 @@ class AgentEngine:
         else:
             journal.finish("ok")
         finally:
+            self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
             self.counters.calls_replayed += journal.calls_replayed
+        self.counters.records += 1
+        self._maybe_prune()
 
     def _count_write(self) -> None:
         self.counters.journal_writes += 1

@@ -24,6 +24,8 @@ class RunCounters:
     steps_replayed: int = 0
     action_retries: int = 0
     records_skipped: int = 0
+    in_flight: int = 0  # runs in progress now (a gauge)
+    max_in_flight: int = 0  # the most runs in progress at once
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)

@@ -21,10 +21,17 @@ STATE_SCHEMA_VERSION = 1
 
 @dataclass
 class PendingRecord:
-    """An input record waiting for (or in) its run; ``seq`` counts per key from 0."""
+    """An input record waiting for (or in) its run.
+
+    Attributes:
+        seq: Per-key sequence number, from 0.
+        value: The record.
+        timestamp_ms: The record's Flink timestamp (event time), if any.
+    """
 
     seq: int
     value: Any
+    timestamp_ms: int | None = None
 
 
 @dataclass
@@ -55,7 +62,9 @@ class KeyState:
                 "v": STATE_SCHEMA_VERSION,
                 "journal_id": self.journal_id,
                 "next_seq": self.next_seq,
-                "pending": [{"seq": p.seq, "value": encode_value(p.value)} for p in self.pending],
+                "pending": [
+                    {"seq": p.seq, "value": encode_value(p.value), "ts": p.timestamp_ms} for p in self.pending
+                ],
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
             },
@@ -78,7 +87,7 @@ class KeyState:
         return KeyState(
             journal_id=data["journal_id"],
             next_seq=data["next_seq"],
-            pending=[PendingRecord(p["seq"], decode_value(p["value"])) for p in data["pending"]],
+            pending=[PendingRecord(p["seq"], decode_value(p["value"]), p.get("ts")) for p in data["pending"]],
             short_term_memory=data["stm"] or {},
             runs_finished=data["runs_finished"],
         )

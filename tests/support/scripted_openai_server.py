@@ -103,8 +103,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "invalid_request_error",
             )
             return
-        if owner.latency_s > 0:
-            time.sleep(owner.latency_s)
+        owner._enter()
+        try:
+            if owner.latency_s > 0:
+                time.sleep(owner.latency_s)
+        finally:
+            owner._leave()
         try:
             message = owner._reply_for(body, index)
         except _ScriptExhausted:
@@ -196,6 +200,9 @@ def _ollama_response(request: dict, message: dict) -> dict:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # The default listen backlog (5) resets connections when dozens of
+    # concurrent runs connect at once.
+    request_queue_size = 256
     owner: "ScriptedChatServer"
 
 
@@ -212,6 +219,12 @@ class ScriptedChatServer:
         self._thread: threading.Thread | None = None
         self.host = "127.0.0.1"
         self.port: int | None = None
+        # Requests inside their latency sleep now, the most at once, and the
+        # (start, end) monotonic times of each: what concurrency tests assert.
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.spans: list[tuple[float, float]] = []
+        self._span_starts = threading.local()
 
     # -- configuration ----------------------------------------------------------
     def set_reply_fn(self, reply_fn: ReplyFn | None) -> None:
@@ -239,6 +252,17 @@ class ScriptedChatServer:
         with self._lock:
             self.requests.append(body)
             return len(self.requests) - 1
+
+    def _enter(self) -> None:
+        self._span_starts.value = time.monotonic()
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.spans.append((self._span_starts.value, time.monotonic()))
 
     def _reply_for(self, body: dict, index: int) -> dict:
         with self._lock:

@@ -7,28 +7,38 @@ Mapping onto Flink:
   short-term memory another (with Flink state TTL when
   ``short_term_memory.ttl_s`` is set), both JSON with a schema version, so a
   checkpoint or savepoint holds every key and a restore resumes it;
-- model and tool calls are journaled in the journal store, keyed by the key's
-  journal id (in its state), so a replay after a failover does not call again;
-- ``OutputEvent`` outputs are yielded downstream from the callback of their
-  key, error records of skipped records to the ``ERROR_OUTPUT`` side output;
+- records run on a ``KeyRunner`` (a background asyncio loop), up to
+  ``max_concurrent_runs`` at once, so one key's model call does not hold the
+  others; a finished record is applied to keyed state, and its outputs are
+  emitted, only in a callback of its own key: in ``process_element`` right
+  away if it finished within ``flink.inline_wait_ms``, else in a
+  processing-time timer polling every ``flink.poll_interval_ms``;
+- an event-time timer at each record's timestamp waits for that record, so a
+  watermark never passes a record still in flight; one at the end of time
+  (the final watermark of a bounded input) waits for all of the key's work,
+  since processing-time timers are dropped at the end of input;
+- when the runner's backlog is full, ``process_element`` blocks
+  (back-pressure) instead of buffering without bound;
+- model and tool calls are journaled, keyed by the key's journal id (in its
+  state), so a replay after a failover does not call again; records pending
+  in a restored state are resubmitted by the key's restored timers;
+- error records of skipped records go to the ``ERROR_OUTPUT`` side output;
   engine counters are mirrored into Flink metrics (group ``flink_agents``).
-A record runs to completion inside ``process_element``, and a checkpoint
-barrier is only processed between callbacks, so a checkpoint never sees half a
-run: the journal covers what happened after it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Dict, Iterable
 
 from pyflink.common import Time, Types
-from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
+from flink_agents.runtime.key_runner import KeyRunner
+from flink_agents.runtime.state import KeyState, PendingRecord
 
 __all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
 
@@ -36,6 +46,8 @@ KEY_STATE_NAME = "flink_agents.key_state.v1"
 MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 MEMORY_TTL_OPTION = "short_term_memory.ttl_s"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
+END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE: fires with the final watermark
+NO_TIMESTAMP = -(2**63)  # Long.MIN_VALUE
 
 
 def _memory_descriptor(ttl_s: float | None) -> ValueStateDescriptor:
@@ -66,9 +78,11 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._job_id = job_id
         self._engine: AgentEngine | None = None
         self._driver: FlinkDriver | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: KeyRunner | None = None
         self._metrics: Dict[str, Any] = {}
         self._reported: Dict[str, int] = {}
+        self._inline_wait_s = float(self._config.get("flink.inline_wait_ms", 2)) / 1000.0
+        self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 20))
 
     def open(self, runtime_context: RuntimeContext) -> None:
         ttl_s = self._config.get(MEMORY_TTL_OPTION)
@@ -77,34 +91,97 @@ class AgentOperatorFunction(KeyedProcessFunction):
             runtime_context.get_state(_memory_descriptor(None if ttl_s is None else float(ttl_s))),
         )
         self._engine = AgentEngine(self._plan, self._config, self._job_id)
-        self._loop = asyncio.new_event_loop()
+        max_runs = int(self._config.get("max_concurrent_runs", 64))
+        self._runner = KeyRunner(self._engine, max_runs, int(self._config.get("flink.max_backlog", 16 * max_runs)))
         group = runtime_context.get_metrics_group().add_group("flink_agents")
         self._metrics = {name: group.counter(name) for name in self._engine.counters.as_dict()}
         self._reported = {name: 0 for name in self._metrics}
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any]:
-        assert self._engine is not None and self._driver is not None and self._loop is not None
+        assert self._engine is not None and self._driver is not None and self._runner is not None
         key = ctx.get_current_key()
         self._driver.begin(key)
-        try:
-            self._loop.run_until_complete(self._engine.process(self._driver, key, value))
-        finally:
-            self._report_metrics()
-        for is_error, output in self._driver.drain():
-            yield (ERROR_OUTPUT, output) if is_error else output
+        yield from self._apply(key)
+        state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
+        timestamp = ctx.timestamp()
+        # PyFlink reports "no timestamp" as Long.MIN_VALUE.
+        record = PendingRecord(state.next_seq, value, None if timestamp in (None, NO_TIMESTAMP) else timestamp)
+        state.pending.append(record)
+        state.next_seq += 1
+        self._driver.store(key, state)
+        self._runner.submit(key, state)
+        # Fast path: a record that finishes at once (no slow call) is applied
+        # here, without a timer round trip.
+        if len(state.pending) == 1 and self._runner.wait_for(key, record.seq, self._inline_wait_s):
+            yield from self._apply(key)
+        if self._runner.has_work(key):
+            self._schedule(ctx.timer_service(), record.timestamp_ms)
+        else:
+            self._runner.release(key)
+        self._report_metrics()
+        self._runner.wait_for_capacity()
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any]:
+        assert self._driver is not None and self._runner is not None
+        key = ctx.get_current_key()
+        self._driver.begin(key)
+        state = self._driver.load(key)
+        if state is None or not state.pending:
+            self._runner.release(key)
+            return
+        self._runner.submit(key, state)  # after a restore the runner has not seen them
+        if ctx.time_domain() == TimeDomain.EVENT_TIME:
+            # The watermark may not pass records still in flight: wait for them.
+            due = [r.seq for r in state.pending if timestamp == END_OF_TIME_MS or (r.timestamp_ms or 0) <= timestamp]
+            if due:
+                self._runner.wait_for(key, due[-1])
+        yield from self._apply(key)
+        if self._runner.has_work(key):
+            self._schedule(ctx.timer_service(), None)
+        else:
+            self._runner.release(key)
+        self._report_metrics()
+
+    def _schedule(self, timers: Any, timestamp_ms: int | None) -> None:
+        now = timers.current_processing_time()
+        timers.register_processing_time_timer((now // self._poll_interval_ms + 1) * self._poll_interval_ms)
+        timers.register_event_time_timer(END_OF_TIME_MS)
+        if timestamp_ms is not None:
+            timers.register_event_time_timer(timestamp_ms)
+
+    def _apply(self, key: Any) -> Iterable[Any]:
+        """Apply the key's finished records to its state; yield their outputs."""
+        assert self._driver is not None and self._runner is not None
+        completions = self._runner.take(key)
+        if not completions:
+            return
+        state = self._driver.load(key)
+        assert state is not None  # a completion implies a submitted record
+        for completion in completions:
+            if completion.failure is not None:
+                raise completion.failure
+            head = state.pending.pop(0)
+            if head.seq != completion.seq:
+                raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head.seq} was expected")
+            state.short_term_memory = completion.short_term_memory
+            state.runs_finished += 1
+            yield from completion.outputs
+            for error in completion.errors:
+                yield ERROR_OUTPUT, error
+        self._driver.store(key, state)
 
     def _report_metrics(self) -> None:
         assert self._engine is not None
         for name, total in self._engine.counters.as_dict().items():
             delta = total - self._reported[name]
-            if delta:
+            if delta > 0:
                 self._metrics[name].inc(delta)
-                self._reported[name] = total
+            elif delta < 0:
+                self._metrics[name].dec(-delta)
+            self._reported[name] = total
 
     def close(self) -> None:
-        if self._loop is not None:
-            # Async clients held per loop close when their generators finish.
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
+        if self._runner is not None:
+            self._runner.close()
         if self._engine is not None:
             self._engine.close()

@@ -1,0 +1,217 @@
+"""``KeyRunner``: many keys' runs in flight at once, off the operator thread.
+
+A host whose keyed state may only be touched inside a callback for that key
+(Flink: ``process_element``/``on_timer``) cannot await a model call in the
+callback without stalling every other key of the subtask. The runner
+separates running from applying:
+
+- the host hands each record to the runner (``submit``) together with the
+  key's state as it stands; the runner runs the key's records one at a time,
+  in order, on a background asyncio loop, against its own copy of the key's
+  state, with at most ``max_concurrent_runs`` runs in progress at once;
+- each finished record becomes a ``Completion`` (its short-term memory after
+  the run, its outputs and error records) queued per key;
+- the host applies a key's completions to keyed state in a later callback of
+  that key (``take``), in order, and emits their outputs there.
+
+The runner never touches the host's state, so keyed state changes only inside
+callbacks of its own key. Nothing here knows about Flink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List
+
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.state import KeyState, PendingRecord
+
+__all__ = ["Completion", "KeyRunner"]
+
+
+@dataclass
+class Completion:
+    """A finished record of one key, waiting to be applied.
+
+    Attributes:
+        seq: The record's sequence number (the head of the key's pending queue).
+        short_term_memory: The key's memory after the run.
+        outputs: ``OutputEvent`` outputs, in order.
+        errors: Error records (``skip`` strategy).
+        failure: The exception that failed the record (``fail`` strategy).
+    """
+
+    seq: int
+    short_term_memory: Dict[str, Any]
+    outputs: List[Any] = field(default_factory=list)
+    errors: List[Dict[str, Any]] = field(default_factory=list)
+    failure: BaseException | None = None
+
+
+class _Worker:
+    """The runner's view of one key: records to run, its state copy, results."""
+
+    __slots__ = ("state", "queue", "completions", "busy", "submitted_through")
+
+    def __init__(self, state: KeyState) -> None:
+        self.state = state
+        self.queue: Deque[PendingRecord] = deque()
+        self.completions: Deque[Completion] = deque()
+        self.busy = False
+        self.submitted_through = -1
+
+
+class KeyRunner:
+    """Runs records of many keys concurrently (see the module docstring).
+
+    Args:
+        engine: Runs single records (``AgentEngine.run_one``).
+        max_concurrent_runs: Runs in progress at once, over all keys.
+        max_backlog: Records accepted but not finished, over all keys, before
+            ``wait_for_capacity`` blocks the host (back-pressure).
+    """
+
+    def __init__(self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024) -> None:
+        if max_concurrent_runs < 1:
+            raise ValueError(f"max_concurrent_runs must be >= 1, not {max_concurrent_runs}")
+        self._engine = engine
+        self._max_concurrent_runs = max_concurrent_runs
+        self._max_backlog = max(max_backlog, max_concurrent_runs)
+        self._workers: Dict[Any, _Worker] = {}
+        self._backlog = 0
+        self._changed = threading.Condition()
+        self._loop = asyncio.new_event_loop()
+        self._slots: asyncio.Semaphore | None = None
+        self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
+        self._thread.start()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._slots = asyncio.Semaphore(self._max_concurrent_runs)
+        self._loop.run_forever()
+        # Stopped: let async clients held per loop close on it.
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+    # -- host side (the operator thread) ------------------------------------
+
+    def submit(self, key: Any, state: KeyState) -> None:
+        """Make sure every pending record of ``state`` runs (each once).
+
+        Call it in a callback of ``key`` after appending a record to the
+        key's pending queue, and after a restore (records pending in state).
+        """
+        with self._changed:
+            worker = self._workers.get(key)
+            if worker is None:
+                copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory)
+                worker = self._workers[key] = _Worker(copy)
+            new = [r for r in state.pending if r.seq > worker.submitted_through]
+            if not new:
+                return
+            worker.submitted_through = new[-1].seq
+            self._backlog += len(new)
+            # Queued here, under the lock, so that has_work/wait_for see the
+            # records at once, before the loop thread picks them up.
+            worker.queue.extend(new)
+            if worker.busy:
+                return
+            worker.busy = True
+        self._loop.call_soon_threadsafe(self._start, key, worker)
+
+    def take(self, key: Any) -> List[Completion]:
+        """The finished records of ``key`` not yet taken, in order."""
+        with self._changed:
+            worker = self._workers.get(key)
+            if worker is None or not worker.completions:
+                return []
+            done = list(worker.completions)
+            worker.completions.clear()
+            return done
+
+    def has_work(self, key: Any) -> bool:
+        """Whether ``key`` has records running, queued or not yet taken."""
+        with self._changed:
+            worker = self._workers.get(key)
+            return worker is not None and (worker.busy or bool(worker.queue) or bool(worker.completions))
+
+    def release(self, key: Any) -> None:
+        """Forget an idle key (its state lives in the host); a later submit
+        starts from the host's state again (e.g. after a state TTL expired)."""
+        with self._changed:
+            worker = self._workers.get(key)
+            if worker is not None and not (worker.busy or worker.queue or worker.completions):
+                del self._workers[key]
+
+    def wait_for(self, key: Any, seq: int | None = None, timeout_s: float | None = None) -> bool:
+        """Block until ``key`` finished record ``seq`` (or all its records).
+
+        Returns:
+            Whether that happened within ``timeout_s`` (None: wait for good).
+        """
+
+        def done() -> bool:
+            worker = self._workers.get(key)
+            if worker is None:
+                return True
+            if seq is None:
+                return not worker.busy and not worker.queue
+            return any(c.seq >= seq for c in worker.completions) or (
+                not worker.busy and not worker.queue
+            )
+
+        with self._changed:
+            return self._changed.wait_for(done, timeout=timeout_s)
+
+    def wait_for_capacity(self) -> None:
+        """Block while the backlog is full (back-pressure on the host's input)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._backlog < self._max_backlog)
+
+    @property
+    def backlog(self) -> int:
+        """Records accepted and not yet finished, over all keys."""
+        return self._backlog
+
+    def close(self) -> None:
+        """Stop the loop (runs still in progress are abandoned; their records
+        are still pending in the host's state and run again after a restore)."""
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    # -- runner side (the loop thread) ---------------------------------------
+
+    def _start(self, key: Any, worker: _Worker) -> None:
+        self._loop.create_task(self._work(key, worker))
+
+    async def _work(self, key: Any, worker: _Worker) -> None:
+        assert self._slots is not None  # set when the loop started
+        while True:
+            with self._changed:
+                if not worker.queue:
+                    worker.busy = False
+                    self._changed.notify_all()
+                    return
+                record = worker.queue.popleft()
+            completion = Completion(record.seq, worker.state.short_term_memory)
+            async with self._slots:
+                try:
+                    await self._engine.run_one(
+                        key, worker.state, record, completion.outputs.append, completion.errors.append
+                    )
+                except BaseException as exc:  # handed to the host, which fails the job
+                    completion.failure = exc
+            completion.short_term_memory = worker.state.short_term_memory
+            with self._changed:
+                worker.completions.append(completion)
+                self._backlog -= 1
+                if completion.failure is not None:
+                    # The job fails with this record; later ones stay pending
+                    # in the host's state and run after a restore.
+                    self._backlog -= len(worker.queue)
+                    worker.queue.clear()
+                self._changed.notify_all()

@@ -1,0 +1,125 @@
+"""Cross-key concurrency: with a slow model, keys overlap their calls (local
+runner and mini-cluster), per-key order holds, the bound on runs in flight
+holds, and the end of a bounded input waits for every key in flight."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, List
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
+from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
+from tests.support.scripted_openai_server import ScriptedChatServer
+
+LATENCY_S = 0.3
+
+
+def on_input(event: InputEvent, ctx: Any) -> None:
+    ctx.sensory_memory.set("record", event.input)
+    ctx.send_event(ChatRequestEvent(model="model", messages=[ChatMessage(content=json.dumps(event.input))]))
+
+
+def on_response(event: ChatResponseEvent, ctx: Any) -> None:
+    record = ctx.sensory_memory.get("record")
+    ctx.send_event(OutputEvent(output={"key": record["key"], "n": record["n"], "answer": event.response.content}))
+
+
+def slow_model_agent(base_url: str) -> Agent:
+    agent = Agent()
+    agent.add_action("on_input", [InputEvent], on_input)
+    agent.add_action("on_response", [ChatResponseEvent], on_response)
+    agent.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, base_url=base_url, max_retries=0))
+    agent.add_resource("model", ResourceType.CHAT_MODEL, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP, connection="conn", model="scripted"))
+    return agent
+
+
+@pytest.fixture
+def slow_server():
+    server = ScriptedChatServer(latency_s=LATENCY_S)
+    server.set_reply_fn(lambda request, index: {"role": "assistant", "content": "ok"})
+    with server:
+        yield server
+
+
+def _records(keys: int, per_key: int) -> List[dict]:
+    return [{"key": f"k{k:02d}", "n": n} for n in range(per_key) for k in range(keys)]
+
+
+def _span_s(server: ScriptedChatServer) -> float:
+    return max(end for _, end in server.spans) - min(start for start, _ in server.spans)
+
+
+def _run_local(records: List[dict], agent: Agent, **config: Any) -> List[dict]:
+    env = AgentsExecutionEnvironment.get_execution_environment(**config)
+    listed = env.from_list([{"key": r["key"], "value": r} for r in records]).apply(agent).to_list()
+    env.execute()
+    return [o for item in listed for o in item.values()]
+
+
+def _assert_per_key_order(records: List[dict], outputs: List[dict]) -> None:
+    assert len(outputs) == len(records), "an output is missing (end of input did not wait?)"
+    for key in {r["key"] for r in records}:
+        ns = [o["n"] for o in outputs if o["key"] == key]
+        assert ns == sorted(ns) == list(range(len(ns))), f"key {key} out of order: {ns}"
+
+
+def test_local_runner_overlaps_keys(slow_server):
+    records = _records(keys=20, per_key=1)
+    outputs = _run_local(records, slow_model_agent(slow_server.base_url))
+    _assert_per_key_order(records, outputs)
+    # 20 calls of 300 ms in sequence take 6 s; overlapped, about one latency.
+    assert _span_s(slow_server) < 8 * LATENCY_S
+    assert slow_server.max_in_flight > 1
+
+
+def test_local_runner_keeps_per_key_order_and_its_bound(slow_server):
+    records = _records(keys=8, per_key=5)
+    outputs = _run_local(records, slow_model_agent(slow_server.base_url), max_concurrent_runs=4)
+    _assert_per_key_order(records, outputs)
+    assert 1 < slow_server.max_in_flight <= 4
+
+
+def _run_on_flink(records: List[dict], agent: Agent, tmp_path, **config: Any) -> List[dict]:
+    from pyflink.common import Configuration, Types
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    flink_config = Configuration()
+    flink_config.set_string("restart-strategy.type", "none")
+    flink_config.set_string("python.executable", sys.executable)
+    env = StreamExecutionEnvironment.get_execution_environment(flink_config)
+    env.set_parallelism(1)  # one subtask: the overlap must come from the runtime
+    env.enable_checkpointing(1_000)
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(
+        env, **{"journal.sqlite.path": str(tmp_path / "journal.db"), **config}
+    )
+    stream = agents_env.from_datastream(env.from_collection(records), lambda r: r["key"], key_type=Types.STRING())
+    with stream.apply(agent).to_datastream().execute_and_collect("concurrency") as collected:
+        return list(collected)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_flink_subtask_overlaps_keys_and_waits_for_them_at_end_of_input(slow_server, tmp_path):
+    records = _records(keys=20, per_key=1)
+    outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path)
+    _assert_per_key_order(records, outputs)
+    assert _span_s(slow_server) < 8 * LATENCY_S
+    assert slow_server.max_in_flight > 1
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_flink_subtask_keeps_per_key_order_and_its_bound(slow_server, tmp_path):
+    records = _records(keys=8, per_key=5)
+    outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path, max_concurrent_runs=4)
+    _assert_per_key_order(records, outputs)
+    assert 1 < slow_server.max_in_flight <= 4
