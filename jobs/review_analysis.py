@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -178,12 +179,23 @@ def run_locally(reviews: List[Dict[str, Any]], agent: Agent) -> List[Dict[str, A
     return [output for record in outputs for output in record.values()]
 
 
-def flink_environment(parallelism: int, checkpoint_interval_ms: int) -> Any:
-    """A local mini-cluster environment with the settings the job needs."""
+def flink_environment(parallelism: int, checkpoint_interval_ms: int, execution_mode: str = "process") -> Any:
+    """A local mini-cluster environment with the settings the job needs.
+
+    Args:
+        execution_mode: PyFlink's ``python.execution-mode``: ``process``
+            (Python workers beside the JVM, over gRPC) or ``thread`` (Python
+            embedded in the JVM). See docs/performance.md.
+    """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
+    if execution_mode == "thread":
+        from flink_agents.runtime.flink.environment import prepare_thread_mode
+
+        prepare_thread_mode()
     config = Configuration()
+    config.set_string("python.execution-mode", execution_mode)
     # Model and tool calls are journaled, so a restart replays them instead
     # of calling again; a few attempts cover a lost worker.
     config.set_string("restart-strategy.type", "fixed-delay")
@@ -205,6 +217,7 @@ def run_on_flink(
     checkpoint_interval_ms: int = 10_000,
     on_output: Any = None,
     journal_path: Path | None = None,
+    execution_mode: str = "process",
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` as a Flink job on a local mini-cluster;
     outputs come back to this process as they are produced.
@@ -217,11 +230,33 @@ def run_on_flink(
 
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
-    env = flink_environment(parallelism, checkpoint_interval_ms)
+    env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode)
     options = {"journal.sqlite.path": str(journal_path)} if journal_path else {}
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
-    source = env.from_collection(reviews).name("reviews")
-    outputs = agents_env.from_datastream(source, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
+    with tempfile.TemporaryDirectory(prefix="review-analysis-") as directory:
+        outputs = agents_env.from_datastream(
+            _checkpointed_source(env, reviews, Path(directory)), product_id_of, key_type=Types.STRING()
+        ).apply(agent).to_datastream()
+        return _collect(outputs, on_output)
+
+
+def _checkpointed_source(env: Any, reviews: List[Dict[str, Any]], directory: Path) -> Any:
+    """The validated reviews as a stream from a file source, whose position is
+    checkpointed: after a failover Flink resumes it where the restored
+    checkpoint left it (``from_collection`` would emit everything again)."""
+    from pyflink.common import WatermarkStrategy
+    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+    path = directory / "reviews.jsonl"
+    with open(path, "w", encoding="utf-8") as sink:
+        for review in reviews:
+            sink.write(json.dumps(review) + "\n")
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(path)).build()
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "reviews").uid("review-analysis:source")
+    return lines.map(json.loads).uid("review-analysis:decode")
+
+
+def _collect(outputs: Any, on_output: Any) -> List[Dict[str, Any]]:
     results: List[Dict[str, Any]] = []
     with outputs.execute_and_collect("review-analysis") as collected:
         for output in collected:
@@ -255,6 +290,9 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
+    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
+                        help="PyFlink python.execution-mode: Python embedded in the JVM (faster, see "
+                             "docs/performance.md) or in separate worker processes (isolated)")
     parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=10_000,
                         help="Flink checkpoint interval")
     parser.add_argument("--skip-bad-records", action="store_true",
@@ -313,6 +351,7 @@ def main(argv: List[str] | None = None) -> int:
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
                     journal_path=args.output.with_name(args.output.name + ".journal.db"),
+                    execution_mode=args.execution_mode,
                 )
             else:
                 for output in run_locally(read.reviews, agent):

@@ -1,13 +1,23 @@
 """Failover end to end on the local mini-cluster.
 
 1. A Python worker killed mid-run (``os._exit`` inside a tool) fails the job;
-   Flink restarts it from the last checkpoint and the re-run replays journaled
-   model replies instead of asking again: exactly one output per input, and
-   no model request repeated except the one the journal permits (a call in
-   flight at the crash).
-2. A job cancelled with a retained checkpoint, restored into a new job that
-   reads more input, continues each key's short-term memory and does not read
-   the old input again.
+   Flink restarts it from the last completed checkpoint and the re-run
+   replays journaled model replies instead of asking again: exactly one
+   output per input, and no model request made again except those the
+   journal allows (in flight at the crash).
+2. A job cancelled with a retained checkpoint and restored into a new job
+   that reads more input continues each key's short-term memory and does not
+   read the old input again.
+3. Records still in flight when that checkpoint was taken finish in the
+   restored job without any new input (their keys' restored timers resume
+   them).
+
+All read reviews through a checkpointed ``FileSource`` that watches its
+directory (unbounded). A bounded input that ends early does not do here: its
+final watermark comes at once, the agent operator then waits for all work in
+flight, and no checkpoint completes until the job is done. Nor does
+``env.from_collection``: it is not checkpointed, and a restore emits the
+whole collection again.
 """
 
 from __future__ import annotations
@@ -40,10 +50,10 @@ pytestmark = pytest.mark.e2e
 # import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 N_REVIEWS = 500
 CRASH_INPUT = 249  # the 250th input (or the next one whose request is unique)
 PARALLELISM = 2
-RESTART_DELAY_S = 1.0
 RUNS_SUFFIX = ".runs"
 
 
@@ -51,13 +61,12 @@ RUNS_SUFFIX = ".runs"
 
 
 class CrashingReviewAgent(ReviewAnalysisAgent):
-    """The review-analysis agent, with a tool that kills the Python worker
-    the first time it runs, offered to the model beside the job's own tool."""
+    """The review-analysis agent (same actions), with one more tool offered
+    to the model: ``crash_worker_once`` kills the Python worker."""
 
     def __init__(self, base_url: str) -> None:
         super().__init__(model="openai:scripted", base_url=base_url, max_retries=0)
-        setups = self.resources[ResourceType.CHAT_MODEL]
-        setup = setups.pop(MODEL_SETUP)
+        setup = self.resources[ResourceType.CHAT_MODEL].pop(MODEL_SETUP)
         arguments = {**setup.arguments, "tools": [*setup.arguments["tools"], "crash_worker_once"]}
         self.add_resource(
             MODEL_SETUP,
@@ -70,14 +79,15 @@ class CrashingReviewAgent(ReviewAnalysisAgent):
     def crash_worker_once(marker: str) -> str:
         """Kill this Python worker unless the marker file exists.
 
-        Every run appends a line to ``<marker>.runs``; the first one creates the
-        marker (recording when) and exits the process without any cleanup.
+        Every run appends ``<pid>@<unix time>`` to ``<marker>.runs``; the first
+        creates the marker (with the time) and exits the process at once,
+        without any cleanup.
 
         Args:
             marker: The marker file's path.
         """
         with open(marker + RUNS_SUFFIX, "a", encoding="utf-8") as runs:
-            runs.write(f"{os.getpid()}\n")
+            runs.write(f"{os.getpid()}@{time.time():.6f}\n")
         if os.path.exists(marker):
             return "survived"
         with open(marker, "w", encoding="utf-8") as out:
@@ -112,8 +122,13 @@ def _request_key(body: Dict[str, Any]) -> RequestKey:
     return user["id"], user["review"], rounds
 
 
+def _tool_call(name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
 class ScriptedReviewModel:
-    """The model's side of the conversation, and when each request came."""
+    """The model's side (a ``reply_fn``), noting when each request came."""
 
     def __init__(self, crash_review: Tuple[str, str], marker: Path) -> None:
         self.crash_review = crash_review
@@ -132,13 +147,8 @@ class ScriptedReviewModel:
         return {"role": "assistant", "content": json.dumps(_answer(review))}
 
 
-def _tool_call(name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
-
-
 def _expected_requests(reviews: List[Dict[str, Any]]) -> Counter:
-    """Requests of a run without failures: one per record and round."""
+    """The requests of a run without failures: one per record and round."""
     expected: Counter = Counter()
     for review in reviews:
         expected[(review["id"], review["review"], 0)] += 1
@@ -156,39 +166,43 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _flink_env(checkpoint_dir: Path, checkpoint_ms: int, parallelism: int, **options: str):
+def _flink_env(checkpoints: Path, checkpoint_ms: int, **options: str) -> Any:
+    """A mini-cluster environment: fixed-delay restarts, checkpoints into
+    ``checkpoints`` retained on cancellation."""
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    config = Configuration()
     settings = {
         "python.executable": sys.executable,
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": "3",
-        "restart-strategy.fixed-delay.delay": f"{int(RESTART_DELAY_S * 1000)} ms",
+        "restart-strategy.fixed-delay.delay": "1 s",
         "execution.checkpointing.interval": f"{checkpoint_ms} ms",
-        "execution.checkpointing.dir": checkpoint_dir.as_uri(),
+        "execution.checkpointing.dir": checkpoints.as_uri(),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         **options,
     }
+    config = Configuration()
     for key, value in settings.items():
         config.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(parallelism)
+    env.set_parallelism(PARALLELISM)
     assert env.get_checkpoint_config().get_checkpoint_interval() == checkpoint_ms
     return env
 
 
-def _review_stream(env: Any, directory: Path, monitor_ms: int | None = None) -> Any:
-    """JSON-decoded lines of the files in ``directory``, through a replayable
-    (checkpointed) source; uids let a restore map the source's state."""
+def _review_stream(env: Any, directory: Path) -> Any:
+    """JSON-decoded lines of the files in ``directory`` (watched for new
+    files), from a checkpointed source; the uids let a restore map its state."""
     from pyflink.common import Duration, Types, WatermarkStrategy
     from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
-    builder = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(directory))
-    if monitor_ms is not None:
-        builder = builder.monitor_continuously(Duration.of_millis(monitor_ms))
-    lines = env.from_source(builder.build(), WatermarkStrategy.no_watermarks(), "reviews").uid("reviews-source")
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(directory))
+        .monitor_continuously(Duration.of_millis(200))
+        .build()
+    )
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "reviews").uid("reviews-source")
     return lines.map(json.loads, output_type=Types.PICKLED_BYTE_ARRAY()).name("decode").uid("decode-reviews")
 
 
@@ -200,79 +214,423 @@ def _agent_outputs(env: Any, reviews: Any, agent: Any, **config: Any) -> Any:
 
 
 def _write_jsonl(path: Path, records: List[Dict[str, Any]]) -> None:
-    """Write atomically: a monitoring source never sees half a file (names
-    starting with '.' are hidden from it)."""
+    """Write atomically, so the watching source never reads half a file
+    (it skips names starting with '.')."""
     hidden = path.with_name("." + path.name)
     hidden.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     hidden.replace(path)
 
 
-def _completed_checkpoints(root: Path) -> List[Path]:
-    """``chk-N`` directories holding a ``_metadata`` file, oldest first."""
-    done = [m.parent for m in root.glob("*/chk-*/_metadata")]
-    return sorted(done, key=lambda d: int(d.name.split("-", 1)[1]))
+def _completed_checkpoints(root: Path) -> List[Tuple[int, Path, float]]:
+    """``(N, chk-N directory, _metadata mtime)`` of the completed checkpoints
+    under ``root``, oldest first."""
+    found = []
+    for metadata in root.glob("*/chk-*/_metadata"):
+        try:
+            mtime = metadata.stat().st_mtime
+        except FileNotFoundError:  # subsumed and deleted meanwhile
+            continue
+        found.append((int(metadata.parent.name.split("-", 1)[1]), metadata.parent, mtime))
+    return sorted(found)
 
 
-class AgentMetrics:
-    """Polls the mini-cluster's REST API for the agent operator's counters
-    (group ``flink_agents``), per subtask, keeping the latest values of each
-    execution attempt (counters start again from zero after a restart)."""
+def _checkpoint_after(root: Path, moment: float, timeout_s: float = 60.0) -> int:
+    """Wait for a checkpoint *triggered* after ``moment``: the one after the
+    first that completed after it. Returns its number."""
+    deadline = time.monotonic() + timeout_s
+    first = None
+    while time.monotonic() < deadline:
+        done = _completed_checkpoints(root)
+        if first is None:
+            first = next((n for n, _, mtime in done if mtime > moment), None)
+        if first is not None and done and done[-1][0] > first:
+            return done[-1][0]
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint completed under {root} within {timeout_s} s")
 
-    NAMES = ("records", "journal_writes", "calls_executed", "calls_replayed", "steps_replayed")
 
-    def __init__(self, port: int) -> None:
-        self._base = f"http://127.0.0.1:{port}"
-        self.latest: Dict[Tuple[int, int], Dict[str, int]] = {}  # (subtask, attempt) -> counters
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="agent-metrics", daemon=True)
+class Collected:
+    """A job's ``execute_and_collect`` outputs, read on a thread so that the
+    test waits with deadlines and cancels the (unbounded) job by closing."""
 
-    def __enter__(self) -> "AgentMetrics":
+    def __init__(self, stream: Any, job_name: str) -> None:
+        self._iterator = stream.execute_and_collect(job_name)
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._closing = False
+        self.arrivals: List[Tuple[float, Any]] = []  # (unix time, output)
+        self._thread = threading.Thread(target=self._read, name=f"collect-{job_name}", daemon=True)
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def _read(self) -> None:
+        try:
+            for output in self._iterator:
+                self._queue.put((time.time(), output))
+            self._queue.put(AssertionError("the job ended"))
+        except Exception as exc:  # a failed job, or the iterator closed under us
+            if not self._closing:
+                self._queue.put(exc)
 
-    def _get(self, path: str) -> Any:
-        with urllib.request.urlopen(self._base + path, timeout=2) as response:
+    def take(self, count: int, timeout_s: float = 120.0) -> List[Any]:
+        """The next ``count`` outputs (waiting at most ``timeout_s`` in all)."""
+        deadline = time.monotonic() + timeout_s
+        taken: List[Any] = []
+        while len(taken) < count:
+            try:
+                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                raise AssertionError(f"{len(taken)} of {count} outputs within {timeout_s} s") from None
+            if isinstance(item, BaseException):
+                raise item
+            self.arrivals.append(item)
+            taken.append(item[1])
+        return taken
+
+    def unread(self) -> List[Any]:
+        """Outputs that arrived and were not taken."""
+        items = []
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        return items
+
+    def close(self) -> None:
+        """Close the iterator, which cancels the job."""
+        self._closing = True
+        self._iterator.close()
+        self._thread.join(timeout=30)
+
+
+def _agent_counters(rest_port: int, timeout_s: float = 5.0) -> Dict[int, Dict[str, int]]:
+    """The agent operator's counters (metric group ``flink_agents``) per
+    subtask of the running job, through the mini-cluster's REST API; empty
+    if they cannot be read within ``timeout_s``."""
+    base = f"http://127.0.0.1:{rest_port}"
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(base + path, timeout=5) as response:
             return json.load(response)
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            try:
-                self._poll()
-            except Exception:  # the cluster is starting, restarting or gone
-                continue
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            job = next(j["id"] for j in get("/jobs")["jobs"] if j["status"] == "RUNNING")
+            vertex = next(v["id"] for v in get(f"/jobs/{job}")["vertices"] if v["name"].startswith("agent:"))
+            names = [m["id"] for m in get(f"/jobs/{job}/vertices/{vertex}/metrics") if ".flink_agents." in m["id"]]
+            counters: Dict[int, Dict[str, int]] = defaultdict(dict)
+            for metric in get(f"/jobs/{job}/vertices/{vertex}/metrics?get=" + ",".join(names)) if names else []:
+                subtask, _, rest = metric["id"].partition(".")
+                counters[int(subtask)][rest.rsplit(".", 1)[1]] = int(float(metric["value"]))
+            if len(counters) == PARALLELISM and all("journal_writes" in c for c in counters.values()):
+                return dict(counters)
+        except (OSError, ValueError, StopIteration):
+            pass
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.2)
 
-    def _poll(self) -> None:
-        for job in self._get("/jobs")["jobs"]:
-            if job["status"] != "RUNNING":
-                continue
-            detail = self._get(f"/jobs/{job['id']}")
-            for vertex in detail["vertices"]:
-                if "agent:" not in vertex["name"]:
-                    continue
-                base = f"/jobs/{job['id']}/vertices/{vertex['id']}"
-                attempts = {
-                    s["subtask"]: s.get("attempt", 0)
-                    for s in self._get(f"{base}/subtasktimes").get("subtasks", [])
-                } if False else None
-                available = [m["id"] for m in self._get(f"{base}/metrics")]
-                wanted = [m for m in available if m.split(".flink_agents.")[-1] in self.NAMES and ".flink_agents." in m]
-                if not wanted:
-                    continue
-                values = self._get(f"{base}/metrics?get=" + ",".join(wanted))
-                self._store(values, attempts)
 
-    def _store(self, values: List[Dict[str, Any]], attempts: Any) -> None:
-        by_subtask: Dict[int, Dict[str, int]] = defaultdict(dict)
-        for metric in values:
-            subtask = int(metric["id"].split(".", 1)[0])
-            by_subtask[subtask][metric["id"].rsplit(".", 1)[1]] = int(float(metric["value"]))
-        for subtask, counters in by_subtask.items():
-            attempt = max((a for s, a in self.latest if s == subtask), default=0)
-            previous = self.latest.get((subtask, attempt))
-            if previous is not None and counters.get("records", 0) < previous.get("records", 0):
-                attempt += 1  # counters fell back: a new execution attempt
-            self.latest[(subtask, attempt)] = counters
+# --- 1. a worker crash mid-run ---------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_config(request: pytest.FixtureRequest, tmp_path: Path) -> Dict[str, str]:
+    if request.param == "sqlite":
+        return {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+    dsn = os.environ.get(POSTGRES_DSN_ENV)
+    if not dsn:
+        pytest.skip(f"{POSTGRES_DSN_ENV} is not set: start PostgreSQL with `bash tools/postgres.sh` "
+                    "and export the DSN it prints")
+    return {"journal.store": "postgres", "journal.postgres.dsn": dsn}
+
+
+@pytest.mark.timeout(300)
+def test_worker_crash_recovers_without_repeating_journaled_calls(
+    journal_config: Dict[str, str], scripted_chat_server: Any, shared_reviews_path: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = shared_reviews_path.read_text(encoding="utf-8").splitlines()[:N_REVIEWS]
+    reviews = [json.loads(line) for line in lines]
+    assert len(reviews) == N_REVIEWS
+    # Identical requests are told apart by count only: the crash goes to a
+    # review whose request is unique.
+    contents = Counter((r["id"], r["review"]) for r in reviews)
+    crash_index = next(
+        i for i in range(CRASH_INPUT, N_REVIEWS)
+        if contents[(reviews[i]["id"], reviews[i]["review"])] == 1 and not _notifies(reviews[i]["review"])
+    )
+    crashed = (reviews[crash_index]["id"], reviews[crash_index]["review"])
+    marker = tmp_path / "crash_worker_once.marker"
+    model = ScriptedReviewModel(crashed, marker)
+    scripted_chat_server.set_reply_fn(model)
+
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    _write_jsonl(input_dir / "reviews.jsonl", reviews)
+    # A real crash needs the Python workers in processes of their own: a
+    # local job runs them inside this process by default (loopback mode),
+    # where os._exit would end the test run.
+    monkeypatch.setenv("_python_worker_execution_mode", "process")
+    rest_port = _free_port()
+    checkpoints = tmp_path / "checkpoints"
+    env = _flink_env(checkpoints, 500, **{
+        "rest.bind-port": str(rest_port),
+        "metrics.fetcher.update-interval": "100 ms",
+        # Cancelling a Python task in a failover now and then fails in Beam
+        # (DefaultJobBundleFactory.close: "Reference count must not be
+        # negative"), which is fatal to its TaskManager: spare TaskManagers
+        # stand in, as a cluster would start a new one.
+        "minicluster.number-of-taskmanagers": "3",
+        "taskmanager.numberOfTaskSlots": str(PARALLELISM),
+    })
+    agent = CrashingReviewAgent(scripted_chat_server.base_url)
+    job = Collected(_agent_outputs(env, _review_stream(env, input_dir), agent, **journal_config), "failover")
+    started = time.monotonic()
+    try:
+        outputs = job.take(N_REVIEWS)
+        elapsed = time.monotonic() - started
+        # Nothing more comes, even once a later checkpoint made everything
+        # processed so far visible.
+        _checkpoint_after(checkpoints, job.arrivals[-1][0])
+        time.sleep(0.5)
+        assert job.unread() == [], "more outputs than inputs"
+        counters = _agent_counters(rest_port)
+    finally:
+        job.close()
+
+    # (a) The worker crashed once and the job recovered. Requests pause while
+    # the job restarts (old workers cancelled, restart delay, new workers):
+    # the longest pause after the crash separates the two attempts.
+    assert marker.is_file(), "crash_worker_once never ran"
+    crashed_at = json.loads(marker.read_text())["crashed_at"]
+    requests = sorted((model.times[i], _request_key(body)) for i, body in enumerate(scripted_chat_server.requests))
+    after_crash = [crashed_at] + [t for t, _ in requests if t >= crashed_at]
+    paused_at, restarted_at = max(zip(after_crash, after_crash[1:]), key=lambda pair: pair[1] - pair[0])
+    assert restarted_at - paused_at >= 0.5, "requests did not pause after the crash: did the job restart?"
+    # The tool ran twice: crashing, then again in the restarted job (it was
+    # in flight at the crash: started, result not journaled).
+    tool_runs = [float(line.split("@")[1]) for line in Path(str(marker) + RUNS_SUFFIX).read_text().split()]
+    assert len(tool_runs) == 2, f"crash_worker_once ran at {tool_runs}"
+    assert tool_runs[0] <= crashed_at <= paused_at < tool_runs[1]
+
+    # (b) Exactly one output per input (execute_and_collect hands out results
+    # exactly once under checkpointing), right for its record and key.
+    by_record = {(o["id"], o["ts"]): o for o in outputs}
+    assert len(by_record) == N_REVIEWS, "an output is duplicated"
+    assert set(by_record) == {(r["id"], r["ts"]) for r in reviews}
+    seen: Counter = Counter()
+    for review in reviews:
+        seen[review["id"]] += 1
+        output = by_record[(review["id"], review["ts"])]
+        assert output["reviews_seen"] == seen[review["id"]], "short-term memory was not restored exactly"
+        assert output["score"] == _answer(review["review"])["score"]
+
+    # (c) Model requests, against a run without failures: one per record and
+    # round.
+    actual = Counter(key for _, key in requests)
+    expected = _expected_requests(reviews)
+    # The crashed record: the reply asking for crash_worker_once was committed
+    # before the tool started, so the re-run replays it (no second round-0
+    # request), runs the tool again and asks for round 1: once, after the
+    # restart.
+    assert actual[crashed + (0,)] == 1, "the journaled reply that asked for the crash was requested again"
+    assert expected[crashed + (1,)] == 0
+    expected[crashed + (1,)] = 1
+    assert [t >= max(restarted_at, tool_runs[1]) for t, key in requests if key == crashed + (1,)] == [True]
+    second_round = next(b for b in scripted_chat_server.requests if _request_key(b) == crashed + (1,))
+    assert [m["content"] for m in second_round["messages"] if m["role"] == "tool"] == ["survived"]
+    missing = expected - actual
+    assert not missing, f"requests never made: {missing}"
+    # Any other request made again was in flight at the failover (sent, reply
+    # not committed): made again once, at most one per product (a key runs
+    # one record at a time, a run one model call at a time), and it is the
+    # product's last request before the restart and its first after.
+    repeated = actual - expected
+    assert set(repeated.values()) <= {1}, f"a request was made more than twice: {repeated}"
+    assert len({key[0] for key in repeated}) == len(repeated), f"two repeated requests of one product: {repeated}"
+    for key in repeated:
+        of_product = [(t, k) for t, k in requests if k[0] == key[0]]
+        last_before = [k for t, k in of_product if t < restarted_at][-1]
+        first_after = [k for t, k in of_product if t >= restarted_at][0]
+        assert last_before == first_after == key, f"{key} was made again but was not in flight at the failover"
+    # Outputs reach this process only once a checkpoint covers them: the
+    # records of outputs that arrived before the crash were all before a
+    # completed checkpoint, and none of their requests was made again.
+    text_of = {(r["id"], r["ts"]): r["review"] for r in reviews}
+    checkpointed = {(o["id"], text_of[(o["id"], o["ts"])]) for t, o in job.arrivals if t < crashed_at}
+    assert checkpointed, "the crash came before the first completed checkpoint; the restore restored nothing"
+    assert not [key for key in repeated if key[:2] in checkpointed]
+
+    # (d) Journal writes per record, from the operator's Flink metrics, of the
+    # restarted attempt (counters start from zero in new workers): a fresh
+    # run writes 2 (4 with a round of tool calls), a replayed run less.
+    print(
+        f"\n[{journal_config['journal.store']}] {N_REVIEWS} reviews in {elapsed:.1f} s; crash at input "
+        f"#{crash_index + 1}; first request after the restart {restarted_at - crashed_at:.1f} s later; "
+        f"{len(checkpointed)} records checkpointed before the crash; {len(requests)} model requests for "
+        f"{sum(expected.values())} expected; made again (in flight at the crash): {len(repeated)}"
+    )
+    if not counters:
+        print("  (the operator's metrics could not be read)")
+    for subtask, values in sorted(counters.items()):
+        per_record = values.get("journal_writes", 0) / max(values.get("records", 0), 1)
+        print(f"  restarted subtask {subtask}: {per_record:.2f} journal writes per record; {values}")
+
+
+# --- 2. restore a retained checkpoint into a new job --------------------------------------
+
+
+def _reviews_of(products: List[str], per_product: int, first_ts: int) -> List[Dict[str, Any]]:
+    """Reviews of ``products`` taking turns, texts from the bundled sample."""
+    texts = [json.loads(line)["review"] for line in (REPO_ROOT / "jobs/data/sample_reviews.jsonl").read_text().splitlines()]
+    reviews = []
+    for n in range(per_product * len(products)):
+        ts = first_ts + n
+        reviews.append({"id": products[n % len(products)], "review": texts[ts % len(texts)], "ts": ts})
+    return reviews
+
+
+@pytest.mark.timeout(300)
+def test_restore_from_retained_checkpoint_continues_each_key(tmp_path: Path) -> None:
+    products = ["B0RESTORE1", "B0RESTORE2", "B0RESTORE3"]
+    first = _reviews_of(products, 20, first_ts=1_760_000_000)
+    second = _reviews_of(products, 15, first_ts=1_760_000_000 + len(first))
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    checkpoints = tmp_path / "checkpoints"
+    journal = {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+
+    # Job 1 reads file 1, is checkpointed after its last output and cancelled.
+    _write_jsonl(input_dir / "part-1.jsonl", first)
+    env = _flink_env(checkpoints, 300)
+    job = Collected(_agent_outputs(env, _review_stream(env, input_dir), ReviewAnalysisAgent(), **journal), "job-1")
+    try:
+        outputs_1 = job.take(len(first))
+        last_output_at = job.arrivals[-1][0]
+        _checkpoint_after(checkpoints, last_output_at)
+        assert job.unread() == []
+    finally:
+        job.close()
+    retained = _completed_checkpoints(checkpoints)
+    assert retained, "no checkpoint was retained on cancellation"
+    number, restore_from, completed_at = retained[-1]
+    assert completed_at > last_output_at
+    assert sorted((o["id"], o["ts"]) for o in outputs_1) == sorted((r["id"], r["ts"]) for r in first)
+    counts_1 = Counter(r["id"] for r in first)
+    score_sums: Counter = Counter()
+    for output in sorted(outputs_1, key=lambda o: o["ts"]):
+        score_sums[output["id"]] += output["score"]
+        assert output["reviews_seen"] == (output["ts"] - first[0]["ts"]) // len(products) + 1
+
+    # Job 2 restores chk-N and reads the same directory, where file 2 is new.
+    # The collect sink of job 1 has no uid (execute_and_collect adds it), so
+    # its state is left behind; source, decode map and agent have uids.
+    _write_jsonl(input_dir / "part-2.jsonl", second)
+    env = _flink_env(checkpoints, 300, **{
+        "execution.state-recovery.path": restore_from.as_uri(),
+        "execution.state-recovery.ignore-unclaimed-state": "true",
+    })
+    job = Collected(_agent_outputs(env, _review_stream(env, input_dir), ReviewAnalysisAgent(), **journal), "job-2")
+    try:
+        outputs_2 = job.take(len(second))
+        _checkpoint_after(checkpoints, job.arrivals[-1][0])
+        time.sleep(0.5)
+        assert job.unread() == [], "file 1 was read again"
+    finally:
+        job.close()
+
+    # Only file 2 was processed, and each product's summary went on from
+    # where job 1 stopped.
+    assert sorted((o["id"], o["ts"]) for o in outputs_2) == sorted((r["id"], r["ts"]) for r in second)
+    by_record = {(o["id"], o["ts"]): o for o in outputs_2}
+    seen = Counter(counts_1)
+    for review in second:
+        output = by_record[(review["id"], review["ts"])]
+        seen[review["id"]] += 1
+        score_sums[review["id"]] += output["score"]
+        assert output["reviews_seen"] == seen[review["id"]]
+        assert output["mean_score"] == pytest.approx(round(score_sums[review["id"]] / seen[review["id"]], 3))
+    assert all(seen[p] == counts_1[p] + 15 for p in products)
+    print(f"\nrestored chk-{number} of job 1 into job 2: reviews_seen went on from {dict(counts_1)}")
+
+
+# --- 3. records in flight at a checkpoint finish in the restored job -------------------------
+
+
+class HeldReplies:
+    """A ``reply_fn`` answering ``{"score", "reasons"}`` at once, except to
+    the held reviews while ``holding``: those requests wait (their records
+    stay in flight) until ``release``."""
+
+    def __init__(self, held: List[Tuple[str, str]]) -> None:
+        self.held = set(held)
+        self.holding = True
+        self._released = threading.Event()
+
+    def __call__(self, body: Dict[str, Any], index: int) -> Dict[str, Any]:
+        product, review, _ = _request_key(body)
+        if self.holding and (product, review) in self.held:
+            self._released.wait(timeout=120)
+        return {"role": "assistant", "content": json.dumps(_answer(review))}
+
+    def release(self) -> None:
+        self._released.set()
+
+
+@pytest.mark.timeout(300)
+def test_records_in_flight_at_a_checkpoint_finish_after_the_restore(
+    scripted_chat_server: Any, tmp_path: Path,
+) -> None:
+    products = ["B0INFLIGHT1", "B0INFLIGHT2", "B0INFLIGHT3"]
+    reviews = _reviews_of(products, 10, first_ts=1_770_000_000)
+    # The 4th review of product 1 and the 6th of product 2 get no answer in
+    # job 1: they and the reviews after them are pending in every checkpoint.
+    held = [r for r in reviews if r["id"] == products[0]][3], [r for r in reviews if r["id"] == products[1]][5]
+    model = HeldReplies([(r["id"], r["review"]) for r in held])
+    scripted_chat_server.set_reply_fn(model)
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    _write_jsonl(input_dir / "reviews.jsonl", reviews)
+    checkpoints = tmp_path / "checkpoints"
+    journal = {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+
+    def job(name: str, **options: str) -> Collected:
+        env = _flink_env(checkpoints, 300, **options)
+        agent = ReviewAnalysisAgent(model="openai:scripted", base_url=scripted_chat_server.base_url, max_retries=0)
+        return Collected(_agent_outputs(env, _review_stream(env, input_dir), agent, **journal), name)
+
+    try:
+        first = job("in-flight-1")
+        try:
+            outputs_1 = first.take(3 + 5 + 10)
+            _checkpoint_after(checkpoints, first.arrivals[-1][0])
+            assert first.unread() == []
+        finally:
+            first.close()
+        restore_from = _completed_checkpoints(checkpoints)[-1][1]
+
+        # Job 2 gets no new input: only the restored state (and its timers)
+        # can bring the pending records back.
+        model.holding = False
+        second = job("in-flight-2", **{
+            "execution.state-recovery.path": restore_from.as_uri(),
+            "execution.state-recovery.ignore-unclaimed-state": "true",
+        })
+        try:
+            outputs_2 = second.take(len(reviews) - len(outputs_1), timeout_s=60)
+            _checkpoint_after(checkpoints, second.arrivals[-1][0])
+            time.sleep(0.5)
+            assert second.unread() == []
+        finally:
+            second.close()
+    finally:
+        model.release()
+
+    first_ids = {(o["id"], o["ts"]) for o in outputs_1}
+    second_ids = {(o["id"], o["ts"]) for o in outputs_2}
+    assert not first_ids & second_ids
+    assert first_ids | second_ids == {(r["id"], r["ts"]) for r in reviews}
+    assert {(r["id"], r["ts"]) for r in held} <= second_ids
+    by_record = {(o["id"], o["ts"]): o for o in outputs_1 + outputs_2}
+    seen: Counter = Counter()
+    for review in reviews:
+        seen[review["id"]] += 1
+        assert by_record[(review["id"], review["ts"])]["reviews_seen"] == seen[review["id"]]

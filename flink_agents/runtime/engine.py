@@ -157,14 +157,14 @@ class AgentEngine:
                 "error_message": str(failure.cause),
                 "attempts": skipped.attempts,
             })
-            journal.finish("skipped")
+            await journal.finish_async("skipped")
         except ActionFailed:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again.
             journal.commit()
             raise
         else:
-            journal.finish("ok")
+            await journal.finish_async("ok")
         finally:
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed

@@ -8,7 +8,8 @@ committed in as few writes as correctness allows:
 - before a call that is not in the journal starts, everything buffered is
   committed, so no call runs on a result that a crash could still lose, and a
   crash never costs more than the calls in flight;
-- at the end of the run, with the run-end marker.
+- at the end of the run, with the run-end marker (not at all for a run
+  that made no journaled call: it has nothing to protect).
 
 So a run InputEvent -> one model call -> OutputEvent commits twice (the first
 action's completion before the model call; the model's reply with the rest at
@@ -20,6 +21,7 @@ raises ``NondeterminismError`` naming both.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import json
@@ -139,6 +141,12 @@ class RunJournal:
             self._journaled[(entry.step, entry.ordinal)] = entry
         self._on_write()
 
+    async def commit_async(self) -> None:
+        """``commit`` on a worker thread, so the event loop runs other keys
+        while the store syncs to disk."""
+        if self._buffer or self._write_failure is not None:
+            await asyncio.to_thread(self.commit)
+
     def _replay(self, step: str, ordinal: int, function_id: str, digest: str) -> JournalEntry | None:
         entry = self._journaled.get((step, ordinal))
         if entry is None:
@@ -172,7 +180,7 @@ class RunJournal:
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return _decode_outcome(entry.payload)
-        self.commit()
+        await self.commit_async()
         self.calls_executed += 1
         try:
             result = await run()
@@ -195,8 +203,27 @@ class RunJournal:
         """Drop the uncommitted entries of a failed ``step`` (before a retry)."""
         self._buffer = [e for e in self._buffer if e.step != step]
 
+    async def finish_async(self, outcome: str) -> None:
+        """``finish`` with the commit on a worker thread."""
+        if self._prepare_finish(outcome):
+            await self.commit_async()
+
     def finish(self, outcome: str) -> None:
-        """Mark the run finished (``"ok"`` or ``"skipped"``) and commit."""
+        """Mark the run finished (``"ok"`` or ``"skipped"``) and commit.
+
+        A run that made no journaled call and found nothing journaled writes
+        nothing: it had no effect outside Flink's state, so running it again
+        after a restore is exactly Flink's own replay, and its completions
+        would only cost a write per record.
+        """
+        if self._prepare_finish(outcome):
+            self.commit()
+
+    def _prepare_finish(self, outcome: str) -> bool:
+        """Buffer the run end; whether there is anything to commit."""
+        if not self._journaled and self.calls_executed == 0:
+            self._buffer.clear()
+            return False
         if (RUN_STEP, RUN_END) not in self._journaled:
             self._buffer.append(JournalEntry(RUN_STEP, RUN_END, "", "", json.dumps({"outcome": outcome})))
-        self.commit()
+        return True

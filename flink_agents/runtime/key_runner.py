@@ -132,6 +132,11 @@ class KeyRunner:
             worker.completions.clear()
             return done
 
+    def knows(self, key: Any) -> bool:
+        """Whether the runner holds ``key`` (false after a restore or release)."""
+        with self._changed:
+            return key in self._workers
+
     def has_work(self, key: Any) -> bool:
         """Whether ``key`` has records running, queued or not yet taken."""
         with self._changed:

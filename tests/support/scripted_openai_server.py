@@ -44,6 +44,9 @@ class _ScriptExhausted(Exception):
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle's algorithm on,
+    # the client's delayed ACK then adds ~40 ms to every keep-alive reply.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         return  # keep test output clean

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Any, Callable, Dict
@@ -19,6 +20,8 @@ from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 __all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
 
 JOB_ID_OPTION = "job_id"
+
+log = logging.getLogger(__name__)
 
 
 class FlinkAgentBuilder(AgentBuilder):
@@ -55,6 +58,7 @@ class FlinkAgentBuilder(AgentBuilder):
             path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
             config["journal.sqlite.path"] = os.path.abspath(os.fspath(path))
         job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
+        _single_element_bundles(self._env.env)
         function = AgentOperatorFunction(self._plan, config, job_id)
         self._outputs = (
             self._keyed.process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
@@ -74,6 +78,53 @@ class FlinkAgentBuilder(AgentBuilder):
         if self._outputs is None:
             raise RuntimeError("call to_datastream() before error_stream()")
         return self._outputs.get_side_output(ERROR_OUTPUT)
+
+
+BUNDLE_SIZE_OPTION = "python.fn-execution.bundle.size"
+
+
+def _single_element_bundles(env: StreamExecutionEnvironment) -> None:
+    """Run the job's Python functions in bundles of one element, unless the
+    job sets a bundle size.
+
+    PyFlink applies the timers a Python function registers asynchronously,
+    and a checkpoint does not wait for those of the bundle it flushes: the
+    checkpoint misses them, and a job restored from it never fires them. The
+    agent operator registers its polling timer in nearly every callback, and
+    that timer is what resubmits a restored key's pending records; with
+    bundles of one element every registration is applied before the next
+    checkpoint barrier is processed.
+    """
+    from pyflink.util.java_utils import get_j_env_configuration
+
+    config = get_j_env_configuration(env._j_stream_execution_environment)
+    if config.getString("python.execution-mode", "process") == "thread":
+        return  # embedded Python registers timers synchronously: no bundles
+    if not config.containsKey(BUNDLE_SIZE_OPTION):
+        config.setString(BUNDLE_SIZE_OPTION, "1")
+    elif config.getString(BUNDLE_SIZE_OPTION, "1") != "1":
+        log.warning(
+            "%s is %s: timers registered in the bundle a checkpoint flushes are not in that "
+            "checkpoint, so records pending at a restore may wait for the key's next input",
+            BUNDLE_SIZE_OPTION, config.getString(BUNDLE_SIZE_OPTION, "1"),
+        )
+
+
+def prepare_thread_mode() -> None:
+    """Let ``python.execution-mode: thread`` find this interpreter's packages.
+
+    In thread mode PyFlink embeds CPython in the JVM (pemja); that interpreter
+    does not see a virtual environment's site-packages ("No module named
+    pemja"), only ``PYTHONPATH``. Call before the first PyFlink environment
+    is created in the process (the JVM inherits the environment then).
+    """
+    import site
+    import sys
+
+    paths = [p for p in (*site.getsitepackages(), *sys.path) if p and os.path.isdir(p)]
+    current = os.environ.get("PYTHONPATH", "")
+    merged = [p for p in current.split(os.pathsep) if p] + [p for p in paths if p not in current.split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(merged))
 
 
 class FlinkExecutionEnvironment(AgentsExecutionEnvironment):

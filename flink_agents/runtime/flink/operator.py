@@ -82,7 +82,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._metrics: Dict[str, Any] = {}
         self._reported: Dict[str, int] = {}
         self._inline_wait_s = float(self._config.get("flink.inline_wait_ms", 2)) / 1000.0
-        self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 20))
+        self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 100))
 
     def open(self, runtime_context: RuntimeContext) -> None:
         ttl_s = self._config.get(MEMORY_TTL_OPTION)
@@ -125,19 +125,29 @@ class AgentOperatorFunction(KeyedProcessFunction):
         assert self._driver is not None and self._runner is not None
         key = ctx.get_current_key()
         self._driver.begin(key)
+        event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        if not event_time and self._runner.knows(key):
+            # A poll: apply what finished, without reading state otherwise.
+            yield from self._apply(key)
+            self._after_callback(ctx.timer_service(), key)
+            return
         state = self._driver.load(key)
         if state is None or not state.pending:
             self._runner.release(key)
             return
         self._runner.submit(key, state)  # after a restore the runner has not seen them
-        if ctx.time_domain() == TimeDomain.EVENT_TIME:
+        if event_time:
             # The watermark may not pass records still in flight: wait for them.
             due = [r.seq for r in state.pending if timestamp == END_OF_TIME_MS or (r.timestamp_ms or 0) <= timestamp]
             if due:
                 self._runner.wait_for(key, due[-1])
         yield from self._apply(key)
+        self._after_callback(ctx.timer_service(), key)
+
+    def _after_callback(self, timers: Any, key: Any) -> None:
+        assert self._runner is not None
         if self._runner.has_work(key):
-            self._schedule(ctx.timer_service(), None)
+            self._schedule(timers, None)
         else:
             self._runner.release(key)
         self._report_metrics()

@@ -1,0 +1,43 @@
+"""Shared bits of the benchmarks: repo path, a trivial agent, timing."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from flink_agents.api.agents.agent import Agent  # noqa: E402
+from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
+
+
+def count_and_echo(event: InputEvent, ctx: Any) -> None:
+    """One short-term memory write and one output per record."""
+    seen = (ctx.short_term_memory.get("seen") or 0) + 1
+    ctx.short_term_memory.set("seen", seen)
+    ctx.send_event(OutputEvent(output=seen))
+
+
+def trivial_agent() -> Agent:
+    return Agent().add_action("count_and_echo", [InputEvent], count_and_echo)
+
+
+def records(count: int, keys: int) -> list[dict]:
+    return [{"key": f"k{i % keys}", "n": i} for i in range(count)]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -1,0 +1,104 @@
+"""Runs per second with a slow model, against the bound C/L.
+
+The review-analysis agent talks to a scripted OpenAI-compatible server on
+127.0.0.1 that answers every request after a fixed latency L (default 200 ms).
+With C keys in flight (31 products, C = 31), one subtask can at best finish
+C/L runs per second. Printed side by side in one run, for the local runner
+and for one subtask on the local mini-cluster: achieved runs/s and its
+fraction of C/L. The span is measured at the server, from the first request's
+start to the last one's end, so mini-cluster start-up is left out.
+Not a test: run it, read the figures.
+
+    .venv/bin/python tools/bench/concurrency.py --per-key 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any, Dict, List
+
+from _common import REPO, machine
+
+from jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
+from jobs.review_records import read_reviews
+from tests.support.scripted_openai_server import ScriptedChatServer
+
+
+def _answer(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    review = json.loads(request["messages"][-1]["content"])["review"]
+    score = 1 + zlib.crc32(review.encode()) % 5
+    return {"role": "assistant", "content": json.dumps({"score": score, "reasons": ["scripted"]})}
+
+
+def _reviews(keys: int, per_key: int) -> List[dict]:
+    shared = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
+    source = shared if shared.exists() else REPO / "jobs" / "data" / "sample_reviews.jsonl"
+    texts = [r["review"] for r in read_reviews(source).reviews]
+    return [
+        {"id": f"P{k:03d}", "review": texts[(n * keys + k) % len(texts)], "ts": n * keys + k}
+        for n in range(per_key) for k in range(keys)
+    ]
+
+
+def _serve(latency_s: float, urls: Any, stop: Any, results: Any) -> None:
+    """The model server, in its own process: its threads must not compete
+    with the runtime for this process's interpreter lock."""
+    with ScriptedChatServer(latency_s=latency_s) as server:
+        server.set_reply_fn(_answer)
+        urls.put(server.base_url)
+        stop.wait()
+        span_s = max(e for _, e in server.spans) - min(s for s, _ in server.spans)
+        results.put({"span_s": span_s, "max_in_flight": server.max_in_flight, "requests": len(server.requests)})
+
+
+def measure(runner: str, reviews: List[dict], latency_s: float, mode: str) -> Dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    urls, results, stop = context.Queue(), context.Queue(), context.Event()
+    server = context.Process(target=_serve, args=(latency_s, urls, stop, results), daemon=True)
+    server.start()
+    try:
+        base_url = urls.get(timeout=30)
+        agent = ReviewAnalysisAgent(model="openai:scripted", base_url=base_url, max_retries=0)
+        with tempfile.TemporaryDirectory() as directory:
+            if runner == "local":
+                outputs = run_locally(reviews, agent)
+            else:
+                outputs = run_on_flink(reviews, agent, parallelism=1, journal_path=Path(directory) / "journal.db",
+                                       execution_mode=mode)
+        assert len(outputs) == len(reviews)
+        stop.set()
+        return {"runs": len(reviews), **results.get(timeout=30)}
+    finally:
+        stop.set()
+        server.join(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", type=int, default=31)
+    parser.add_argument("--per-key", type=int, default=10)
+    parser.add_argument("--latency-ms", type=float, default=200)
+    parser.add_argument("--runners", default="local,flink", help="comma-separated: local, flink")
+    parser.add_argument("--mode", default="process", help="python.execution-mode of the flink runner")
+    args = parser.parse_args()
+    latency_s = args.latency_ms / 1000
+    reviews = _reviews(args.keys, args.per_key)
+    bound = args.keys / latency_s
+    print(f"machine: {machine()}; {len(reviews)} runs over C = {args.keys} keys, L = {args.latency_ms:.0f} ms, "
+          f"bound C/L = {bound:.0f} runs/s")
+    for runner in args.runners.split(","):
+        result = measure(runner, reviews, latency_s, args.mode)
+        rate = result["runs"] / result["span_s"]
+        label = runner if runner == "local" else f"flink ({args.mode})"
+        print(f"{label:15s}: {rate:6.1f} runs/s = {rate / bound:.2f} of C/L "
+              f"(span {result['span_s']:.2f} s, at most {result['max_in_flight']} calls at once)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
