@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from pydantic import BaseModel
@@ -10,7 +11,7 @@ from pydantic import BaseModel
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
 from flink_agents.api.events.chat_event import ChatRequestEvent
-from flink_agents.api.events.event import Event
+from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
@@ -20,6 +21,8 @@ from flink_agents.plan.errors import PlanError
 from flink_agents.plan.function_ref import FunctionRef
 
 __all__ = ["compile_agent"]
+
+log = logging.getLogger(__name__)
 
 _BUILTIN_MODULE = "flink_agents.runtime.builtin_actions"
 # Built-in actions: name -> (function, event types). Named, not imported: the
@@ -46,6 +49,11 @@ def compile_agent(agent: Agent) -> AgentPlan:
     for spec in actions.values():
         for event_type in spec.listen_event_types:
             by_event.setdefault(event_type, []).append(spec.name)
+    if InputEvent.EVENT_TYPE not in by_event:
+        log.warning(
+            "no action of %s listens to InputEvent (%s): its runs will do nothing",
+            agent_name, InputEvent.EVENT_TYPE,
+        )
     return AgentPlan(
         agent=f"{type(agent).__module__}.{agent_name}",
         actions=actions,

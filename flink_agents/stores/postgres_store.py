@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from flink_agents.stores import _sql
+from flink_agents.stores._process_connection import ProcessLocalConnection
 from flink_agents.stores.errors import JournalSchemaError, JournalUnavailableError
 from flink_agents.stores.journal import JournalEntry, JournalStore
 
@@ -43,7 +44,7 @@ _SCHEMA_TABLE = "journal_schema"
 _SCHEMA_LOCK_ID = 0x666C696E6B4A
 
 
-class PostgresJournalStore(JournalStore):
+class PostgresJournalStore(ProcessLocalConnection, JournalStore):
     """A ``JournalStore`` on a PostgreSQL database, shared by a cluster's workers.
 
     Args:
@@ -132,27 +133,6 @@ class PostgresJournalStore(JournalStore):
             row = connection.execute(_sql.COUNT).fetchone()
         return int(row[0]) if row else 0
 
-    def close(self) -> None:
-        """Close this process's connection; a later call opens a new one."""
-        self._forget_inherited()
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-
-    # --- pickling (to ship the store to PyFlink's workers) ------------------------
-
-    def __getstate__(self) -> Dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = None
-        state["_connection"] = None
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
     # --- connections --------------------------------------------------------------
 
     @contextmanager
@@ -169,15 +149,6 @@ class PostgresJournalStore(JournalStore):
             finally:
                 if connection.closed:  # broken (server gone) or closed
                     self._connection = None
-
-    def _forget_inherited(self) -> None:
-        """After ``os.fork``: drop the parent's connection, take a new lock."""
-        pid = os.getpid()
-        if self._pid == pid:
-            return
-        self._connection = None  # psycopg will not close it in this process
-        self._lock = threading.Lock()  # the parent's may have been held at fork
-        self._pid = pid
 
     def _connect(self) -> "psycopg.Connection[Any]":
         """Connect in autocommit mode (transactions are explicit) and check

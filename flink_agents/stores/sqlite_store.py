@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from flink_agents.stores import _sql
+from flink_agents.stores._process_connection import ProcessLocalConnection
 from flink_agents.stores.errors import JournalSchemaError, JournalStoreError
 from flink_agents.stores.journal import JournalEntry, JournalStore
 
@@ -53,7 +54,7 @@ _SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 _INHERITED: List[sqlite3.Connection] = []
 
 
-class SQLiteJournalStore(JournalStore):
+class SQLiteJournalStore(ProcessLocalConnection, JournalStore):
     """A ``JournalStore`` on one SQLite file, shared by the processes of one host.
 
     Args:
@@ -149,27 +150,6 @@ class SQLiteJournalStore(JournalStore):
         with self._session() as connection:
             return int(connection.execute(_sql.COUNT).fetchone()[0])
 
-    def close(self) -> None:
-        """Close this process's connection; a later call opens a new one."""
-        self._forget_inherited()
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-
-    # --- pickling (to ship the store to PyFlink's workers) ------------------------
-
-    def __getstate__(self) -> Dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = None
-        state["_connection"] = None
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
     # --- connections --------------------------------------------------------------
 
     @contextmanager
@@ -181,16 +161,8 @@ class SQLiteJournalStore(JournalStore):
                 self._connection = self._open()
             yield self._connection
 
-    def _forget_inherited(self) -> None:
-        """After ``os.fork``: set the parent's connection aside, take a new lock."""
-        pid = os.getpid()
-        if self._pid == pid:
-            return
-        if self._connection is not None:
-            _INHERITED.append(self._connection)
-        self._connection = None
-        self._lock = threading.Lock()  # the parent's may have been held at fork
-        self._pid = pid
+    def _set_aside(self, connection: Any) -> None:
+        _INHERITED.append(connection)  # closing it here could disturb the parent
 
     def _open(self) -> sqlite3.Connection:
         """Open the file in WAL mode and check (or create) its schema.
