@@ -97,3 +97,26 @@ def test_failing_action_fails_the_job_naming_key_and_action(tmp_path) -> None:
     message = str(failure.value)
     assert "action 'on_input' failed on key 'key-3', record #2" in message
     assert "poisoned record" in message
+
+
+def test_skip_strategy_routes_the_error_record_to_the_side_output(tmp_path) -> None:
+    records = _records(10) + [{"k": "key-3", "x": -1}] + [{"k": "key-3", "x": 11}]
+    env = _flink_env(parallelism=1)
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(
+        env, **{"journal.sqlite.path": str(tmp_path / "journal.db"), "error_strategy": "skip"}
+    )
+    builder = agents_env.from_datastream(env.from_collection(records), lambda r: r["k"]).apply(CountingAgent())
+    outputs = builder.to_datastream().map(lambda o: ("output", o))
+    errors = builder.error_stream().map(lambda e: ("error", e))
+    with outputs.union(errors).execute_and_collect("skipping") as collected:
+        results = list(collected)
+
+    error_records = [e for kind, e in results if kind == "error"]
+    assert error_records == [{
+        "key": "key-3", "seq": 2, "record": {"k": "key-3", "x": -1}, "action": "on_input",
+        "error_type": "ValueError", "error_message": "poisoned record", "attempts": 1,
+    }]
+    key_3 = [o for kind, o in results if kind == "output" and o["key"] == "key-3"]
+    # The skipped record left the count as it was: the next record counts 3.
+    assert [(o["x"], o["count"]) for o in key_3] == [(3, 1), (8, 2), (11, 3)]
+    assert len([1 for kind, _ in results if kind == "output"]) == 11
