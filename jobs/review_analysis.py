@@ -214,7 +214,7 @@ def run_on_flink(
     reviews: List[Dict[str, Any]],
     agent: Agent,
     parallelism: int = 2,
-    checkpoint_interval_ms: int = 10_000,
+    checkpoint_interval_ms: int = 2_000,
     on_output: Any = None,
     journal_path: Path | None = None,
     execution_mode: str = "process",
@@ -293,8 +293,9 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
                         help="PyFlink python.execution-mode: Python embedded in the JVM (faster, see "
                              "docs/performance.md) or in separate worker processes (isolated)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=10_000,
-                        help="Flink checkpoint interval")
+    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000,
+                        help="Flink checkpoint interval (the collected results of a bounded job "
+                             "arrive with the checkpoint after they are produced)")
     parser.add_argument("--skip-bad-records", action="store_true",
                         help="log and count malformed lines instead of failing")
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
