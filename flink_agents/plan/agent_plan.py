@@ -39,6 +39,7 @@ class ResourceKind(str, Enum):
     PROMPT = "prompt"  # a Prompt's fields
     FUNCTION_TOOL = "function_tool"  # a function wrapped as a FunctionTool
     SERIALIZED = "serialized"  # another SerializableResource's fields + its class
+    AGENT = "agent"  # a sub-agent: ``child`` names its plan in the root's ``children``
 
 
 class ResourceSpec(BaseModel):
@@ -50,6 +51,7 @@ class ResourceSpec(BaseModel):
     descriptor: ResourceDescriptor | None = None
     function: FunctionRef | None = None
     value: Dict[str, Any] | None = None
+    child: str | None = None
 
 
 class AgentPlan(BaseModel):
@@ -60,6 +62,9 @@ class AgentPlan(BaseModel):
     actions: Dict[str, ActionSpec]
     actions_by_event: Dict[str, List[str]]
     resources: Dict[ResourceType, Dict[str, ResourceSpec]] = Field(default_factory=dict)
+    # Sub-agent plans of the whole tree, once each, keyed by the name that
+    # AGENT resources refer to (only the root plan holds them).
+    children: Dict[str, "AgentPlan"] = Field(default_factory=dict)
 
     @staticmethod
     def from_agent(agent: Any) -> "AgentPlan":

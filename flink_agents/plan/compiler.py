@@ -36,13 +36,67 @@ _BUILTIN_ACTIONS: Dict[str, Tuple[str, List[str]]] = {
 }
 
 
+class _Tree:
+    """Compiles a root agent and its sub-agents: each distinct child instance
+    once, cycles (by agent class) rejected with their path."""
+
+    MAX_DEPTH = 32
+
+    def __init__(self) -> None:
+        self.children: Dict[str, AgentPlan] = {}
+        self._keys: Dict[int, str] = {}
+        self._path: List[Agent] = []
+
+    def _names(self, agents: List[Agent]) -> str:
+        return " -> ".join(type(a).__qualname__ for a in agents)
+
+    def compile(self, agent: Agent) -> AgentPlan:
+        if not isinstance(agent, Agent):
+            raise PlanError(f"expected an Agent instance, got {type(agent).__name__}")
+        on_path = [i for i, a in enumerate(self._path) if a is agent]
+        if on_path:
+            raise PlanError("sub-agents form a cycle: " + self._names(self._path[on_path[0]:] + [agent]))
+        if len(self._path) >= self.MAX_DEPTH:
+            # New instances all the way down (a class that builds its own
+            # ancestor in __init__): a cycle by class.
+            raise PlanError(
+                f"sub-agents nest deeper than {self.MAX_DEPTH} (a cycle by class?): "
+                + self._names(self._path[-6:] + [agent])
+            )
+        self._path.append(agent)
+        try:
+            return _compile_one(agent, self)
+        finally:
+            self._path.pop()
+
+    def child(self, agent: Any, where: str) -> str:
+        """The key of ``agent``'s plan in ``children``, compiling it once."""
+        if not isinstance(agent, Agent):
+            raise PlanError(f"{where} is a {type(agent).__name__}; an AGENT resource must be an Agent instance")
+        key = self._keys.get(id(agent))
+        if key is None:
+            plan = self.compile(agent)
+            key = type(agent).__qualname__
+            suffix = 2
+            while key in self.children:
+                key, suffix = f"{type(agent).__qualname__}#{suffix}", suffix + 1
+            self._keys[id(agent)] = key
+            self.children[key] = plan
+        return key
+
+
 def compile_agent(agent: Agent) -> AgentPlan:
     """See ``AgentPlan.from_agent``."""
-    if not isinstance(agent, Agent):
-        raise PlanError(f"expected an Agent instance, got {type(agent).__name__}")
+    tree = _Tree()
+    root = tree.compile(agent)
+    root.children = dict(sorted(tree.children.items()))
+    return root
+
+
+def _compile_one(agent: Agent, tree: _Tree) -> AgentPlan:
     agent_name = type(agent).__qualname__
     actions = _collect_actions(agent, agent_name)
-    resources = _collect_resources(agent, agent_name)
+    resources = _collect_resources(agent, agent_name, tree)
     _check_references(resources, agent_name)
 
     by_event: Dict[str, List[str]] = {}
@@ -133,8 +187,10 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
     return actions
 
 
-def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str) -> ResourceSpec:
+def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, tree: _Tree) -> ResourceSpec:
     where = f"{type.value} resource {name!r} of {agent_name}"
+    if type == ResourceType.AGENT:
+        return ResourceSpec(name=name, type=type, kind=ResourceKind.AGENT, child=tree.child(value, where))
     if isinstance(value, ResourceDescriptor):
         return ResourceSpec(name=name, type=type, kind=ResourceKind.DESCRIPTOR, descriptor=value)
     if isinstance(value, Prompt):
@@ -155,22 +211,20 @@ def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str) -
     if isinstance(value, SerializableResource):
         descriptor = ResourceDescriptor(clazz=value.__class__, arguments=value.model_dump(mode="json"))
         return ResourceSpec(name=name, type=type, kind=ResourceKind.SERIALIZED, descriptor=descriptor)
-    if type == ResourceType.AGENT:
-        raise PlanError(f"{where}: sub-agents are not supported by this release yet")
     raise PlanError(
         f"{where} is a {value.__class__.__name__}; expected a ResourceDescriptor, "
         "a Prompt, a SerializableResource, or a function (for a tool)"
     )
 
 
-def _collect_resources(agent: Agent, agent_name: str) -> Dict[ResourceType, Dict[str, ResourceSpec]]:
+def _collect_resources(agent: Agent, agent_name: str, tree: _Tree) -> Dict[ResourceType, Dict[str, ResourceSpec]]:
     resources: Dict[ResourceType, Dict[str, ResourceSpec]] = {}
 
     def add(name: str, type: ResourceType, value: Any) -> None:
         by_name = resources.setdefault(type, {})
         if name in by_name:
             raise PlanError(f"{type.value} resource {name!r} of {agent_name} is defined twice")
-        by_name[name] = _resource_spec(name, type, value, agent_name)
+        by_name[name] = _resource_spec(name, type, value, agent_name, tree)
 
     for name, fn in _decorated(agent, RESOURCE_ATTR):
         type = getattr(fn, RESOURCE_ATTR)

@@ -50,6 +50,7 @@ async def run_record(
     job_config: Dict[str, Any],
     emit: Callable[[Any], None],
     counters: RunCounters,
+    sub_agents: Any = None,
 ) -> None:
     """Run ``record`` to completion, updating ``state`` in place.
 
@@ -88,7 +89,9 @@ async def run_record(
                     state.short_term_memory = apply_diff(state.short_term_memory, done["stm"])
                     queue.extend(decode_event(e) for e in done["events"])
                     continue
-                ctx = await _run_step(plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters)
+                ctx = await _run_step(
+                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, sub_agents
+                )
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
                 journal.complete(step, {
@@ -115,6 +118,7 @@ async def _run_step(
     resources: Callable[[str, ResourceType], Resource],
     job_config: Dict[str, Any],
     counters: RunCounters,
+    sub_agents: Any,
 ) -> ActionContext:
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
@@ -126,7 +130,7 @@ async def _run_step(
             run, step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
-            resources, job_config, journal,
+            resources, job_config, journal, spec.function.is_async, sub_agents,
         )
         try:
             result = spec.function.resolve()(event, ctx)
@@ -151,3 +155,5 @@ async def _run_step(
             if policy.strategy == "skip":
                 raise RecordSkipped(failure, attempt) from exc
             raise failure from exc
+        finally:
+            ctx.active = False

@@ -69,6 +69,8 @@ class ActionContext(RunnerContext):
         resources: Callable[[str, ResourceType], Resource],
         job_config: Dict[str, Any],
         journal: RunJournal,
+        is_async: bool = False,
+        sub_agents: Any = None,
     ) -> None:
         self._run = run
         self.step = step
@@ -80,6 +82,10 @@ class ActionContext(RunnerContext):
         self._job_config = job_config
         self._journal = journal
         self._call_ordinal = 0
+        self._sub_agent_calls = 0
+        self._is_async = is_async
+        self._sub_agents = sub_agents
+        self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
 
     @property
@@ -158,3 +164,48 @@ class ActionContext(RunnerContext):
     async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
         """Runtime-internal: journal a built-in call (model, tool)."""
         return await self._journal.call(self.step, self._next_ordinal(), function_id, args_digest(digest_args), run)
+
+    @property
+    def run_identity(self) -> RunIdentity:
+        return self._run
+
+    def submit_sub_agent(self, handle: Any, prompt: Any, session_id: str | None, call_id: str | None) -> Any:
+        """Runtime-internal: ``SubAgentHandle.submit``. Ids and the journal
+        ordinal are taken now, in submit order, so a replay derives the same.
+
+        Raises:
+            RuntimeError: The action has returned, or is not async.
+        """
+        from flink_agents.runtime.sub_agents import derive_call_id, session_path
+
+        if not self.active:
+            raise RuntimeError(
+                f"sub-agent {handle.name!r} submitted after action {self.action_name!r} returned; "
+                "submit and await it inside the action"
+            )
+        if not self._is_async:
+            raise RuntimeError(
+                f"action {self.action_name!r} is not async: a sub-agent call must be awaited, so the "
+                f"action calling {handle.name!r} must be 'async def'"
+            )
+        if self._sub_agents is None:
+            raise RuntimeError("this runtime context cannot run sub-agents")
+        ordinal = self._next_ordinal()
+        explicit = session_id is not None
+        call_id = call_id or derive_call_id(
+            self._run.journal_id, self._run.key_text, self._run.seq, self.step, handle.name, self._sub_agent_calls
+        )
+        self._sub_agent_calls += 1
+        session = session_id or call_id
+        digest = args_digest(prompt, session_id, call_id)
+
+        async def call() -> Any:
+            outcome = await self._journal.call(
+                self.step, ordinal, f"agent:{handle.name}", digest,
+                lambda: self._sub_agents.run(self, handle, prompt, session, call_id, explicit),
+            )
+            if outcome["session_memory"] is not None:
+                self.short_term_memory.set(session_path(session), outcome["session_memory"])
+            return outcome["result"]
+
+        return call()

@@ -24,6 +24,7 @@ from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.sub_agents import SubAgentRunner
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
 
@@ -71,6 +72,7 @@ class AgentEngine:
         self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
         self._last_prune = clock()
         self._resources = ResourceCache(plan)
+        self._sub_agents = SubAgentRunner(plan, self.store, self.config, self.counters, self._count_write)
         self._running: set[Any] = set()
 
     def is_running(self, key: Any) -> bool:
@@ -142,7 +144,7 @@ class AgentEngine:
         try:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
-                emit, self.counters,
+                emit, self.counters, sub_agents=self._sub_agents,
             )
         except RecordSkipped as skipped:
             failure = skipped.failure
@@ -189,6 +191,7 @@ class AgentEngine:
         opened it."""
         try:
             self._resources.close()
+            self._sub_agents.close()
         finally:
             if self._owns_store:
                 self.store.close()

@@ -21,6 +21,9 @@ __all__ = ["MemoryNode", "StagedMemory", "OBJECT", "apply_diff"]
 # Marks a path that holds a nested object. JSON-serializable so the flat map
 # goes into keyed state as is.
 OBJECT: Dict[str, int] = {"$memory_object": 1}
+# The runtime's own entries (chat loop state, sub-agent sessions); not listed
+# among a memory's fields.
+RESERVED_PREFIX = "_flink_agents"
 
 
 class StagedMemory:
@@ -122,7 +125,7 @@ class MemoryNode(MemoryObject):
         start = f"{self._prefix}." if self._prefix else ""
         return [
             k[len(start):] for k in self._memory.data
-            if k.startswith(start) and "." not in k[len(start):]
+            if k.startswith(start) and "." not in k[len(start):] and not k.startswith(RESERVED_PREFIX)
         ]
 
     def get_fields(self) -> Dict[str, Any]:

@@ -44,6 +44,11 @@ class ResourceCache:
 
     def _build(self, spec: ResourceSpec) -> Resource:
         resource: Any
+        if spec.kind == ResourceKind.AGENT:
+            from flink_agents.runtime.sub_agents import LocalSubAgentHandle
+
+            assert spec.child is not None  # the compiler sets it
+            return LocalSubAgentHandle(spec.name, spec.child)  # type: ignore[return-value]
         if spec.kind == ResourceKind.PROMPT:
             resource = Prompt.model_validate(spec.value)
         elif spec.kind == ResourceKind.FUNCTION_TOOL:

@@ -1,0 +1,147 @@
+"""Sub-agent calls: a child agent's plan run in-process as an isolated,
+durable child of the calling action.
+
+Identity. A call's ``call_id`` is a UUIDv5 of (journal id, key, record
+sequence, calling step, child resource name, ordinal of the step's sub-agent
+calls); ``session_id`` defaults to it. Both are derived when ``submit`` is
+called, so a replay that submits in the same order derives the same ids.
+
+Durability. The child's own calls are journaled under the journal id
+``<parent journal id>/<call_id>``, and the child's result is journaled in the
+parent's step as call ``agent:<name>``: a replay of a finished call returns
+that result without running the child; a replay of a call interrupted midway
+runs the child again, whose journal replays the calls it had made.
+
+Isolation. The child runs its own action loop with its own sensory memory,
+its own short-term memory (empty for a fresh session; an explicit
+``session_id`` keeps it in the parent key's state under the reserved path
+``_flink_agents.sessions``), its own resources, and its events never reach the
+parent. A failing child gives ``SubAgentResult(success=False)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import TYPE_CHECKING, Any, Dict
+
+from flink_agents.api.agents.sub_agent import SubAgentHandle, SubAgentResult
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
+from flink_agents.runtime.resources import ResourceCache
+from flink_agents.runtime.state import KeyState, PendingRecord
+
+if TYPE_CHECKING:
+    from flink_agents.runtime.context import ActionContext
+    from flink_agents.runtime.metrics import RunCounters
+    from flink_agents.stores.journal import JournalStore
+
+__all__ = ["SESSIONS_PATH", "SubAgentRunner", "LocalSubAgentHandle"]
+
+SESSIONS_PATH = "_flink_agents.sessions"
+_ID_NAMESPACE = uuid.UUID("9b4d3c1e-52f7-4c6a-8e0d-2a1f7b6c5d43")
+
+
+class LocalSubAgentHandle(SubAgentHandle):
+    """The handle of the AGENT resource ``name`` (plan ``child_key``)."""
+
+    def __init__(self, name: str, child_key: str) -> None:
+        self.name = name
+        self.child_key = child_key
+
+    def submit(self, ctx: Any, prompt: Any, session_id: str | None = None, call_id: str | None = None):
+        submit = getattr(ctx, "submit_sub_agent", None)
+        if submit is None:
+            raise RuntimeError(
+                f"sub-agent {self.name!r}: submit() needs the calling action's ctx, got {type(ctx).__name__}"
+            )
+        return submit(self, prompt, session_id, call_id)
+
+    def open(self) -> None:
+        """Nothing to open: the child's resources open on first use."""
+
+    def close(self) -> None:
+        """Nothing to close: the runner closes the child's resources."""
+
+
+def derive_call_id(journal_id: str, key_text: str, seq: int, step: str, name: str, ordinal: int) -> str:
+    """The deterministic id of a sub-agent call (see the module docstring)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{journal_id}/{key_text}/{seq}/{step}/{name}/{ordinal}"))
+
+
+def session_path(session_id: str) -> str:
+    """Where an explicit session's memory lives in the parent's short-term memory."""
+    return f"{SESSIONS_PATH}.{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:32]}"
+
+
+class SubAgentRunner:
+    """Runs child plans of one root plan; one per engine.
+
+    Args:
+        root: The root plan (holds every child plan).
+        store: The journal store.
+        config: The job's agent configuration.
+        counters: The engine's counters (children count in them too).
+        on_write: Called after each journal write.
+    """
+
+    def __init__(self, root: AgentPlan, store: "JournalStore", config: Dict[str, Any],
+                 counters: "RunCounters", on_write: Any) -> None:
+        self._root = root
+        self._store = store
+        self._config = config
+        self._counters = counters
+        self._on_write = on_write
+        self._resources: Dict[str, ResourceCache] = {}
+
+    def resources_of(self, child_key: str) -> ResourceCache:
+        cache = self._resources.get(child_key)
+        if cache is None:
+            cache = self._resources[child_key] = ResourceCache(self._root.children[child_key])
+        return cache
+
+    async def run(self, parent: "ActionContext", handle: LocalSubAgentHandle, prompt: Any,
+                  session_id: str, call_id: str, explicit_session: bool) -> Dict[str, Any]:
+        """Run the child once; its failures become a failed result.
+
+        Returns:
+            ``{"result": SubAgentResult, "session_memory": dict | None}``: what
+            the parent journals (the session memory is re-applied on replay).
+        """
+        from flink_agents.runtime.action_loop import run_record
+        from flink_agents.runtime.context import RunIdentity
+        from flink_agents.runtime.journal import RunJournal
+
+        identity = parent.run_identity
+        run = RunIdentity(f"{identity.journal_id}/{call_id}", identity.key, identity.seq)
+        memory: Dict[str, Any] = {}
+        if explicit_session:
+            memory = parent.short_term_memory.get(session_path(session_id)) or {}
+        state = KeyState(journal_id=run.journal_id, short_term_memory=memory)
+        journal = RunJournal(self._store, run.journal_id, run.key_text, run.seq, self._on_write)
+        outputs: list = []
+        try:
+            await run_record(
+                self._root.children[handle.child_key], run, state, PendingRecord(run.seq, prompt), journal,
+                self.resources_of(handle.child_key).get, self._config, outputs.append, self._counters,
+                sub_agents=self,
+            )
+        except (ActionFailed, RecordSkipped) as exc:
+            failure = exc.failure if isinstance(exc, RecordSkipped) else exc
+            if isinstance(failure.cause, NondeterminismError):
+                raise
+            journal.commit()
+            cause = failure.cause
+            result = SubAgentResult(
+                success=False, error_message=f"{type(cause).__name__}: {cause}",
+                session_id=session_id, call_id=call_id,
+            )
+            return {"result": result, "session_memory": None}
+        await journal.finish_async("ok")
+        result = SubAgentResult(success=True, result=outputs, session_id=session_id, call_id=call_id)
+        return {"result": result, "session_memory": state.short_term_memory if explicit_session else None}
+
+    def close(self) -> None:
+        for cache in self._resources.values():
+            cache.close()
+        self._resources.clear()
