@@ -20,8 +20,9 @@ __all__ = ["main", "SNAPSHOTS"]
 # Snapshot file under plans/ -> the agent it is compiled from (default arguments).
 SNAPSHOTS: Dict[str, str] = {
     "review_analysis.json": "jobs.review_analysis:ReviewAnalysisAgent",
+    "review_triage.json": "jobs.review_triage:ReviewTriageAgent",
 }
-JOBS: Dict[str, str] = {"review-analysis": "jobs.review_analysis:main"}
+JOBS: Dict[str, str] = {"review-analysis": "jobs.review_analysis:main", "review-triage": "jobs.review_triage:main"}
 
 
 def _load(spec: str) -> Any:
