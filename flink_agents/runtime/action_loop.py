@@ -126,8 +126,12 @@ async def _run_step(
     attempt = 0
     while True:
         attempt += 1
+        # A retry journals its calls under its own step: the failed attempt's
+        # committed results must not be replayed into it. The completion is
+        # journaled under ``step`` whichever attempt finished.
+        attempt_step = step if attempt == 1 else f"{step}#{attempt}"
         ctx = ActionContext(
-            run, step, spec.name, spec.config,
+            run, attempt_step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
             resources, job_config, journal, spec.function.is_async, sub_agents,
@@ -141,7 +145,8 @@ async def _run_step(
         except NondeterminismError as exc:
             raise ActionFailed(run.key, run.seq, spec.name, exc) from None
         except Exception as exc:
-            journal.discard_step(step)
+            ctx.active = False  # orphaned calls of this attempt journal nothing
+            journal.discard_step(attempt_step)
             if attempt < policy.attempts_allowed:
                 delay_s = policy.backoff_s(attempt)
                 counters.action_retries += 1

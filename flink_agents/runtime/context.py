@@ -158,12 +158,18 @@ class ActionContext(RunnerContext):
             return await asyncio.to_thread(fn, *args, **kwargs)
 
         return await self._journal.call(
-            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs), run
+            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs), run,
+            alive=self._alive,
         )
 
     async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
         """Runtime-internal: journal a built-in call (model, tool)."""
-        return await self._journal.call(self.step, self._next_ordinal(), function_id, args_digest(digest_args), run)
+        return await self._journal.call(
+            self.step, self._next_ordinal(), function_id, args_digest(digest_args), run, alive=self._alive
+        )
+
+    def _alive(self) -> bool:
+        return self.active
 
     @property
     def run_identity(self) -> RunIdentity:
@@ -203,7 +209,11 @@ class ActionContext(RunnerContext):
             outcome = await self._journal.call(
                 self.step, ordinal, f"agent:{handle.name}", digest,
                 lambda: self._sub_agents.run(self, handle, prompt, session, call_id, explicit),
+                alive=self._alive,
             )
+            # Journal the child's result now: the child's own journal ends with
+            # its run-end marker and may be pruned before the parent's run ends.
+            await self._journal.commit_async()
             if outcome["session_memory"] is not None:
                 self.short_term_memory.set(session_path(session), outcome["session_memory"])
             return outcome["result"]

@@ -117,6 +117,7 @@ class RunJournal:
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
         self._write_failure: BaseException | None = None
+        self._commit_lock = asyncio.Lock()
         self.calls_executed = 0
         self.calls_replayed = 0
 
@@ -125,27 +126,43 @@ class RunJournal:
         """Whether the journal already held entries of this run."""
         return bool(self._journaled)
 
-    def commit(self) -> None:
-        """Write everything buffered in one transaction (no-op if nothing is)."""
+    def _take(self) -> List[JournalEntry]:
         if self._write_failure is not None:
             raise self._write_failure
-        if not self._buffer:
-            return
         entries, self._buffer = self._buffer, []
+        return entries
+
+    def _landed(self, entries: List[JournalEntry]) -> None:
+        for entry in entries:
+            self._journaled[(entry.step, entry.ordinal)] = entry
+        self._on_write()
+
+    def commit(self) -> None:
+        """Write everything buffered in one transaction (no-op if nothing is)."""
+        entries = self._take()
+        if not entries:
+            return
         try:
             self._store.append(*self._run, entries)
         except BaseException as exc:
             self._write_failure = exc
             raise
-        for entry in entries:
-            self._journaled[(entry.step, entry.ordinal)] = entry
-        self._on_write()
+        self._landed(entries)
 
     async def commit_async(self) -> None:
-        """``commit`` on a worker thread, so the event loop runs other keys
-        while the store syncs to disk."""
-        if self._buffer or self._write_failure is not None:
-            await asyncio.to_thread(self.commit)
+        """``commit`` with the store write on a worker thread, so the event loop
+        runs other keys while the store syncs to disk. Commits of one run are
+        serialized: a call started meanwhile waits until the write landed."""
+        async with self._commit_lock:
+            entries = self._take()
+            if not entries:
+                return
+            try:
+                await asyncio.to_thread(self._store.append, *self._run, entries)
+            except BaseException as exc:
+                self._write_failure = exc
+                raise
+            self._landed(entries)
 
     def _replay(self, step: str, ordinal: int, function_id: str, digest: str) -> JournalEntry | None:
         entry = self._journaled.get((step, ordinal))
@@ -175,8 +192,17 @@ class RunJournal:
         self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
         return result
 
-    async def call(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Replay or run an asynchronous call."""
+    async def call(
+        self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]],
+        alive: Callable[[], bool] = lambda: True,
+    ) -> Any:
+        """Replay or run an asynchronous call.
+
+        Args:
+            alive: Whether the calling action still runs; the outcome of a call
+                that outlived its action (an orphan of a failed gather) is not
+                journaled.
+        """
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return _decode_outcome(entry.payload)
@@ -185,9 +211,11 @@ class RunJournal:
         try:
             result = await run()
         except Exception as exc:
-            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
+            if alive():
+                self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
             raise
-        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
+        if alive():
+            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
         return result
 
     def completion(self, step: str) -> Dict[str, Any] | None:
@@ -200,8 +228,16 @@ class RunJournal:
         self._buffer.append(JournalEntry(step, COMPLETION, "", "", json.dumps(completion)))
 
     def discard_step(self, step: str) -> None:
-        """Drop the uncommitted entries of a failed ``step`` (before a retry)."""
+        """Drop the uncommitted entries of a failed attempt's ``step``."""
         self._buffer = [e for e in self._buffer if e.step != step]
+
+    async def settle_async(self) -> None:
+        """Commit a nested (sub-agent) run's entries without a run end: it is
+        pruned with its parent's run (``stores/_sql.PRUNE``)."""
+        if not self._journaled and self.calls_executed == 0:
+            self._buffer.clear()
+            return
+        await self.commit_async()
 
     async def finish_async(self, outcome: str) -> None:
         """``finish`` with the commit on a worker thread."""

@@ -184,8 +184,12 @@ class KeyRunner:
     def close(self) -> None:
         """Stop the loop (runs still in progress are abandoned; their records
         are still pending in the host's state and run again after a restore)."""
-        if self._loop.is_running():
+        # Safe before run_forever too: a stop scheduled early ends the loop
+        # as soon as it starts.
+        try:
             self._loop.call_soon_threadsafe(self._loop.stop)
+        except RuntimeError:
+            pass  # the loop already closed
         self._thread.join(timeout=10)
 
     # -- runner side (the loop thread) ---------------------------------------

@@ -130,14 +130,14 @@ class SubAgentRunner:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc
             if isinstance(failure.cause, NondeterminismError):
                 raise
-            journal.commit()
+            await journal.settle_async()
             cause = failure.cause
             result = SubAgentResult(
                 success=False, error_message=f"{type(cause).__name__}: {cause}",
                 session_id=session_id, call_id=call_id,
             )
             return {"result": result, "session_memory": None}
-        await journal.finish_async("ok")
+        await journal.settle_async()
         result = SubAgentResult(success=True, result=outputs, session_id=session_id, call_id=call_id)
         return {"result": result, "session_memory": state.short_term_memory if explicit_session else None}
 

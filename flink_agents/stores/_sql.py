@@ -76,10 +76,15 @@ POSTGRES_UPSERT = (
 
 # Every entry of each run whose run-end marker is older than the cutoff, in
 # one statement: the subquery reads the partial index, the delete the key.
+# A finished run goes with the runs nested under it: a sub-agent call's journal
+# id is "<parent journal id>/<call id>" for the same key and record, and it
+# writes no run end of its own (its parent's result entry may land later).
 PRUNE = (
-    f"DELETE FROM {TABLE} WHERE (journal_id, key, seq) IN ("
-    f"SELECT journal_id, key, seq FROM {TABLE}"
-    f" WHERE {RUN_END_PREDICATE} AND committed_at < {{p}})"
+    f"DELETE FROM {TABLE} WHERE EXISTS (SELECT 1 FROM {TABLE} AS ended"
+    f" WHERE ended.{RUN_END_PREDICATE.replace(' AND ordinal', ' AND ended.ordinal')}"
+    f" AND ended.committed_at < {{p}} AND ended.key = {TABLE}.key AND ended.seq = {TABLE}.seq"
+    f" AND (ended.journal_id = {TABLE}.journal_id OR substr({TABLE}.journal_id, 1,"
+    f" length(ended.journal_id) + 1) = ended.journal_id || '/'))"
 )
 
 COUNT = f"SELECT count(*) FROM {TABLE}"

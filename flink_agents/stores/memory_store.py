@@ -96,9 +96,16 @@ class InMemoryJournalStore(JournalStore):
         """
         deleted = 0
         with self._lock:
-            for run_key in list(self._runs):
-                end = self._runs[run_key].get((RUN_STEP, RUN_END))
-                if end is not None and end[1] < finished_before_s:
+            ended = [
+                run_key for run_key, run in self._runs.items()
+                if (RUN_STEP, RUN_END) in run and run[(RUN_STEP, RUN_END)][1] < finished_before_s
+            ]
+            for journal_id, key, seq in ended:
+                # The run and the sub-agent runs nested under it (see _sql.PRUNE).
+                for run_key in [
+                    r for r in self._runs
+                    if r[1] == key and r[2] == seq and (r[0] == journal_id or r[0].startswith(journal_id + "/"))
+                ]:
                     deleted += len(self._runs.pop(run_key))
         return deleted
 
