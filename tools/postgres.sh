@@ -20,15 +20,9 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf '[postgres] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo -n "$@" || die "'$*' needs root; sudo without a password is not available"
-    else
-        die "'$*' needs root and sudo is not installed; install PostgreSQL yourself"
-    fi
-}
+AS_ROOT_HINT="install PostgreSQL yourself"
+# shellcheck source=tools/as_root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as_root.sh"
 
 # The newest installed server's bin directory (Debian keeps them versioned).
 find_bindir() {

@@ -13,15 +13,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 step() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo -n "$@" || die "'$*' needs root; sudo without a password is not available"
-    else
-        die "'$*' needs root and sudo is not installed; install Java 17 yourself"
-    fi
-}
+AS_ROOT_HINT="install Java 17 yourself"
+# shellcheck source=tools/as_root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/as_root.sh"
 
 # --- Java ---------------------------------------------------------------------
 if command -v java >/dev/null 2>&1; then
