@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Dict
 
+from flink_agents.api.callbacks import Callback
 from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
@@ -80,3 +81,18 @@ class RunnerContext(ABC):
     ) -> Any:
         """``durable_execute`` for async actions: ``fn`` runs on a worker thread
         (or is awaited if it is a coroutine function) so other keys run meanwhile."""
+
+    async def create_callback(self, purpose: str, timeout_s: float) -> "Callback":
+        """Create a callback that an outside system completes over HTTP.
+
+        See ``flink_agents.api.callbacks``. Only in async actions.
+
+        Args:
+            purpose: What the run waits for (shown to operators; journaled).
+            timeout_s: Seconds until the callback times out, from 1 to 86,400.
+
+        Raises:
+            ValueError: ``timeout_s`` is outside [1, 86400].
+            RuntimeError: The action is not async, or has returned.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support callbacks")

@@ -108,6 +108,10 @@ class AgentPlan(BaseModel):
         """Actions listening to ``event_type``, in plan order."""
         return [self.actions[n] for n in self.actions_by_event.get(event_type, ())]
 
+    def has_resource(self, name: str, type: ResourceType) -> bool:
+        """Whether the plan has resource ``name`` of kind ``type``."""
+        return name in self.resources.get(ResourceType(type), {})
+
     def resource_spec(self, name: str, type: ResourceType) -> ResourceSpec:
         """The spec of resource ``name`` of kind ``type``.
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 from pydantic import BaseModel
 
 from flink_agents.api.agents.agent import Agent
+from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
 from flink_agents.api.events.chat_event import ChatRequestEvent
 from flink_agents.api.events.event import Event, InputEvent
@@ -260,6 +261,8 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
                 continue
             for ref in refs if isinstance(refs, list) else [refs]:
                 known = resources.get(target_type, {})
+                if arg == "tools" and ref in BUILTIN_CALLBACK_TOOLS and ref not in known:
+                    continue  # a built-in tool (flink_agents.api.callbacks)
                 if ref not in known:
                     raise PlanError(
                         f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "

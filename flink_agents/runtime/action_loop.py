@@ -51,6 +51,7 @@ async def run_record(
     emit: Callable[[Any], None],
     counters: RunCounters,
     sub_agents: Any = None,
+    callbacks: Any = None,
 ) -> None:
     """Run ``record`` to completion, updating ``state`` in place.
 
@@ -90,7 +91,8 @@ async def run_record(
                     queue.extend(decode_event(e) for e in done["events"])
                     continue
                 ctx = await _run_step(
-                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, sub_agents
+                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, sub_agents,
+                    callbacks,
                 )
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
@@ -119,6 +121,7 @@ async def _run_step(
     job_config: Dict[str, Any],
     counters: RunCounters,
     sub_agents: Any,
+    callbacks: Any,
 ) -> ActionContext:
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
@@ -134,7 +137,7 @@ async def _run_step(
             run, attempt_step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
-            resources, job_config, journal, spec.function.is_async, sub_agents,
+            resources, job_config, journal, spec.function.is_async, sub_agents, callbacks,
         )
         try:
             result = spec.function.resolve()(event, ctx)

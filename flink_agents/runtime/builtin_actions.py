@@ -12,6 +12,12 @@ checkpoint-stable. Tool calls get the runtime's own ids
 (``<request>-<round>-<index>``) and the history sent to the provider uses
 them; the provider's id is kept as ``original_id``. Providers reuse ids across
 turns, so theirs cannot key results.
+
+Asynchronous operations (``runtime.callback_tools``): when the model answers
+without asking for tools while operations it started with the built-in
+``create_callback`` tool are still open, the action waits for them and sends
+their outcomes back as one user message, outside text wrapped as untrusted
+data, and the loop goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from flink_agents.api.events.event import Event
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
 from flink_agents.api.resource import ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
+from flink_agents.runtime.callback_tools import BuiltinCallbackTool, outcome_message
 
 __all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
 
@@ -57,10 +65,13 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
         conversation = ctx.sensory_memory.get(path)
         if conversation is None:
             raise RuntimeError(f"tool response {event.request_id} matches no pending chat request")
+        names = _tool_names(conversation["messages"])
         for call_id in conversation.pop("pending_calls"):
             if call_id not in event.responses:
                 raise RuntimeError(f"tool response {event.request_id} lacks call {call_id!r}")
             result = event.responses[call_id]
+            if names.get(call_id) == CREATE_CALLBACK_TOOL and isinstance(result, dict) and result.get("pending"):
+                conversation.setdefault("operations", []).append(result["operation_id"])
             conversation["messages"].append(
                 ChatMessage(
                     role=MessageRole.TOOL,
@@ -93,6 +104,23 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
 
+    while not reply.tool_calls and conversation.get("operations"):
+        if conversation["round"] >= max_rounds:
+            raise RuntimeError(
+                f"chat model {model!r} used more than {max_rounds} rounds ({MAX_TOOL_ROUNDS_OPTION})"
+            )
+        conversation["messages"].append(reply.model_dump(mode="json"))
+        conversation["messages"].append(await _operation_outcomes(conversation.pop("operations"), ctx))
+        conversation["round"] += 1
+        messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
+        reply = await _journaled(ctx)(
+            f"chat:{model}",
+            [conversation["messages"], conversation["prompt_args"]],
+            lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
+        )
+        if not isinstance(reply, ChatMessage):
+            raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
+
     if not reply.tool_calls:
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
         return
@@ -118,6 +146,26 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     request = ToolRequestEvent(model=model, tool_calls=calls)
     ctx.send_event(request)  # assigns request.id
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
+
+
+def _tool_names(messages: List[Dict[str, Any]]) -> Dict[str, str]:
+    """Call id -> tool name, over the latest assistant message with tool calls."""
+    for message in reversed(messages):
+        calls = message.get("tool_calls")
+        if calls:
+            return {c["id"]: c["function"]["name"] for c in calls}
+    return {}
+
+
+async def _operation_outcomes(operation_ids: List[str], ctx: RunnerContext) -> Dict[str, Any]:
+    """Wait for every open operation (each racing its deadline; the run is
+    parked meanwhile); their outcomes as one user message, in start order."""
+    hub = getattr(ctx, "callbacks", None)
+    if hub is None:
+        raise RuntimeError("operations were started, but this runtime has no callback store")
+    records = await asyncio.gather(*(hub.wait_record(op) for op in operation_ids))
+    text = "\n\n".join(outcome_message(op, record) for op, record in zip(operation_ids, records))
+    return ChatMessage(role=MessageRole.USER, content=text).model_dump(mode="json")
 
 
 def _journaled(ctx: RunnerContext) -> Callable[..., Awaitable[Any]]:
@@ -154,6 +202,9 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         if isinstance(arguments, str):
             arguments = json.loads(arguments or "{}")
         tool = ctx.get_resource(name, ResourceType.TOOL)
+        if isinstance(tool, BuiltinCallbackTool):
+            # Not journaled here: the callback's registration is its journal.
+            return await tool.run_in(ctx, arguments)
         if not isinstance(tool, Tool):
             raise TypeError(f"resource {name!r} is not a tool")
         fn = getattr(tool, "func", None)

@@ -8,6 +8,7 @@ import json
 import uuid
 from typing import Any, Awaitable, Callable, Dict, List
 
+from flink_agents.api.callbacks import Callback
 from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
@@ -15,6 +16,7 @@ from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.journal import RunJournal, args_digest, function_id_of
 from flink_agents.runtime.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.values import encode_value
+from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = ["ActionContext", "RunIdentity", "key_text"]
 
@@ -71,6 +73,7 @@ class ActionContext(RunnerContext):
         journal: RunJournal,
         is_async: bool = False,
         sub_agents: Any = None,
+        callbacks: Any = None,
     ) -> None:
         self._run = run
         self.step = step
@@ -85,6 +88,8 @@ class ActionContext(RunnerContext):
         self._sub_agent_calls = 0
         self._is_async = is_async
         self._sub_agents = sub_agents
+        self._callbacks = callbacks
+        self._callback_count = 0
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
 
@@ -219,3 +224,45 @@ class ActionContext(RunnerContext):
             return outcome["result"]
 
         return call()
+
+    def create_callback(self, purpose: str, timeout_s: float) -> Awaitable[Callback]:  # type: ignore[override]
+        """A callback bound to this call (see ``flink_agents.api.callbacks``).
+
+        Checked at once (so a sync action gets the error, not an unawaited
+        coroutine); the returned awaitable registers the callback durably
+        before it gives it; on replay the original callback (id, deadline,
+        outcome) comes back.
+
+        Raises:
+            ValueError: ``timeout_s`` outside [1, 86400] s.
+            RuntimeError: The action is not async or has returned, or this
+                runtime has no callback store.
+            NondeterminismError: On replay, this call created another callback.
+        """
+        from flink_agents.runtime.callbacks import validate_timeout
+
+        validate_timeout(timeout_s)  # bad input fails before anything else
+        if not self.active:
+            raise RuntimeError(
+                f"create_callback called after action {self.action_name!r} returned; "
+                "create and await callbacks inside the action"
+            )
+        if not self._is_async:
+            raise RuntimeError(
+                f"action {self.action_name!r} is not async: a callback must be awaited, so the "
+                "action creating it must be 'async def'"
+            )
+        if self._callbacks is None:
+            raise RuntimeError("this runtime context cannot create callbacks")
+        ordinal = self._callback_count
+        self._callback_count += 1
+        return self._callbacks.create(self.callback_ref(ordinal), self._run.key, purpose, timeout_s)
+
+    def callback_ref(self, ordinal: int = 0) -> CallbackRef:
+        """Runtime-internal: the ref of this step's callback ``ordinal``."""
+        return CallbackRef(self._run.journal_id, self._run.key_text, self._run.seq, self.step, ordinal)
+
+    @property
+    def callbacks(self) -> Any:
+        """Runtime-internal: the engine's ``CallbackHub`` (or None)."""
+        return self._callbacks

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
+from flink_agents.runtime.callbacks import CallbackHub
 from flink_agents.runtime.context import RunIdentity
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, RecordSkipped
@@ -25,6 +26,7 @@ from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
 from flink_agents.runtime.sub_agents import SubAgentRunner
+from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
 
@@ -72,7 +74,13 @@ class AgentEngine:
         self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
         self._last_prune = clock()
         self._resources = ResourceCache(plan)
-        self._sub_agents = SubAgentRunner(plan, self.store, self.config, self.counters, self._count_write)
+        # Callbacks live beside the journal, in the same store.
+        self.callbacks: CallbackHub | None = (
+            CallbackHub(self.store, self.config, self.counters, clock) if isinstance(self.store, CallbackStore) else None
+        )
+        self._sub_agents = SubAgentRunner(
+            plan, self.store, self.config, self.counters, self._count_write, self.callbacks
+        )
         self._running: set[Any] = set()
 
     def is_running(self, key: Any) -> bool:
@@ -144,7 +152,7 @@ class AgentEngine:
         try:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
-                emit, self.counters, sub_agents=self._sub_agents,
+                emit, self.counters, sub_agents=self._sub_agents, callbacks=self.callbacks,
             )
         except RecordSkipped as skipped:
             failure = skipped.failure
@@ -159,13 +167,17 @@ class AgentEngine:
                 "error_message": str(failure.cause),
                 "attempts": skipped.attempts,
             })
+            await self._close_callbacks(run)
             await journal.finish_async("skipped")
         except ActionFailed:
             # Keep what finished (calls, completed steps): a restart then
-            # replays it instead of calling again.
+            # replays it instead of calling again. Its callbacks stay pending.
             journal.commit()
+            if self.callbacks is not None:
+                self.callbacks.forget_run(run.key_text, run.seq)
             raise
         else:
+            await self._close_callbacks(run)
             await journal.finish_async("ok")
         finally:
             self.counters.in_flight -= 1
@@ -173,6 +185,12 @@ class AgentEngine:
             self.counters.calls_replayed += journal.calls_replayed
         self.counters.records += 1
         self._maybe_prune()
+
+    async def _close_callbacks(self, run: RunIdentity) -> None:
+        # Before the run-end marker: a completion of a callback the run left
+        # behind is late from here on, also if the marker write is lost.
+        if self.callbacks is not None:
+            await self.callbacks.close_run(run.journal_id, run.key_text, run.seq)
 
     def _count_write(self) -> None:
         self.counters.journal_writes += 1
@@ -183,6 +201,8 @@ class AgentEngine:
             return
         self._last_prune = now
         deleted = self.store.prune(now - self._retention_s)
+        if self.callbacks is not None:
+            self.callbacks.prune(int((now - self._retention_s) * 1000))
         if deleted:
             log.info("pruned %d journal entries of runs finished over %.0f s ago", deleted, self._retention_s)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List
 
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.run_slots import RunSlots
 from flink_agents.runtime.state import KeyState, PendingRecord
 
 __all__ = ["Completion", "KeyRunner"]
@@ -69,7 +70,8 @@ class KeyRunner:
 
     Args:
         engine: Runs single records (``AgentEngine.run_one``).
-        max_concurrent_runs: Runs in progress at once, over all keys.
+        max_concurrent_runs: Runs in progress at once, over all keys; a run
+            waiting for a callback does not count (``run_slots``).
         max_backlog: Records accepted but not finished, over all keys, before
             ``wait_for_capacity`` blocks the host (back-pressure).
     """
@@ -84,13 +86,13 @@ class KeyRunner:
         self._backlog = 0
         self._changed = threading.Condition()
         self._loop = asyncio.new_event_loop()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: RunSlots | None = None
         self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
         self._thread.start()
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._slots = asyncio.Semaphore(self._max_concurrent_runs)
+        self._slots = RunSlots(self._max_concurrent_runs)
         self._loop.run_forever()
         # Stopped: let async clients held per loop close on it.
         self._loop.run_until_complete(self._loop.shutdown_asyncgens())
@@ -207,7 +209,7 @@ class KeyRunner:
                     return
                 record = worker.queue.popleft()
             completion = Completion(record.seq, worker.state.short_term_memory)
-            async with self._slots:
+            async with self._slots.hold():
                 try:
                     await self._engine.run_one(
                         key, worker.state, record, completion.outputs.append, completion.errors.append

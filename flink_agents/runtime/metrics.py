@@ -26,6 +26,12 @@ class RunCounters:
     records_skipped: int = 0
     in_flight: int = 0  # runs in progress now (a gauge)
     max_in_flight: int = 0  # the most runs in progress at once
+    callbacks_created: int = 0
+    callbacks_resolved: int = 0
+    callbacks_rejected: int = 0
+    callbacks_timed_out: int = 0
+    callbacks_cancelled: int = 0
+    callbacks_closed: int = 0  # still pending when the run ended
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Tuple
 
+from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
@@ -37,6 +38,10 @@ class ResourceCache:
             return found
         with self._lock:
             found = self._built.get((type, name))
+            if found is None and type == ResourceType.TOOL and name in BUILTIN_CALLBACK_TOOLS and not self._plan.has_resource(name, type):
+                from flink_agents.runtime.callback_tools import builtin_callback_tool
+
+                found = self._built[(type, name)] = builtin_callback_tool(name)
             if found is None:
                 found = self._build(self._plan.resource_spec(name, type))
                 self._built[(type, name)] = found

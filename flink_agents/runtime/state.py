@@ -46,6 +46,9 @@ class KeyState:
         pending: Records not yet finished, oldest first; the head is running.
         short_term_memory: The key's short-term memory (flat dotted-path map).
         runs_finished: Records of the key that finished.
+        callback_deadlines: Deadlines of the callbacks of pending records,
+            ``[callback id, deadline (Unix ms), record seq]``, each also a
+            processing-time timer of the key (Flink driver only).
     """
 
     journal_id: str = ""
@@ -53,6 +56,7 @@ class KeyState:
     pending: List[PendingRecord] = field(default_factory=list)
     short_term_memory: Dict[str, Any] = field(default_factory=dict)
     runs_finished: int = 0
+    callback_deadlines: List[List[Any]] = field(default_factory=list)
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
@@ -67,6 +71,7 @@ class KeyState:
                 ],
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
+                "callbacks": self.callback_deadlines,
             },
             separators=(",", ":"),
         )
@@ -90,4 +95,5 @@ class KeyState:
             pending=[PendingRecord(p["seq"], decode_value(p["value"]), p.get("ts")) for p in data["pending"]],
             short_term_memory=data["stm"] or {},
             runs_finished=data["runs_finished"],
+            callback_deadlines=data.get("callbacks") or [],  # absent before callbacks existed
         )

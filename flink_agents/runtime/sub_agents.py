@@ -83,15 +83,17 @@ class SubAgentRunner:
         config: The job's agent configuration.
         counters: The engine's counters (children count in them too).
         on_write: Called after each journal write.
+        callbacks: The engine's ``CallbackHub`` (children create callbacks too).
     """
 
     def __init__(self, root: AgentPlan, store: "JournalStore", config: Dict[str, Any],
-                 counters: "RunCounters", on_write: Any) -> None:
+                 counters: "RunCounters", on_write: Any, callbacks: Any = None) -> None:
         self._root = root
         self._store = store
         self._config = config
         self._counters = counters
         self._on_write = on_write
+        self._callbacks = callbacks
         self._resources: Dict[str, ResourceCache] = {}
 
     def resources_of(self, child_key: str) -> ResourceCache:
@@ -124,7 +126,7 @@ class SubAgentRunner:
             await run_record(
                 self._root.children[handle.child_key], run, state, PendingRecord(run.seq, prompt), journal,
                 self.resources_of(handle.child_key).get, self._config, outputs.append, self._counters,
-                sub_agents=self,
+                sub_agents=self, callbacks=self._callbacks,
             )
         except (ActionFailed, RecordSkipped) as exc:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc

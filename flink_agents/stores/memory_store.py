@@ -22,6 +22,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from flink_agents.stores.journal import RUN_END, RUN_STEP, JournalEntry, JournalStore, RunKey
+from flink_agents.stores.memory_callbacks import InMemoryCallbacks
 
 __all__ = ["InMemoryJournalStore"]
 
@@ -29,8 +30,8 @@ AppendHook = Callable[[List[JournalEntry]], None]
 _Slot = Tuple[str, int]  # (step, ordinal)
 
 
-class InMemoryJournalStore(JournalStore):
-    """A dict-backed, thread-safe ``JournalStore``.
+class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
+    """A dict-backed, thread-safe ``JournalStore`` (and ``CallbackStore``).
 
     Args:
         clock: Returns the current time in Unix seconds; stamps each append's

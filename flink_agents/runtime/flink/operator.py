@@ -22,13 +22,17 @@ Mapping onto Flink:
 - model and tool calls are journaled, keyed by the key's journal id (in its
   state), so a replay after a failover does not call again; records pending
   in a restored state are resubmitted by the key's restored timers;
+- a callback's deadline is a processing-time timer of its key, kept with
+  the callback's id in keyed state (``KeyState.callback_deadlines``): when it
+  fires, the callback times out (``CallbackHub.expire``) unless a completion
+  won already, also after a restore, before the run has been replayed;
 - error records of skipped records go to the ``ERROR_OUTPUT`` side output;
   engine counters are mirrored into Flink metrics (group ``flink_agents``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, Tuple
 
 from pyflink.common import Time, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
@@ -83,6 +87,9 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._reported: Dict[str, int] = {}
         self._inline_wait_s = float(self._config.get("flink.inline_wait_ms", 2)) / 1000.0
         self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 100))
+        # Per key with callbacks in flight: id -> (deadline ms, record seq);
+        # mirrors KeyState.callback_deadlines so polls need not read state.
+        self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         ttl_s = self._config.get(MEMORY_TTL_OPTION)
@@ -91,6 +98,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
             runtime_context.get_state(_memory_descriptor(None if ttl_s is None else float(ttl_s))),
         )
         self._engine = AgentEngine(self._plan, self._config, self._job_id)
+        if self._engine.callbacks is not None:
+            self._engine.callbacks.track_timers = True
         max_runs = int(self._config.get("max_concurrent_runs", 64))
         self._runner = KeyRunner(self._engine, max_runs, int(self._config.get("flink.max_backlog", 16 * max_runs)))
         group = runtime_context.get_metrics_group().add_group("flink_agents")
@@ -117,7 +126,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         if self._runner.has_work(key):
             self._schedule(ctx.timer_service(), record.timestamp_ms)
         else:
-            self._runner.release(key)
+            self._release(key)
         self._report_metrics()
         self._runner.wait_for_capacity()
 
@@ -126,14 +135,18 @@ class AgentOperatorFunction(KeyedProcessFunction):
         key = ctx.get_current_key()
         self._driver.begin(key)
         event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        timers = ctx.timer_service()
+        if not event_time:
+            self._expire_due(key, timestamp)
         if not event_time and self._runner.knows(key):
             # A poll: apply what finished, without reading state otherwise.
+            self._arm_deadlines(key, timers)
             yield from self._apply(key)
-            self._after_callback(ctx.timer_service(), key)
+            self._after_callback(timers, key)
             return
         state = self._driver.load(key)
         if state is None or not state.pending:
-            self._runner.release(key)
+            self._release(key)
             return
         self._runner.submit(key, state)  # after a restore the runner has not seen them
         if event_time:
@@ -141,16 +154,68 @@ class AgentOperatorFunction(KeyedProcessFunction):
             due = [r.seq for r in state.pending if timestamp == END_OF_TIME_MS or (r.timestamp_ms or 0) <= timestamp]
             if due:
                 self._runner.wait_for(key, due[-1])
+        self._arm_deadlines(key, timers)
         yield from self._apply(key)
-        self._after_callback(ctx.timer_service(), key)
+        self._after_callback(timers, key)
 
     def _after_callback(self, timers: Any, key: Any) -> None:
         assert self._runner is not None
         if self._runner.has_work(key):
             self._schedule(timers, None)
         else:
-            self._runner.release(key)
+            self._release(key)
         self._report_metrics()
+
+    def _release(self, key: Any) -> None:
+        assert self._runner is not None
+        self._runner.release(key)
+        self._deadlines.pop(key, None)
+
+    def _arm_deadlines(self, key: Any, timers: Any) -> None:
+        """Turn the deadlines of the key's new callbacks into timers, and
+        keep them in keyed state (a checkpoint then holds both)."""
+        assert self._engine is not None and self._driver is not None
+        hub = self._engine.callbacks
+        requests = hub.take_timer_requests(key) if hub is not None else []
+        if not requests:
+            return
+        state = self._driver.load(key)
+        if state is None:
+            return
+        known = self._deadlines.setdefault(key, {})
+        for callback_id, deadline_ms, seq in requests:
+            if callback_id in known:
+                continue  # a replay asked again; Flink dedups the timer too
+            known[callback_id] = (deadline_ms, seq)
+            state.callback_deadlines.append([callback_id, deadline_ms, seq])
+            timers.register_processing_time_timer(deadline_ms)
+        self._driver.store(key, state)
+
+    def _expire_due(self, key: Any, now_ms: int) -> None:
+        """Time out the key's callbacks whose deadline timer fired."""
+        assert self._engine is not None and self._driver is not None and self._runner is not None
+        hub = self._engine.callbacks
+        if hub is None:
+            return
+        known = self._deadlines.get(key)
+        if known is None:
+            if self._runner.knows(key):
+                return  # no callbacks armed for this key
+            # After a restore: the deadlines are in keyed state only.
+            state = self._driver.load(key)
+            if state is None or not state.callback_deadlines:
+                return
+            known = self._deadlines[key] = {e[0]: (int(e[1]), int(e[2])) for e in state.callback_deadlines}
+        due = [callback_id for callback_id, (deadline_ms, _) in known.items() if deadline_ms <= now_ms]
+        if not due:
+            return
+        hub.expire(due)
+        for callback_id in due:
+            del known[callback_id]
+        state = self._driver.load(key)
+        if state is not None:
+            state.callback_deadlines = [e for e in state.callback_deadlines if e[0] not in due]
+            self._driver.store(key, state)
 
     def _schedule(self, timers: Any, timestamp_ms: int | None) -> None:
         now = timers.current_processing_time()
@@ -175,6 +240,11 @@ class AgentOperatorFunction(KeyedProcessFunction):
                 raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head.seq} was expected")
             state.short_term_memory = completion.short_term_memory
             state.runs_finished += 1
+            if state.callback_deadlines:  # the run's callbacks are closed now
+                state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
+                known = self._deadlines.get(key, {})
+                for callback_id in [c for c, (_, seq) in known.items() if seq == completion.seq]:
+                    del known[callback_id]
             yield from completion.outputs
             for error in completion.errors:
                 yield ERROR_OUTPUT, error

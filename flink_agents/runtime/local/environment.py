@@ -16,6 +16,7 @@ from flink_agents.api.execution_environment import AgentBuilder, AgentsExecution
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.runtime.run_slots import RunSlots
 
 __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
 
@@ -77,13 +78,13 @@ class LocalAgentBuilder(AgentBuilder):
         engine = AgentEngine(self._plan, config, job_id=str(config.get("job_id") or default_id))
         ttl_s = config.get("short_term_memory.ttl_s")
         driver = LocalDriver(memory_ttl_s=None if ttl_s is None else float(ttl_s))
-        limit = asyncio.Semaphore(int(config.get(MAX_CONCURRENT_RUNS_OPTION, _DEFAULT_MAX_CONCURRENT_RUNS)))
+        slots = RunSlots(int(config.get(MAX_CONCURRENT_RUNS_OPTION, _DEFAULT_MAX_CONCURRENT_RUNS)))
         by_key: Dict[Any, List[Any]] = {}
         for key, value in self._records:
             by_key.setdefault(key, []).append(value)
 
         async def run_key(key: Any, values: List[Any]) -> None:
-            async with limit:
+            async with slots.hold():
                 for value in values:
                     await engine.process(driver, key, value)
 

@@ -1,0 +1,384 @@
+"""Callbacks at run time: create, wait (racing the deadline), cancel, close.
+
+Lifecycle of one callback (the store's states, ``stores/callbacks.py``)::
+
+    create_callback ──> PENDING ──POST resolve──> RESOLVED   (await cb -> body)
+                          │    ──POST reject───> REJECTED   (CallbackRejected)
+                          │    ──deadline──────> TIMED_OUT  (CallbackTimeout)
+                          │    ──cb.cancel()───> CANCELLED  (CallbackCancelled)
+                          └────run ended──────> CLOSED
+
+Every arrow out of ``PENDING`` is one conditional write to the store, so the
+first one wins everywhere and for good; a completion that loses is dropped
+(the ingress answers 404 and counts it in ``late_completions``).
+
+Identity and replay. ``create`` draws the id from ``secrets`` (192 bits) and
+registers it under the creating call's ``CallbackRef`` (journal id, key,
+record, step, ordinal of the step's callbacks) before it returns, so the URL
+never leaves the run before the callback is durable. A replayed run
+registers the same ref and gets the original id, deadline and outcome back.
+
+Waiting. ``wait`` awaits a future that this hub settles from the store: a
+poller on the run's event loop reads the outcomes of every waited-for
+callback each ``callbacks.poll_interval_ms`` (one query for all of them) and
+times out those whose deadline passed. A waiting run holds no thread and
+gives back its run slot (``run_slots.parked``). On Flink the deadline is also
+a processing-time timer of the key (``take_timer_requests``,
+``expire``): it lives in keyed state and checkpoints, so after a restore it
+fires even before the run has been replayed. Both paths make the same
+conditional write; whichever lands first decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import secrets
+import threading
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
+
+from flink_agents.api.callbacks import (
+    MAX_CALLBACK_TIMEOUT_S,
+    MIN_CALLBACK_TIMEOUT_S,
+    Callback,
+    CallbackCancelled,
+    CallbackRejected,
+    CallbackTimeout,
+)
+from flink_agents.runtime.errors import NondeterminismError
+from flink_agents.runtime.metrics import RunCounters
+from flink_agents.runtime.run_slots import parked
+from flink_agents.stores.callbacks import (
+    ACCEPTED,
+    CANCELLED,
+    CLOSED,
+    PENDING,
+    REJECTED,
+    RESOLVED,
+    TIMED_OUT,
+    CallbackRecord,
+    CallbackRef,
+    CallbackStore,
+)
+
+__all__ = [
+    "BASE_URL_ENV",
+    "BASE_URL_OPTION",
+    "CallbackHub",
+    "POLL_INTERVAL_OPTION",
+    "RuntimeCallback",
+    "decode_body",
+    "validate_timeout",
+]
+
+log = logging.getLogger(__name__)
+
+BASE_URL_ENV = "CALLBACK_BASE_URL"
+BASE_URL_OPTION = "callbacks.base_url"
+POLL_INTERVAL_OPTION = "callbacks.poll_interval_ms"
+DEFAULT_BASE_URL = "http://127.0.0.1:8089"
+_DEFAULT_POLL_INTERVAL_MS = 100
+_ID_BYTES = 24  # 192 bits from the OS's CSPRNG, URL-safe base64: 32 characters
+
+
+def validate_timeout(timeout_s: Any) -> float:
+    """``timeout_s`` as float seconds.
+
+    Raises:
+        ValueError: Not a number within [1, 86400] seconds.
+    """
+    try:
+        value = float(timeout_s)
+    except (TypeError, ValueError):
+        raise ValueError(f"callback timeout must be a number of seconds, got {timeout_s!r}") from None
+    if not MIN_CALLBACK_TIMEOUT_S <= value <= MAX_CALLBACK_TIMEOUT_S:
+        raise ValueError(
+            f"callback timeout must be within {MIN_CALLBACK_TIMEOUT_S:g} s and "
+            f"{MAX_CALLBACK_TIMEOUT_S:g} s (24 h), got {timeout_s!r}"
+        )
+    return value
+
+
+def decode_body(body: Optional[bytes]) -> Union[str, bytes]:
+    """A completion body as text if it is valid UTF-8, else as bytes."""
+    if body is None:
+        return ""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes(body)
+
+
+def body_as_text(body: Optional[bytes]) -> str:
+    """A body for a model: UTF-8 text, or a base64 rendering of binary data."""
+    value = decode_body(body)
+    if isinstance(value, str):
+        return value
+    return f"(binary data, {len(value)} bytes, base64) {base64.b64encode(value).decode('ascii')}"
+
+
+class RuntimeCallback(Callback):
+    """A callback of a run (see ``flink_agents.api.callbacks.Callback``)."""
+
+    def __init__(self, hub: "CallbackHub", record: CallbackRecord, base_url: str) -> None:
+        self._hub = hub
+        self.record = record
+        self.callback_id = record.callback_id
+        self.purpose = record.purpose
+        self.created_ms = record.created_ms
+        self.deadline_ms = record.deadline_ms
+        self.timeout_s = (record.deadline_ms - record.created_ms) / 1000.0
+        self.resolve_url = f"{base_url}/callbacks/{record.callback_id}/resolve"
+        self.reject_url = f"{base_url}/callbacks/{record.callback_id}/reject"
+
+    def wait(self) -> Awaitable[Union[str, bytes]]:
+        return self._wait()
+
+    async def _wait(self) -> Union[str, bytes]:
+        record = await self._hub.wait_record(self.callback_id)
+        return outcome_of(record)
+
+    def cancel(self) -> "asyncio.Task[bool]":
+        return asyncio.get_running_loop().create_task(self._hub.cancel(self.callback_id))
+
+    def __repr__(self) -> str:
+        return f"Callback({self.callback_id[:8]}..., purpose={self.purpose!r}, timeout_s={self.timeout_s:g})"
+
+
+def outcome_of(record: CallbackRecord) -> Union[str, bytes]:
+    """What ``await cb`` gives for a finished callback.
+
+    Raises:
+        CallbackRejected, CallbackTimeout, CallbackCancelled: As the state says.
+    """
+    if record.state == RESOLVED:
+        return decode_body(record.body)
+    if record.state == REJECTED:
+        raise CallbackRejected(record.callback_id, decode_body(record.body))
+    if record.state == TIMED_OUT:
+        raise CallbackTimeout(record.callback_id, (record.deadline_ms - record.created_ms) / 1000.0)
+    if record.state in (CANCELLED, CLOSED):
+        raise CallbackCancelled(record.callback_id)
+    raise RuntimeError(f"callback {record.callback_id} is still {record.state}")
+
+
+class _Waiting:
+    __slots__ = ("future", "deadline_ms")
+
+    def __init__(self, future: "asyncio.Future[CallbackRecord]", deadline_ms: int) -> None:
+        self.future = future
+        self.deadline_ms = deadline_ms
+
+
+class CallbackHub:
+    """The callbacks of one engine (one subtask, or the local runner).
+
+    Args:
+        store: Where callbacks live (the journal store).
+        config: The job's configuration: ``callbacks.base_url`` (else the
+            ``CALLBACK_BASE_URL`` environment variable, else
+            ``http://127.0.0.1:8089``) and ``callbacks.poll_interval_ms``
+            (default 100).
+        counters: The engine's counters.
+        clock: Unix seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        store: CallbackStore,
+        config: Dict[str, Any],
+        counters: RunCounters,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        base = config.get(BASE_URL_OPTION) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        self.base_url = str(base).rstrip("/")
+        self._poll_s = float(config.get(POLL_INTERVAL_OPTION, _DEFAULT_POLL_INTERVAL_MS)) / 1000.0
+        self._counters = counters
+        self._clock = clock
+        self._waiting: Dict[str, _Waiting] = {}
+        self._poller: Optional["asyncio.Task[None]"] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # Per run (key text, seq): its callbacks, to close at the run's end.
+        self._runs: Dict[Tuple[str, int], List[CallbackRecord]] = {}
+        self._finished: Set[str] = set()
+        self.track_timers = False  # set by a host that keeps deadlines as its own timers
+        self._timer_requests: Dict[Any, List[Tuple[str, int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- create --------------------------------------------------------------
+
+    async def create(
+        self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float
+    ) -> RuntimeCallback:
+        """Register (or, on replay, find) the callback of ``ref``.
+
+        Raises:
+            ValueError: ``timeout_s`` outside [1, 86400] s.
+            TypeError: ``purpose`` is not a string.
+            NondeterminismError: On replay, the callback registered for this
+                call had another purpose or timeout.
+        """
+        timeout = validate_timeout(timeout_s)
+        if not isinstance(purpose, str):
+            raise TypeError(f"callback purpose must be a str, got {type(purpose).__name__}")
+        now_ms = self._now_ms()
+        timeout_ms = int(round(timeout * 1000))
+        candidate = secrets.token_urlsafe(_ID_BYTES)
+        record = await asyncio.to_thread(
+            self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms
+        )
+        if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
+            raise NondeterminismError(
+                f"replayed call {ref.step}/callback #{ref.ordinal} on key {ref.key}, record #{ref.seq} "
+                f"created callback ({purpose!r}, {timeout:g} s), but the journal holds "
+                f"({record.purpose!r}, {(record.deadline_ms - record.created_ms) / 1000:g} s)"
+            )
+        if record.callback_id == candidate:
+            self._counters.callbacks_created += 1
+        with self._lock:
+            self._runs.setdefault((ref.key, ref.seq), []).append(record)
+            if self.track_timers and record.state == PENDING:
+                self._timer_requests.setdefault(key, []).append((record.callback_id, record.deadline_ms, ref.seq))
+        return RuntimeCallback(self, record, self.base_url)
+
+    # -- wait ----------------------------------------------------------------
+
+    async def wait_record(self, callback_id: str) -> CallbackRecord:
+        """The callback once it has left ``PENDING`` (parks the run meanwhile)."""
+        record = await asyncio.to_thread(self._store.get_callback, callback_id)
+        if record is None:
+            raise RuntimeError(f"callback {callback_id} is not in the store (pruned while its run waited?)")
+        if record.state != PENDING:
+            return self._settled(record)
+        waiting = self._waiting.get(callback_id)
+        if waiting is None:
+            loop = asyncio.get_running_loop()
+            waiting = self._waiting[callback_id] = _Waiting(loop.create_future(), record.deadline_ms)
+            self._ensure_poller(loop)
+        async with parked():
+            # Shielded: a cancelled waiter must not cancel the others' future.
+            return await asyncio.shield(waiting.future)
+
+    def _ensure_poller(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        if self._poller is None or self._poller.done():
+            self._poller = loop.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        """Settle waited-for callbacks from the store; time out overdue ones."""
+        while self._waiting:
+            await asyncio.sleep(self._poll_s)
+            try:
+                now_ms = self._now_ms()
+                for callback_id, waiting in list(self._waiting.items()):
+                    if waiting.deadline_ms <= now_ms:
+                        result = await asyncio.to_thread(
+                            self._store.complete, callback_id, TIMED_OUT, None, now_ms
+                        )
+                        if result.record is not None:
+                            self._settled(result.record)
+                ids = list(self._waiting)
+                if ids:
+                    for record in (await asyncio.to_thread(self._store.finished_callbacks, ids)).values():
+                        self._settled(record)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the store is down: keep waiting, say so
+                log.exception("reading callback outcomes failed; retrying in %.1f s", self._poll_s)
+
+    def _settled(self, record: CallbackRecord) -> CallbackRecord:
+        """Wake the waiters of a finished callback (on the loop thread)."""
+        if record.callback_id not in self._finished:
+            self._finished.add(record.callback_id)
+            counter = f"callbacks_{record.state}"
+            setattr(self._counters, counter, getattr(self._counters, counter) + 1)
+        waiting = self._waiting.pop(record.callback_id, None)
+        if waiting is not None and not waiting.future.done():
+            waiting.future.set_result(record)
+        return record
+
+    # -- cancel, expire, close -----------------------------------------------
+
+    async def cancel(self, callback_id: str) -> bool:
+        """Cancel a callback unless it finished first. True if this won."""
+        result = await asyncio.to_thread(
+            self._store.complete, callback_id, CANCELLED, None, self._now_ms()
+        )
+        if result.record is not None:
+            self._settled(result.record)
+        return result.outcome == ACCEPTED
+
+    async def cancel_for_run(self, ref_of_run: CallbackRef, callback_id: str) -> Optional[CallbackRecord]:
+        """Cancel ``callback_id`` if it belongs to the given run's key and
+        record (a model may name any id); None if it does not."""
+        record = await asyncio.to_thread(self._store.get_callback, callback_id)
+        if record is None or (record.ref.key, record.ref.seq) != (ref_of_run.key, ref_of_run.seq) or not (
+            record.ref.journal_id == ref_of_run.journal_id
+            or record.ref.journal_id.startswith(ref_of_run.journal_id + "/")
+        ):
+            return None
+        await self.cancel(callback_id)
+        return await asyncio.to_thread(self._store.get_callback, callback_id)
+
+    def take_timer_requests(self, key: Any) -> List[Tuple[str, int, int]]:
+        """Deadlines of ``key``'s new callbacks, as (id, deadline ms, record
+        seq), for a host that turns them into timers (thread-safe)."""
+        with self._lock:
+            return self._timer_requests.pop(key, [])
+
+    def expire(self, callback_ids: List[str]) -> int:
+        """Time out callbacks whose deadline timer fired (from the host's
+        thread). Returns how many timed out here (others had finished)."""
+        expired = 0
+        now_ms = self._now_ms()
+        for callback_id in callback_ids:
+            result = self._store.complete(callback_id, TIMED_OUT, None, now_ms)
+            if result.record is None:
+                continue
+            expired += result.outcome == ACCEPTED
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._settled, result.record)
+        return expired
+
+    async def close_run(self, journal_id: str, key_text: str, seq: int) -> None:
+        """The run ended: close its callbacks still pending (one write, none
+        if every one is known finished), so later completions are late."""
+        with self._lock:
+            records = self._runs.pop((key_text, seq), [])
+        open_ids = [r.callback_id for r in records if r.callback_id not in self._finished]
+        if not open_ids:
+            return
+        now_ms = self._now_ms()
+        await asyncio.to_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
+        nested = [r.callback_id for r in records if r.ref.journal_id != journal_id and r.callback_id in open_ids]
+        for callback_id in nested:  # callbacks of sub-agent runs (journal "<parent>/<call>")
+            await asyncio.to_thread(self._store.complete, callback_id, CLOSED, None, now_ms)
+        for callback_id in open_ids:
+            self._finished.discard(callback_id)
+            waiting = self._waiting.pop(callback_id, None)
+            if waiting is not None and not waiting.future.done():
+                waiting.future.set_result(
+                    await asyncio.to_thread(self._store.get_callback, callback_id)  # type: ignore[arg-type]
+                )
+        for record in records:
+            self._finished.discard(record.callback_id)
+
+    def forget_run(self, key_text: str, seq: int) -> None:
+        """Drop the bookkeeping of a run that failed (its callbacks stay
+        pending: the record runs again after a restore)."""
+        with self._lock:
+            records = self._runs.pop((key_text, seq), [])
+        for record in records:
+            self._finished.discard(record.callback_id)
+
+    def prune(self, before_ms: int) -> int:
+        """Delete callbacks finished (or due) before ``before_ms``."""
+        return self._store.prune_callbacks(before_ms)

@@ -1,0 +1,173 @@
+"""The callback port: durable callbacks that outside systems complete.
+
+A callback is created by a run (``ctx.create_callback``) and completed at
+most once: by the HTTP ingress (resolve or reject, with the POSTed body), or
+by the runtime (its deadline passed, the run cancelled it, or the run ended
+while it was still pending). The store decides who came first: ``complete``
+moves a callback out of ``PENDING`` only if it is still there, in one atomic
+statement, so a resolve racing the deadline timer has exactly one winner, in
+every process that reads the store afterwards.
+
+A callback is bound to the call that created it, ``CallbackRef`` (journal id,
+key, record sequence number, step, ordinal): ``register`` returns the callback
+already registered for that ref, so a replayed run gets back the id, deadline
+and outcome of the original one. Rows live beside the journal (the same SQLite
+file or PostgreSQL database), so the ingress finds them with the job's
+journal configuration alone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional
+
+__all__ = [
+    "ACCEPTED",
+    "CANCELLED",
+    "CLOSED",
+    "CallbackRecord",
+    "CallbackRef",
+    "CallbackStore",
+    "CompleteResult",
+    "FINAL_STATES",
+    "FINISHED",
+    "PENDING",
+    "REJECTED",
+    "RESOLVED",
+    "TIMED_OUT",
+    "UNKNOWN",
+]
+
+# States. PENDING is the only one a callback leaves; the rest are final.
+PENDING = "pending"
+RESOLVED = "resolved"  # the ingress got POST .../resolve; body = the result
+REJECTED = "rejected"  # the ingress got POST .../reject; body = the reason
+TIMED_OUT = "timed_out"  # the deadline passed first
+CANCELLED = "cancelled"  # the run cancelled the wait first
+CLOSED = "closed"  # the run ended while the callback was still pending
+FINAL_STATES = (RESOLVED, REJECTED, TIMED_OUT, CANCELLED, CLOSED)
+
+# Outcomes of ``complete``.
+ACCEPTED = "accepted"  # the callback was pending and now has the new state
+FINISHED = "finished"  # it had a final state already: nothing changed
+UNKNOWN = "unknown"  # no such callback (never created, or pruned)
+
+
+@dataclass(frozen=True)
+class CallbackRef:
+    """The call that created a callback.
+
+    Attributes:
+        journal_id: The key's journal namespace (the job that first saw the key).
+        key: The key as stable text (``runtime.context.key_text``).
+        seq: The record's sequence number within the key.
+        step: The action invocation (``"<action>@<event index>"``, with
+            ``"#<attempt>"`` on a retry).
+        ordinal: Which callback of that step (0, 1, ... in creation order).
+    """
+
+    journal_id: str
+    key: str
+    seq: int
+    step: str
+    ordinal: int
+
+
+@dataclass(frozen=True)
+class CallbackRecord:
+    """A callback as stored.
+
+    Attributes:
+        callback_id: The unguessable id in the URLs (URL-safe text).
+        ref: The call that created it.
+        purpose: What the run waits for (free text from the action).
+        created_ms: Creation time, Unix milliseconds.
+        deadline_ms: When it times out, Unix milliseconds.
+        state: ``PENDING`` or one of ``FINAL_STATES``.
+        body: The POSTed body (``RESOLVED``: the result, ``REJECTED``: the
+            reason); None in the other states.
+        completed_ms: When it left ``PENDING``, Unix milliseconds, or None.
+        late_completions: Resolve/reject POSTs that arrived after it had
+            left ``PENDING`` (dropped and counted).
+    """
+
+    callback_id: str
+    ref: CallbackRef
+    purpose: str
+    created_ms: int
+    deadline_ms: int
+    state: str
+    body: Optional[bytes] = None
+    completed_ms: Optional[int] = None
+    late_completions: int = 0
+
+
+@dataclass(frozen=True)
+class CompleteResult:
+    """What ``complete`` did.
+
+    Attributes:
+        outcome: ``ACCEPTED``, ``FINISHED`` or ``UNKNOWN``.
+        record: The callback after the call (None when ``UNKNOWN``). With
+            ``FINISHED`` it shows the state that won.
+    """
+
+    outcome: str
+    record: Optional[CallbackRecord]
+
+
+class CallbackStore(ABC):
+    """Durable storage of callbacks; safe to share between processes.
+
+    Every method is atomic and durable when it returns (as ``JournalStore.append``).
+    """
+
+    @abstractmethod
+    def register(
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+    ) -> CallbackRecord:
+        """Store a new ``PENDING`` callback, unless ``ref`` has one already.
+
+        Returns:
+            The callback registered for ``ref``: the new one, or on a replay
+            the original (its id, purpose, deadline and current state win over
+            the arguments).
+
+        Raises:
+            Exception: The store's own errors (nothing was written).
+        """
+
+    @abstractmethod
+    def complete(
+        self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
+    ) -> CompleteResult:
+        """Move a ``PENDING`` callback to ``state`` (one of ``FINAL_STATES``)
+        with ``body``, in one atomic step.
+
+        Args:
+            count_late: If the callback has left ``PENDING`` already, add one
+                to its ``late_completions`` (the ingress sets it for POSTs).
+
+        Raises:
+            ValueError: ``state`` is not a final state.
+        """
+
+    @abstractmethod
+    def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
+        """The callback, or None if unknown."""
+
+    @abstractmethod
+    def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
+        """Those of ``callback_ids`` that have left ``PENDING``, by id."""
+
+    @abstractmethod
+    def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
+        """Move every ``PENDING`` callback of one record's run (any step) to
+        ``CLOSED``. Returns how many it moved."""
+
+    @abstractmethod
+    def prune_callbacks(self, before_ms: int) -> int:
+        """Delete callbacks that left ``PENDING`` before ``before_ms``, and
+        pending ones whose deadline is before it (their run is gone). Returns
+        how many it deleted."""

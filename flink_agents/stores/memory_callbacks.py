@@ -1,0 +1,105 @@
+"""``CallbackStore`` in process memory, mixed into ``InMemoryJournalStore``.
+
+Rows live in a dict under the store's lock, so the ingress and the runtime
+may share one store object when they run in one process (tests, the local
+runner); nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Dict, Iterable, Optional
+
+from flink_agents.stores.callbacks import (
+    ACCEPTED,
+    CLOSED,
+    FINAL_STATES,
+    FINISHED,
+    PENDING,
+    UNKNOWN,
+    CallbackRecord,
+    CallbackRef,
+    CallbackStore,
+    CompleteResult,
+)
+
+__all__ = ["InMemoryCallbacks"]
+
+
+class InMemoryCallbacks(CallbackStore):
+    """Mixin: the callback port over ``self._callbacks`` under ``self._lock``."""
+
+    _lock: threading.Lock
+
+    def _callback_rows(self) -> Dict[str, CallbackRecord]:
+        rows = self.__dict__.get("_callbacks")
+        if rows is None:
+            rows = self.__dict__["_callbacks"] = {}
+        return rows
+
+    def register(
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+    ) -> CallbackRecord:
+        with self._lock:
+            rows = self._callback_rows()
+            for row in rows.values():
+                if row.ref == ref:
+                    return row
+            if callback_id in rows:
+                raise ValueError(f"callback id {callback_id!r} is registered for another call")
+            row = CallbackRecord(callback_id, ref, purpose, int(created_ms), int(deadline_ms), PENDING)
+            rows[callback_id] = row
+            return row
+
+    def complete(
+        self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
+    ) -> CompleteResult:
+        if state not in FINAL_STATES:
+            raise ValueError(f"cannot complete a callback as {state!r}; final states are {FINAL_STATES}")
+        with self._lock:
+            rows = self._callback_rows()
+            row = rows.get(callback_id)
+            if row is None:
+                return CompleteResult(UNKNOWN, None)
+            if row.state != PENDING:
+                if count_late:
+                    row = rows[callback_id] = dataclasses.replace(row, late_completions=row.late_completions + 1)
+                return CompleteResult(FINISHED, row)
+            row = rows[callback_id] = dataclasses.replace(
+                row, state=state, body=None if body is None else bytes(body), completed_ms=int(now_ms)
+            )
+            return CompleteResult(ACCEPTED, row)
+
+    def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
+        with self._lock:
+            return self._callback_rows().get(callback_id)
+
+    def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
+        with self._lock:
+            rows = self._callback_rows()
+            found = (rows.get(callback_id) for callback_id in callback_ids)
+            return {row.callback_id: row for row in found if row is not None and row.state != PENDING}
+
+    def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
+        closed = 0
+        with self._lock:
+            rows = self._callback_rows()
+            for callback_id, row in list(rows.items()):
+                ref = row.ref
+                if row.state == PENDING and (ref.journal_id, ref.key, ref.seq) == (journal_id, key, seq):
+                    rows[callback_id] = dataclasses.replace(row, state=CLOSED, completed_ms=int(now_ms))
+                    closed += 1
+        return closed
+
+    def prune_callbacks(self, before_ms: int) -> int:
+        with self._lock:
+            rows = self._callback_rows()
+            gone = [
+                callback_id for callback_id, row in rows.items()
+                if (row.state != PENDING and (row.completed_ms or 0) < before_ms)
+                or (row.state == PENDING and row.deadline_ms < before_ms)
+            ]
+            for callback_id in gone:
+                del rows[callback_id]
+            return len(gone)
