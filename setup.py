@@ -19,6 +19,7 @@ setup(
         "openai>=1.40",
         "tqdm>=4.60",
         "psycopg[binary]>=3.1",  # the PostgreSQL journal store (clusters)
+        "aiohttp>=3.9",  # the callback ingress (flink-agents callbacks serve)
     ],
     extras_require={
         "test": [

@@ -3,6 +3,7 @@
     flink-agents plan show MODULE:AGENT     print an agent's compiled plan (JSON)
     flink-agents plan write [--check]       regenerate (or check) plans/*.json
     flink-agents run review-analysis [...]  run the review-analysis job
+    flink-agents callbacks serve [...]      serve the callback ingress (HTTP)
 """
 
 from __future__ import annotations
@@ -72,6 +73,32 @@ def _plan_write(check: bool) -> int:
     return 0
 
 
+def _callbacks_serve(args: argparse.Namespace) -> int:
+    """``callbacks serve``: open the journal store the flags name (as a job's
+    ``journal.*`` keys would) and serve the ingress until a signal."""
+    from flink_agents.ingress.server import describe_store, serve_forever
+    from flink_agents.stores.factory import open_journal_store
+
+    config = {
+        "journal.store": args.journal_store,
+        "journal.sqlite.path": args.sqlite_path,
+        "journal.postgres.dsn": args.postgres_dsn,
+    }
+    try:
+        store = open_journal_store({name: value for name, value in config.items() if value})
+    except ValueError as exc:
+        raise SystemExit(f"flink-agents: {exc}") from None
+    description = describe_store(store)
+    if not callable(getattr(store, "complete", None)):
+        raise SystemExit(f"flink-agents: the {description} journal store does not hold callbacks")
+
+    def announce(base_url: str) -> None:
+        print(f"serving callbacks on {base_url} (journal: {description})", flush=True)
+
+    serve_forever(store, args.host, args.port, on_ready=announce)
+    return 0
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flink-agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -83,8 +110,22 @@ def main(argv: List[str] | None = None) -> int:
     run = commands.add_parser("run", help="run a bundled job")
     run.add_argument("job", choices=sorted(JOBS))
     run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments of the job (see its --help)")
+    callbacks = commands.add_parser("callbacks", help="durable callbacks").add_subparsers(
+        dest="callbacks_command", required=True
+    )
+    serve = callbacks.add_parser("serve", help="serve the callback ingress until SIGINT/SIGTERM")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8089, help="TCP port; 0 picks a free one (default 8089)")
+    serve.add_argument(
+        "--journal-store", choices=("sqlite", "postgres", "memory"), default="sqlite",
+        help="the journal store holding the callbacks (default sqlite)",
+    )
+    serve.add_argument("--sqlite-path", help="the SQLite journal file (default flink_agents_journal.db here)")
+    serve.add_argument("--postgres-dsn", help="the PostgreSQL DSN (default $FLINK_AGENTS_POSTGRES_DSN)")
     args = parser.parse_args(argv)
 
+    if args.command == "callbacks":
+        return _callbacks_serve(args)
     if args.command == "plan" and args.plan_command == "show":
         sys.stdout.write(compile_spec(args.agent).to_json())
         return 0

@@ -3,10 +3,27 @@
 ``journal`` defines the port (``JournalStore``, ``JournalEntry``); the stores
 implement it: ``InMemoryJournalStore`` (tests, previews), ``SQLiteJournalStore``
 (the embedded default, one file per job) and ``PostgresJournalStore`` (a real
-cluster). ``open_journal_store`` picks one from a job's configuration.
+cluster). ``callbacks`` defines the callback port (``CallbackStore``), which
+the same three stores implement beside the journal. ``open_journal_store`` picks one from a job's configuration.
 Importing this package connects nothing and does not import ``psycopg``.
 """
 
+from flink_agents.stores.callbacks import (
+    ACCEPTED,
+    CANCELLED,
+    CLOSED,
+    FINAL_STATES,
+    FINISHED,
+    PENDING,
+    REJECTED,
+    RESOLVED,
+    TIMED_OUT,
+    UNKNOWN,
+    CallbackRecord,
+    CallbackRef,
+    CallbackStore,
+    CompleteResult,
+)
 from flink_agents.stores.errors import (
     JournalSchemaError,
     JournalStoreError,
@@ -19,16 +36,30 @@ from flink_agents.stores.postgres_store import PostgresJournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
 __all__ = [
+    "ACCEPTED",
+    "CANCELLED",
+    "CLOSED",
     "COMPLETION",
+    "CallbackRecord",
+    "CallbackRef",
+    "CallbackStore",
+    "CompleteResult",
+    "FINAL_STATES",
+    "FINISHED",
     "InMemoryJournalStore",
     "JournalEntry",
     "JournalSchemaError",
     "JournalStore",
     "JournalStoreError",
     "JournalUnavailableError",
+    "PENDING",
     "PostgresJournalStore",
+    "REJECTED",
+    "RESOLVED",
     "RUN_END",
     "RUN_STEP",
     "SQLiteJournalStore",
+    "TIMED_OUT",
+    "UNKNOWN",
     "open_journal_store",
 ]

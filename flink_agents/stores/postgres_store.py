@@ -2,14 +2,17 @@
 
 Layout: the ``journal`` table of ``_sql`` (``BIGINT`` sequence numbers and
 ordinals, ``DOUBLE PRECISION`` commit times) with its partial run-end index,
-and a one-row ``journal_schema`` table holding the schema version (1). Both are
-created on first use (``CREATE TABLE IF NOT EXISTS`` under an advisory lock,
-so many workers may start at once) in the connection's ``search_path``: to
-keep several journals in one database, give each DSN its own schema, e.g.
-``options=-csearch_path=my_job``.
+the ``callbacks`` table of ``_sql_callbacks`` (the ``CallbackStore`` port;
+``BIGINT`` times, ``BYTEA`` bodies) and a one-row ``journal_schema`` table
+holding the schema version (1). All are created on first use (``CREATE
+TABLE IF NOT EXISTS`` under an advisory lock, so many workers may start at
+once) in the connection's ``search_path``: to keep several journals in one
+database, give each DSN its own schema, e.g. ``options=-csearch_path=my_job``.
 
 Each ``append`` and ``prune`` is one transaction; an existing
-(step, ordinal) is replaced (``ON CONFLICT ... DO UPDATE``). Each process
+(step, ordinal) is replaced (``ON CONFLICT ... DO UPDATE``). Each callback
+write is one transaction too; a version-1 database created before the
+``callbacks`` table existed gets it on the next connection. Each process
 connects on first use and shares that connection among its threads under a
 lock; after ``os.fork`` the child connects anew and leaves the inherited one
 alone (psycopg does not close a connection in a process that did not open it).
@@ -27,10 +30,11 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from flink_agents.stores import _sql
+from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._process_connection import ProcessLocalConnection
+from flink_agents.stores.callbacks import CallbackRecord, CallbackRef, CallbackStore, CompleteResult
 from flink_agents.stores.errors import JournalSchemaError, JournalUnavailableError
 from flink_agents.stores.journal import JournalEntry, JournalStore
 
@@ -44,8 +48,11 @@ _SCHEMA_TABLE = "journal_schema"
 _SCHEMA_LOCK_ID = 0x666C696E6B4A
 
 
-class PostgresJournalStore(ProcessLocalConnection, JournalStore):
+class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
     """A ``JournalStore`` on a PostgreSQL database, shared by a cluster's workers.
+
+    It is the job's ``CallbackStore`` too: callbacks live in the same database
+    (and schema), so the ingress finds them with the journal's DSN alone.
 
     Args:
         dsn: A libpq connection string or URI, e.g.
@@ -133,6 +140,113 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore):
             row = connection.execute(_sql.COUNT).fetchone()
         return int(row[0]) if row else 0
 
+    # --- the callback port ----------------------------------------------------------
+
+    def register(
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+    ) -> CallbackRecord:
+        """Store a new ``PENDING`` callback for ``ref`` (times in Unix
+        milliseconds), unless ``ref`` has one already; one transaction.
+
+        Returns:
+            The callback of ``ref``: the new one, or the one registered before
+            (its id, purpose, deadline and state win over the arguments).
+
+        Raises:
+            ValueError: ``callback_id`` is registered for another ref (nothing
+                was written).
+            JournalUnavailableError: The server cannot be reached.
+            JournalSchemaError: The tables are of another schema version.
+            psycopg.Error: The write failed and was rolled back.
+        """
+        with self._session() as connection:
+            with connection.transaction():
+                return _sql_callbacks.register(
+                    connection, "%s", ref, callback_id, purpose, created_ms, deadline_ms
+                )
+
+    def complete(
+        self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
+    ) -> CompleteResult:
+        """Move a ``PENDING`` callback to ``state`` with ``body``, stamped
+        ``now_ms`` (Unix milliseconds), in one transaction whose conditional
+        ``UPDATE`` decides a race between processes (the loser waits for the
+        winner's row lock, then finds the row no longer pending).
+
+        Returns:
+            ``ACCEPTED`` with the updated callback; ``FINISHED`` with the
+            callback as it was (its state won), after adding one to its
+            ``late_completions`` if ``count_late``; ``UNKNOWN`` with None if
+            there is no such callback.
+
+        Raises:
+            ValueError: ``state`` is not one of ``FINAL_STATES`` (the database
+                is not touched).
+            TypeError: ``body`` is neither None nor bytes-like.
+            JournalUnavailableError: The server cannot be reached.
+            psycopg.Error: The write failed and was rolled back. After a
+                broken connection the commit's fate is unknown: read the
+                callback back.
+        """
+        body = _sql_callbacks.checked_body(state, body)
+        with self._session() as connection:
+            with connection.transaction():
+                return _sql_callbacks.complete(
+                    connection, "%s", callback_id, state, body, now_ms, count_late
+                )
+
+    def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
+        """The callback, or None if unknown.
+
+        Raises:
+            JournalUnavailableError: The server cannot be reached.
+            psycopg.Error: The read failed.
+        """
+        with self._session() as connection:
+            return _sql_callbacks.get(connection, "%s", callback_id)
+
+    def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
+        """Those of ``callback_ids`` that have left ``PENDING``, by id; unknown
+        ids are left out. One ``SELECT`` per 500 ids.
+
+        Raises:
+            JournalUnavailableError: The server cannot be reached.
+            psycopg.Error: The read failed.
+        """
+        with self._session() as connection:
+            return _sql_callbacks.finished(connection, "%s", callback_ids)
+
+    def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
+        """Move every ``PENDING`` callback of one record's run (any step) to
+        ``CLOSED``, stamped ``now_ms`` (Unix milliseconds), in one transaction.
+
+        Returns:
+            How many callbacks it closed.
+
+        Raises:
+            JournalUnavailableError: The server cannot be reached.
+            psycopg.Error: The write failed and was rolled back.
+        """
+        with self._session() as connection:
+            with connection.transaction():
+                return _sql_callbacks.close_run(connection, "%s", journal_id, key, seq, now_ms)
+
+    def prune_callbacks(self, before_ms: int) -> int:
+        """Delete callbacks that left ``PENDING`` before ``before_ms`` (Unix
+        milliseconds) and pending ones whose deadline is before it, in one
+        transaction.
+
+        Returns:
+            How many callbacks it deleted.
+
+        Raises:
+            JournalUnavailableError: The server cannot be reached.
+            psycopg.Error: The delete failed and was rolled back.
+        """
+        with self._session() as connection:
+            with connection.transaction():
+                return _sql_callbacks.prune(connection, "%s", before_ms)
+
     # --- connections --------------------------------------------------------------
 
     @contextmanager
@@ -185,7 +299,8 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore):
         return connection
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
-        """Create the version-1 tables if missing, or check their version.
+        """Create the version-1 tables if missing (``callbacks`` too, in a
+        database that predates it), or check their version.
 
         Raises:
             JournalSchemaError: ``journal_schema`` holds another version.
@@ -209,6 +324,8 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore):
                 )
             connection.execute(_sql.create_table("BIGINT", "DOUBLE PRECISION"))
             connection.execute(_sql.CREATE_RUN_END_INDEX)
+            for sql in _sql_callbacks.create_statements("BIGINT", "BYTEA"):
+                connection.execute(sql)
 
 
 def describe_dsn(dsn: str) -> str:

@@ -1,9 +1,11 @@
 """The embedded journal store: one SQLite file beside the job.
 
 Layout: the ``journal`` table of ``_sql`` (one row per entry) plus a partial
-index over run-end markers for ``prune``; ``PRAGMA user_version`` holds the
-schema version (1), and a file of another version is refused with
-``JournalSchemaError``.
+index over run-end markers for ``prune``, and the ``callbacks`` table of
+``_sql_callbacks`` (the ``CallbackStore`` port); ``PRAGMA user_version`` holds
+the schema version (1), and a file of another version is refused with
+``JournalSchemaError``. A version-1 file written before ``callbacks`` existed
+gets the table when it is opened.
 
 Concurrency: the file is in WAL mode, so readers never block the writer, and
 every write is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction that waits up
@@ -37,10 +39,11 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from flink_agents.stores import _sql
+from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._process_connection import ProcessLocalConnection
+from flink_agents.stores.callbacks import CallbackRecord, CallbackRef, CallbackStore, CompleteResult
 from flink_agents.stores.errors import JournalSchemaError, JournalStoreError
 from flink_agents.stores.journal import JournalEntry, JournalStore
 
@@ -54,8 +57,11 @@ _SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 _INHERITED: List[sqlite3.Connection] = []
 
 
-class SQLiteJournalStore(ProcessLocalConnection, JournalStore):
+class SQLiteJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
     """A ``JournalStore`` on one SQLite file, shared by the processes of one host.
+
+    It is the job's ``CallbackStore`` too: callbacks live in the same file, so
+    the ingress finds them with the journal's path alone.
 
     Args:
         path: The database file; its parent directory is created if missing.
@@ -150,6 +156,106 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore):
         with self._session() as connection:
             return int(connection.execute(_sql.COUNT).fetchone()[0])
 
+    # --- the callback port ----------------------------------------------------------
+
+    def register(
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+    ) -> CallbackRecord:
+        """Store a new ``PENDING`` callback for ``ref`` (times in Unix
+        milliseconds), unless ``ref`` has one already; one transaction.
+
+        Returns:
+            The callback of ``ref``: the new one, or the one registered before
+            (its id, purpose, deadline and state win over the arguments).
+
+        Raises:
+            ValueError: ``callback_id`` is registered for another ref (nothing
+                was written).
+            JournalSchemaError: The file is not a version-1 journal.
+            sqlite3.Error: The write failed and was rolled back.
+        """
+        with self._session() as connection:
+            with _transaction(connection):
+                return _sql_callbacks.register(
+                    connection, "?", ref, callback_id, purpose, created_ms, deadline_ms
+                )
+
+    def complete(
+        self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
+    ) -> CompleteResult:
+        """Move a ``PENDING`` callback to ``state`` with ``body``, stamped
+        ``now_ms`` (Unix milliseconds), in one transaction whose conditional
+        ``UPDATE`` decides a race between processes.
+
+        Returns:
+            ``ACCEPTED`` with the updated callback; ``FINISHED`` with the
+            callback as it was (its state won), after adding one to its
+            ``late_completions`` if ``count_late``; ``UNKNOWN`` with None if
+            there is no such callback.
+
+        Raises:
+            ValueError: ``state`` is not one of ``FINAL_STATES`` (the file is
+                not touched).
+            TypeError: ``body`` is neither None nor bytes-like.
+            sqlite3.Error: The write failed and was rolled back.
+        """
+        body = _sql_callbacks.checked_body(state, body)
+        with self._session() as connection:
+            with _transaction(connection):
+                return _sql_callbacks.complete(
+                    connection, "?", callback_id, state, body, now_ms, count_late
+                )
+
+    def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
+        """The callback, or None if unknown.
+
+        Raises:
+            JournalSchemaError: The file is not a version-1 journal.
+            sqlite3.Error: The read failed.
+        """
+        with self._session() as connection:
+            return _sql_callbacks.get(connection, "?", callback_id)
+
+    def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
+        """Those of ``callback_ids`` that have left ``PENDING``, by id; unknown
+        ids are left out. One ``SELECT`` per 500 ids.
+
+        Raises:
+            JournalSchemaError: The file is not a version-1 journal.
+            sqlite3.Error: The read failed.
+        """
+        with self._session() as connection:
+            return _sql_callbacks.finished(connection, "?", callback_ids)
+
+    def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
+        """Move every ``PENDING`` callback of one record's run (any step) to
+        ``CLOSED``, stamped ``now_ms`` (Unix milliseconds), in one transaction.
+
+        Returns:
+            How many callbacks it closed.
+
+        Raises:
+            sqlite3.Error: The write failed and was rolled back.
+        """
+        with self._session() as connection:
+            with _transaction(connection):
+                return _sql_callbacks.close_run(connection, "?", journal_id, key, seq, now_ms)
+
+    def prune_callbacks(self, before_ms: int) -> int:
+        """Delete callbacks that left ``PENDING`` before ``before_ms`` (Unix
+        milliseconds) and pending ones whose deadline is before it, in one
+        transaction.
+
+        Returns:
+            How many callbacks it deleted.
+
+        Raises:
+            sqlite3.Error: The delete failed and was rolled back.
+        """
+        with self._session() as connection:
+            with _transaction(connection):
+                return _sql_callbacks.prune(connection, "?", before_ms)
+
     # --- connections --------------------------------------------------------------
 
     @contextmanager
@@ -219,16 +325,21 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore):
             time.sleep(0.005)
 
     def _ensure_schema(self, connection: sqlite3.Connection) -> None:
-        """Create the version-1 schema in an empty file, or check the version.
+        """Create the version-1 schema in an empty file, or check the version
+        and add the ``callbacks`` table if the file predates it.
 
         Raises:
             JournalSchemaError: The file has another ``user_version``, or
                 tables but no version (not a flink_agents journal).
         """
         if self._check_version(connection):
+            if not self._has_callbacks(connection):
+                with _transaction(connection):
+                    self._create_callbacks(connection)
             return
         with _transaction(connection):  # the write lock: one process creates
             if self._check_version(connection):
+                self._create_callbacks(connection)  # another process may predate it
                 return
             tables = [
                 name
@@ -243,7 +354,26 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore):
                 )
             connection.execute(_sql.create_table("INTEGER", "REAL"))
             connection.execute(_sql.CREATE_RUN_END_INDEX)
+            self._create_callbacks(connection)
             connection.execute(f"PRAGMA user_version = {_sql.SCHEMA_VERSION}")
+
+    @staticmethod
+    def _has_callbacks(connection: sqlite3.Connection) -> bool:
+        """Whether the ``callbacks`` table and its indexes exist (a read, so
+        opening an up-to-date file takes no write lock)."""
+        names = _sql_callbacks.SCHEMA_OBJECTS
+        found = connection.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE name IN ({', '.join(['?'] * len(names))})",
+            names,
+        ).fetchone()[0]
+        return int(found) == len(names)
+
+    @staticmethod
+    def _create_callbacks(connection: sqlite3.Connection) -> None:
+        """Create the ``callbacks`` table and indexes where missing; call it
+        inside a write transaction."""
+        for sql in _sql_callbacks.create_statements("INTEGER", "BLOB"):
+            connection.execute(sql)
 
     def _check_version(self, connection: sqlite3.Connection) -> bool:
         """True if the file is at our schema version, False if it is empty.

@@ -1,0 +1,247 @@
+"""Run the callback ingress: on a background thread (``CallbackIngress``, for
+tests and embedding) or in the foreground until a signal (``serve_forever``,
+for ``flink-agents callbacks serve``).
+
+Both serve ``make_app`` with aiohttp's ``AppRunner`` and ``TCPSite`` on an
+event loop of their own. Access logging is off: a callback URL is the
+capability to complete the callback, so it must not land in logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from typing import Any, Awaitable, Callable, Optional
+
+from aiohttp import web
+
+from flink_agents.ingress.callback_app import MAX_BODY_BYTES, make_app
+from flink_agents.stores.callbacks import CallbackStore
+
+__all__ = ["CallbackIngress", "describe_store", "serve_forever"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8089
+
+
+def _base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    ready: Callable[[int], None],
+    until: Callable[[], Awaitable[Any]],
+) -> None:
+    """Listen on ``host:port``, call ``ready(bound port)``, serve until
+    ``until()`` returns, then stop listening, let in-flight requests finish
+    (aiohttp's graceful shutdown) and clean up."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        # With port 0 the kernel picks one; report the first socket's port (a
+        # host name resolving to several addresses may bind several ports).
+        ready(runner.addresses[0][1])
+        await until()
+    finally:
+        await runner.cleanup()
+
+
+class CallbackIngress:
+    """The callback ingress on its own thread and event loop.
+
+    Args:
+        store: Where callbacks live (see ``make_app``).
+        host: The address to listen on; the default accepts local
+            connections only.
+        port: The TCP port; 0 picks a free one (read ``port`` after
+            ``start``).
+        clock: Current time in Unix seconds, for completion stamps.
+        max_body_bytes: The largest POST body accepted, in bytes.
+        start_timeout_s: How long ``start`` waits for the socket, in seconds.
+
+    Single use: once stopped, make a new one to serve again. Usable as a
+    context manager (``with CallbackIngress(store, port=0) as
+    ingress: ...``): it starts on entry and stops on exit.
+    """
+
+    def __init__(
+        self,
+        store: CallbackStore,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        start_timeout_s: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self._requested_port = int(port)
+        self.app = make_app(store, clock=clock, max_body_bytes=max_body_bytes)
+        self._start_timeout_s = start_timeout_s
+        self._port: Optional[int] = None
+        self._thread: Optional[threading.Thread] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stopping: Optional[asyncio.Event] = None
+        self._ready = threading.Event()
+        self._error: Optional[BaseException] = None
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the picked one when asked for 0).
+
+        Raises:
+            RuntimeError: Not started.
+        """
+        if self._port is None:
+            raise RuntimeError("the callback ingress is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port``: callback URLs are ``{base_url}/callbacks/{id}/resolve``
+        and ``.../reject``."""
+        return _base_url(self.host, self.port)
+
+    def start(self) -> "CallbackIngress":
+        """Start serving; returns once the socket listens.
+
+        Raises:
+            RuntimeError: Started before (single use), or the server did not come up in
+                ``start_timeout_s``.
+            OSError: The address cannot be bound (e.g. the port is taken).
+        """
+        if self._thread is not None or self._ready.is_set():
+            # An aiohttp application serves one event loop once.
+            raise RuntimeError("the callback ingress is already started (or stopped: make a new one)")
+        self._thread = threading.Thread(target=self._run, name="flink-agents-callback-ingress", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(self._start_timeout_s):
+            self.stop()
+            raise RuntimeError(f"the callback ingress did not start within {self._start_timeout_s} s")
+        if self._error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._error
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop listening, let in-flight requests finish, and join the thread
+        (waiting at most ``timeout_s`` seconds). Idempotent."""
+        thread = self._thread
+        if thread is None:
+            return
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # the loop closed meanwhile: the thread is ending
+                pass
+        thread.join(timeout_s)
+        if thread.is_alive():
+            raise RuntimeError(f"the callback ingress did not stop within {timeout_s} s")
+        self._thread = None
+        self._port = None
+
+    def __enter__(self) -> "CallbackIngress":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as error:  # reported by start() if it came first
+            if self._ready.is_set():
+                log.exception("the callback ingress failed while serving")
+            self._error = error
+        finally:
+            self._ready.set()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+
+        def ready(port: int) -> None:
+            self._port = port
+            self._ready.set()
+
+        await _serve(self.app, self.host, self._requested_port, ready, self._stopping.wait)
+
+
+def serve_forever(
+    store: CallbackStore,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    on_ready: Optional[Callable[[str], None]] = None,
+    clock: Callable[[], float] = time.time,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> None:
+    """Serve the callback ingress in the calling (main) thread until SIGINT or
+    SIGTERM, then shut down gracefully and return.
+
+    Args:
+        on_ready: Called with the base URL (``http://host:port``, the real
+            port when ``port`` is 0) once the socket listens.
+
+    Raises:
+        OSError: The address cannot be bound.
+        RuntimeError: Not called from the main thread (signal handlers can
+            only be installed there).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("serve_forever must run in the main thread (it handles SIGINT/SIGTERM)")
+    app = make_app(store, clock=clock, max_body_bytes=max_body_bytes)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stopping.set)
+        def ready(bound_port: int) -> None:
+            if on_ready is not None:
+                on_ready(_base_url(host, bound_port))
+
+        try:
+            await _serve(app, host, port, ready, stopping.wait)
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    asyncio.run(main())
+
+
+def describe_store(store: Any) -> str:
+    """A one-line description of a journal store for logs: its kind and
+    location, never a password."""
+    from flink_agents.stores.memory_store import InMemoryJournalStore
+    from flink_agents.stores.postgres_store import PostgresJournalStore
+    from flink_agents.stores.sqlite_store import SQLiteJournalStore
+
+    if isinstance(store, SQLiteJournalStore):
+        return f"sqlite {store.path}"
+    if isinstance(store, PostgresJournalStore):
+        return repr(store)  # PostgresJournalStore(host=... port=... dbname=... user=...)
+    if isinstance(store, InMemoryJournalStore):
+        return "memory (this process only)"
+    return type(store).__name__
