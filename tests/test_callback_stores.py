@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -36,6 +37,7 @@ from flink_agents.stores import (
     PostgresJournalStore,
     SQLiteJournalStore,
 )
+from flink_agents.stores.journal import RUN_END, RUN_STEP, JournalEntry
 from tests.support.journal_stores import postgres_schema
 
 RUN = ("job", "user-1", 7)  # journal id, key, record sequence number
@@ -483,24 +485,28 @@ def test_close_run_closes_only_the_runs_pending_callbacks(backend: Backend) -> N
     assert store.complete("a0", RESOLVED, b"late", NOW + 70).outcome == FINISHED
 
 
-def test_prune_deletes_old_final_and_expired_pending_callbacks(backend: Backend) -> None:
+def test_prune_deletes_the_callbacks_of_runs_that_ended_before_the_cutoff(backend: Backend) -> None:
+    """Callbacks live as long as their run: pruned with its run-end marker
+    (nested sub-agent runs' too), never while the run may still replay."""
     store = backend.open()
-    cutoff = NOW + 1_000
-    # callback id -> (deadline, completion time or None)
-    rows: Dict[str, Tuple[int, Optional[int]]] = {
-        "final-old": (NOW + 5_000, NOW + 10),
-        "final-at-cutoff": (NOW + 5_000, cutoff),
-        "final-new": (NOW + 500, cutoff + 1),  # deadline passed, but completed after
-        "pending-expired": (cutoff - 1, None),
-        "pending-due-at-cutoff": (cutoff, None),
-        "pending-live": (NOW + 5_000, None),
+    ended, running = RUN, ("job", "user-1", 8)
+    store.register(ref(run=ended), "ended-final-0000", "p", NOW, DEADLINE)
+    store.complete("ended-final-0000", RESOLVED, b"r", NOW + 1)
+    store.register(ref(run=ended, ordinal=1), "ended-pending-00", "p", NOW, DEADLINE)
+    store.register(ref(run=("job/child-call", "user-1", 7)), "ended-nested-000", "p", NOW, DEADLINE)
+    store.register(ref(run=("job2", "user-1", 7)), "other-journal-00", "p", NOW, DEADLINE)
+    store.register(ref(run=running), "running-final-00", "p", NOW, DEADLINE)
+    store.complete("running-final-00", RESOLVED, b"long ago", NOW + 1)  # its run goes on
+    store.append(*ended, [JournalEntry(RUN_STEP, RUN_END, "", "", '{"outcome": "ok"}')])
+    ended_at = time.time()
+
+    assert store.prune_callbacks(ended_at - 3600) == 0  # the run ended after the cutoff
+    assert store.prune_callbacks(ended_at + 1) == 3
+    gone = {
+        callback_id
+        for callback_id in ("ended-final-0000", "ended-pending-00", "ended-nested-000", "other-journal-00", "running-final-00")
+        if store.get_callback(callback_id) is None
     }
-    for n, (callback_id, (deadline, completed)) in enumerate(rows.items()):
-        store.register(ref(ordinal=n), callback_id, "p", NOW, deadline)
-        if completed is not None:
-            store.complete(callback_id, RESOLVED, b"r", completed)
-    assert store.prune_callbacks(cutoff) == 2
-    gone = {callback_id for callback_id in rows if store.get_callback(callback_id) is None}
-    assert gone == {"final-old", "pending-expired"}
-    assert store.complete("pending-expired", TIMED_OUT, None, cutoff).outcome == UNKNOWN
-    assert store.prune_callbacks(cutoff) == 0
+    assert gone == {"ended-final-0000", "ended-pending-00", "ended-nested-000"}
+    assert store.complete("ended-final-0000", TIMED_OUT, None, NOW).outcome == UNKNOWN
+    assert store.prune_callbacks(ended_at + 1) == 0

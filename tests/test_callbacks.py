@@ -436,3 +436,20 @@ def test_tool_path_reports_a_timeout_to_the_model() -> None:
     driver = _run(_engine(QuickAgent(), InMemoryJournalStore()), [("k", "hello")])
     assert "timed out after 1 s" in driver.outputs[0]["k"]
     assert "<untrusted-data" not in SEEN[2][-1].content
+
+
+def test_a_run_with_callbacks_writes_its_run_end_and_is_pruned_with_it() -> None:
+    """A run that made no journaled call but created a callback still writes
+    its run end: its callbacks are pruned by it, never before it."""
+    from flink_agents.stores.journal import RUN_END, RUN_STEP
+
+    store = InMemoryJournalStore()
+    engine = _engine(WaitingAgent(), store)
+    _run(engine, [("k", {"no_wait": True})])
+    callback_id = CREATED[0].callback_id
+    assert (RUN_STEP, RUN_END) in store.load_run("job", '"k"', 0)
+    assert engine.callbacks is not None
+    assert engine.callbacks.prune(time.time() - 3600) == 0
+    assert store.get_callback(callback_id) is not None
+    assert engine.callbacks.prune(time.time() + 1) == 1
+    assert store.get_callback(callback_id) is None

@@ -348,14 +348,17 @@ class CallbackHub:
                 loop.call_soon_threadsafe(self._settled, result.record)
         return expired
 
-    async def close_run(self, journal_id: str, key_text: str, seq: int) -> None:
+    async def close_run(self, journal_id: str, key_text: str, seq: int) -> bool:
         """The run ended: close its callbacks still pending (one write, none
-        if every one is known finished), so later completions are late."""
+        if every one is known finished), so later completions are late.
+        Returns whether the run created (or replayed) any callback."""
         with self._lock:
             records = self._runs.pop((key_text, seq), [])
         open_ids = [r.callback_id for r in records if r.callback_id not in self._finished]
         if not open_ids:
-            return
+            for record in records:
+                self._finished.discard(record.callback_id)
+            return bool(records)
         now_ms = self._now_ms()
         await asyncio.to_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
         nested = [r.callback_id for r in records if r.ref.journal_id != journal_id and r.callback_id in open_ids]
@@ -370,6 +373,7 @@ class CallbackHub:
                 )
         for record in records:
             self._finished.discard(record.callback_id)
+        return True
 
     def forget_run(self, key_text: str, seq: int) -> None:
         """Drop the bookkeeping of a run that failed (its callbacks stay
@@ -379,6 +383,7 @@ class CallbackHub:
         for record in records:
             self._finished.discard(record.callback_id)
 
-    def prune(self, before_ms: int) -> int:
-        """Delete callbacks finished (or due) before ``before_ms``."""
-        return self._store.prune_callbacks(before_ms)
+    def prune(self, finished_before_s: float) -> int:
+        """Delete the callbacks of runs that ended before ``finished_before_s``
+        (Unix seconds); call it before the journal's prune."""
+        return self._store.prune_callbacks(finished_before_s)

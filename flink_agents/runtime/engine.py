@@ -167,8 +167,7 @@ class AgentEngine:
                 "error_message": str(failure.cause),
                 "attempts": skipped.attempts,
             })
-            await self._close_callbacks(run)
-            await journal.finish_async("skipped")
+            await journal.finish_async("skipped", force=await self._close_callbacks(run))
         except ActionFailed:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
@@ -177,8 +176,7 @@ class AgentEngine:
                 self.callbacks.forget_run(run.key_text, run.seq)
             raise
         else:
-            await self._close_callbacks(run)
-            await journal.finish_async("ok")
+            await journal.finish_async("ok", force=await self._close_callbacks(run))
         finally:
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
@@ -186,11 +184,14 @@ class AgentEngine:
         self.counters.records += 1
         self._maybe_prune()
 
-    async def _close_callbacks(self, run: RunIdentity) -> None:
+    async def _close_callbacks(self, run: RunIdentity) -> bool:
+        """Close the run's callbacks still pending; whether it made any (its
+        run end must then be written: callbacks are pruned by it)."""
         # Before the run-end marker: a completion of a callback the run left
         # behind is late from here on, also if the marker write is lost.
-        if self.callbacks is not None:
-            await self.callbacks.close_run(run.journal_id, run.key_text, run.seq)
+        if self.callbacks is None:
+            return False
+        return await self.callbacks.close_run(run.journal_id, run.key_text, run.seq)
 
     def _count_write(self) -> None:
         self.counters.journal_writes += 1
@@ -200,9 +201,9 @@ class AgentEngine:
         if now - self._last_prune < self._prune_interval_s:
             return
         self._last_prune = now
+        if self.callbacks is not None:  # first: it finds runs by their run-end markers
+            self.callbacks.prune(now - self._retention_s)
         deleted = self.store.prune(now - self._retention_s)
-        if self.callbacks is not None:
-            self.callbacks.prune(int((now - self._retention_s) * 1000))
         if deleted:
             log.info("pruned %d journal entries of runs finished over %.0f s ago", deleted, self._retention_s)
 

@@ -239,9 +239,11 @@ class RunJournal:
             return
         await self.commit_async()
 
-    async def finish_async(self, outcome: str) -> None:
-        """``finish`` with the commit on a worker thread."""
-        if self._prepare_finish(outcome):
+    async def finish_async(self, outcome: str, force: bool = False) -> None:
+        """``finish`` with the commit on a worker thread; ``force`` writes the
+        run end even for a run without journaled calls (one that created
+        callbacks: they are pruned by it)."""
+        if self._prepare_finish(outcome, force):
             await self.commit_async()
 
     def finish(self, outcome: str) -> None:
@@ -255,9 +257,9 @@ class RunJournal:
         if self._prepare_finish(outcome):
             self.commit()
 
-    def _prepare_finish(self, outcome: str) -> bool:
+    def _prepare_finish(self, outcome: str, force: bool = False) -> bool:
         """Buffer the run end; whether there is anything to commit."""
-        if not self._journaled and self.calls_executed == 0:
+        if not force and not self._journaled and self.calls_executed == 0:
             self._buffer.clear()
             return False
         if (RUN_STEP, RUN_END) not in self._journaled:

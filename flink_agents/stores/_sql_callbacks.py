@@ -7,9 +7,8 @@ POSTed body, when it left ``PENDING`` and how many completions came late.
 Times are Unix milliseconds.
 
 Indexes: the unique constraint over the ref starts with (journal id, key,
-sequence number), so it also serves ``close_run``; two partial indexes serve
-``prune_callbacks``, one over the completion times of final rows and one over
-the deadlines of pending rows. The table belongs to schema version 1 of the
+sequence number), so it serves ``close_run`` and ``prune_callbacks``, which
+finds finished runs through the journal's run-end index (``_sql``). The table belongs to schema version 1 of the
 journal: a version-1 file or database written before it existed gets it on
 open (``CREATE ... IF NOT EXISTS``), without a version change.
 
@@ -22,10 +21,10 @@ call.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from flink_agents.stores._sql import statement
+from flink_agents.stores._sql import RUN_END_PREDICATE, statement
+from flink_agents.stores._sql import TABLE as JOURNAL_TABLE
 from flink_agents.stores.callbacks import (
     ACCEPTED,
     CLOSED,
@@ -88,19 +87,14 @@ def create_table(integer: str, blob: str) -> str:
     )
 
 
-CREATE_INDEXES = (
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_completed ON {TABLE} (completed_ms) WHERE {IS_FINAL}",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_pending_deadline ON {TABLE} (deadline_ms)"
-    f" WHERE {IS_PENDING}",
-)
-# What ``CREATE_INDEXES`` and ``create_table`` create, for a cheap check.
-SCHEMA_OBJECTS = (TABLE, f"{TABLE}_completed", f"{TABLE}_pending_deadline")
+# What ``create_table`` creates, for a cheap check.
+SCHEMA_OBJECTS = (TABLE,)
 
 
 def create_statements(integer: str, blob: str) -> List[str]:
-    """Every statement creating the table and its indexes, each a no-op if
-    its object exists (arguments as for ``create_table``)."""
-    return [create_table(integer, blob), *CREATE_INDEXES]
+    """Every statement creating the table, each a no-op if its object exists
+    (arguments as for ``create_table``)."""
+    return [create_table(integer, blob)]
 
 
 # A row whose ref or id exists already is not inserted; ``register`` tells
@@ -133,8 +127,16 @@ CLOSE_RUN = (
     f" WHERE journal_id = {{p}} AND key = {{p}} AND seq = {{p}} AND {IS_PENDING}"
 )
 
-PRUNE_FINAL = f"DELETE FROM {TABLE} WHERE {IS_FINAL} AND completed_ms < {{p}}"
-PRUNE_EXPIRED = f"DELETE FROM {TABLE} WHERE {IS_PENDING} AND deadline_ms < {{p}}"
+# The callbacks of every run whose run-end marker is older than the cutoff,
+# and of the sub-agent runs nested under it ("<journal id>/<call id>"), as
+# ``_sql.PRUNE`` selects journal entries.
+PRUNE = (
+    f"DELETE FROM {TABLE} WHERE EXISTS (SELECT 1 FROM {JOURNAL_TABLE} AS ended"
+    f" WHERE ended.{RUN_END_PREDICATE.replace(' AND ordinal', ' AND ended.ordinal')}"
+    f" AND ended.committed_at < {{p}} AND ended.key = {TABLE}.key AND ended.seq = {TABLE}.seq"
+    f" AND (ended.journal_id = {TABLE}.journal_id OR substr({TABLE}.journal_id, 1,"
+    f" length(ended.journal_id) + 1) = ended.journal_id || '/'))"
+)
 
 
 def select_finished(count: int) -> str:
@@ -252,15 +254,8 @@ def close_run(connection: Any, p: str, journal_id: str, key: str, seq: int, now_
     return max(cursor.rowcount, 0)
 
 
-def prune(connection: Any, p: str, before_ms: int) -> int:
-    """Delete final rows completed, and pending rows due, before ``before_ms``;
-    returns how many. Run it in one write transaction.
-
-    A fractional cutoff is rounded up: the stored times are whole
-    milliseconds, so ``t < before_ms`` holds exactly when ``t < ceil(before_ms)``.
-    """
-    cutoff = math.ceil(before_ms)
-    deleted = 0
-    for sql in (PRUNE_FINAL, PRUNE_EXPIRED):
-        deleted += max(connection.execute(statement(sql, p), (cutoff,)).rowcount, 0)
-    return deleted
+def prune(connection: Any, p: str, finished_before_s: float) -> int:
+    """Delete the callbacks of runs that ended before ``finished_before_s``
+    (Unix seconds, the journal's ``committed_at``); returns how many. Run it
+    in one write transaction, before the journal's own prune."""
+    return max(connection.execute(statement(PRUNE, p), (float(finished_before_s),)).rowcount, 0)

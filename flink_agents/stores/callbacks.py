@@ -13,7 +13,7 @@ key, record sequence number, step, ordinal): ``register`` returns the callback
 already registered for that ref, so a replayed run gets back the id, deadline
 and outcome of the original one. Rows live beside the journal (the same SQLite
 file or PostgreSQL database), so the ingress finds them with the job's
-journal configuration alone.
+journal configuration alone, and they are pruned with their run's journal.
 """
 
 from __future__ import annotations
@@ -167,7 +167,13 @@ class CallbackStore(ABC):
         ``CLOSED``. Returns how many it moved."""
 
     @abstractmethod
-    def prune_callbacks(self, before_ms: int) -> int:
-        """Delete callbacks that left ``PENDING`` before ``before_ms``, and
-        pending ones whose deadline is before it (their run is gone). Returns
-        how many it deleted."""
+    def prune_callbacks(self, finished_before_s: float) -> int:
+        """Delete the callbacks of runs whose journal ``RUN_END`` was committed
+        before ``finished_before_s`` (Unix seconds), with those of the
+        sub-agent runs nested under them, exactly as ``JournalStore.prune``
+        selects entries; call it before that, which deletes the markers.
+
+        A callback lives as long as its run: a run still in progress may be
+        replayed and must find its callbacks (ids, outcomes), however long ago
+        they finished. Callbacks of a run that never ends (an abandoned job)
+        stay, as its journal entries do. Returns how many it deleted."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -92,14 +92,22 @@ class InMemoryCallbacks(CallbackStore):
                     closed += 1
         return closed
 
-    def prune_callbacks(self, before_ms: int) -> int:
+    def prune_callbacks(self, finished_before_s: float) -> int:
+        ended = self._runs_ended_before(finished_before_s)
         with self._lock:
             rows = self._callback_rows()
             gone = [
                 callback_id for callback_id, row in rows.items()
-                if (row.state != PENDING and (row.completed_ms or 0) < before_ms)
-                or (row.state == PENDING and row.deadline_ms < before_ms)
+                if any(
+                    (row.ref.key, row.ref.seq) == (key, seq)
+                    and (row.ref.journal_id == journal_id or row.ref.journal_id.startswith(journal_id + "/"))
+                    for journal_id, key, seq in ended
+                )
             ]
             for callback_id in gone:
                 del rows[callback_id]
             return len(gone)
+
+    def _runs_ended_before(self, finished_before_s: float) -> List[Tuple[str, str, int]]:
+        """(journal id, key, seq) of runs whose RUN_END is older than the cutoff."""
+        raise NotImplementedError

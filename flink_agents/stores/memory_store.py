@@ -110,6 +110,13 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
                     deleted += len(self._runs.pop(run_key))
         return deleted
 
+    def _runs_ended_before(self, finished_before_s: float) -> List[RunKey]:
+        with self._lock:
+            return [
+                run_key for run_key, run in self._runs.items()
+                if (RUN_STEP, RUN_END) in run and run[(RUN_STEP, RUN_END)][1] < finished_before_s
+            ]
+
     def count_entries(self) -> int:
         """How many entries the store holds, over all runs."""
         with self._lock:

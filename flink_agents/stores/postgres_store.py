@@ -231,21 +231,17 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
             with connection.transaction():
                 return _sql_callbacks.close_run(connection, "%s", journal_id, key, seq, now_ms)
 
-    def prune_callbacks(self, before_ms: int) -> int:
-        """Delete callbacks that left ``PENDING`` before ``before_ms`` (Unix
-        milliseconds) and pending ones whose deadline is before it, in one
-        transaction.
+    def prune_callbacks(self, finished_before_s: float) -> int:
+        """Delete the callbacks of runs whose ``RUN_END`` was committed before
+        ``finished_before_s`` (Unix seconds), nested runs' included, in one
+        transaction (see ``CallbackStore.prune_callbacks``).
 
         Returns:
             How many callbacks it deleted.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The delete failed and was rolled back.
         """
         with self._session() as connection:
             with connection.transaction():
-                return _sql_callbacks.prune(connection, "%s", before_ms)
+                return _sql_callbacks.prune(connection, "%s", finished_before_s)
 
     # --- connections --------------------------------------------------------------
 

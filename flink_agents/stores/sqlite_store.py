@@ -241,20 +241,17 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
             with _transaction(connection):
                 return _sql_callbacks.close_run(connection, "?", journal_id, key, seq, now_ms)
 
-    def prune_callbacks(self, before_ms: int) -> int:
-        """Delete callbacks that left ``PENDING`` before ``before_ms`` (Unix
-        milliseconds) and pending ones whose deadline is before it, in one
-        transaction.
+    def prune_callbacks(self, finished_before_s: float) -> int:
+        """Delete the callbacks of runs whose ``RUN_END`` was committed before
+        ``finished_before_s`` (Unix seconds), nested runs' included, in one
+        transaction (see ``CallbackStore.prune_callbacks``).
 
         Returns:
             How many callbacks it deleted.
-
-        Raises:
-            sqlite3.Error: The delete failed and was rolled back.
         """
         with self._session() as connection:
             with _transaction(connection):
-                return _sql_callbacks.prune(connection, "?", before_ms)
+                return _sql_callbacks.prune(connection, "?", finished_before_s)
 
     # --- connections --------------------------------------------------------------
 
@@ -359,7 +356,7 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
 
     @staticmethod
     def _has_callbacks(connection: sqlite3.Connection) -> bool:
-        """Whether the ``callbacks`` table and its indexes exist (a read, so
+        """Whether the ``callbacks`` table exists (a read, so
         opening an up-to-date file takes no write lock)."""
         names = _sql_callbacks.SCHEMA_OBJECTS
         found = connection.execute(
@@ -370,7 +367,7 @@ class SQLiteJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
 
     @staticmethod
     def _create_callbacks(connection: sqlite3.Connection) -> None:
-        """Create the ``callbacks`` table and indexes where missing; call it
+        """Create the ``callbacks`` table where missing; call it
         inside a write transaction."""
         for sql in _sql_callbacks.create_statements("INTEGER", "BLOB"):
             connection.execute(sql)
