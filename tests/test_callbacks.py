@@ -343,8 +343,12 @@ def test_a_waiting_run_gives_back_its_slot() -> None:
         while not CREATED:
             await asyncio.sleep(0.005)
         await asyncio.wait_for(asyncio.gather(one("b", {"no_wait": True}), one("c", {"no_wait": True})), 5)
+        assert engine.callbacks is not None
+        # What lets the Flink operator pass a watermark without waiting for a.
+        assert engine.callbacks.has_open_callbacks('"a"') and not engine.callbacks.has_open_callbacks('"b"')
         store.complete(CREATED[0].callback_id, RESOLVED, b"done", int(time.time() * 1000))
         await asyncio.wait_for(waiter, 5)
+        assert not engine.callbacks.has_open_callbacks('"a"')
 
     asyncio.run(go())
     assert order == ["b", "c", "a"]

@@ -327,6 +327,16 @@ class CallbackHub:
         await self.cancel(callback_id)
         return await asyncio.to_thread(self._store.get_callback, callback_id)
 
+    def has_open_callbacks(self, key_text: str) -> bool:
+        """Whether a run of the key has a callback not yet finished (its run
+        may wait on the outside for hours; thread-safe)."""
+        with self._lock:
+            return any(
+                record.callback_id not in self._finished
+                for (text, _), records in self._runs.items() if text == key_text
+                for record in records
+            )
+
     def take_timer_requests(self, key: Any) -> List[Tuple[str, int, int]]:
         """Deadlines of ``key``'s new callbacks, as (id, deadline ms, record
         seq), for a host that turns them into timers (thread-safe)."""

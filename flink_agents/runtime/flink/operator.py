@@ -14,7 +14,10 @@ Mapping onto Flink:
   away if it finished within ``flink.inline_wait_ms``, else in a
   processing-time timer polling every ``flink.poll_interval_ms``;
 - an event-time timer at each record's timestamp waits for that record, so a
-  watermark never passes a record still in flight; one at the end of time
+  watermark never passes a record still in flight, unless the record waits
+  for a callback (an outside system may take hours: holding the operator
+  thread that long would stall every key and every checkpoint), whose
+  outputs then come from a later poll, behind the watermark; one at the end of time
   (the final watermark of a bounded input) waits for all of the key's work,
   since processing-time timers are dropped at the end of input;
 - when the runner's backlog is full, ``process_element`` blocks
@@ -39,6 +42,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.context import key_text
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner
@@ -153,7 +157,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
             # The watermark may not pass records still in flight: wait for them.
             due = [r.seq for r in state.pending if timestamp == END_OF_TIME_MS or (r.timestamp_ms or 0) <= timestamp]
             if due:
-                self._runner.wait_for(key, due[-1])
+                self._arm_deadlines(key, timers)
+                self._wait_unless_parked(key, due[-1], final=timestamp == END_OF_TIME_MS)
         self._arm_deadlines(key, timers)
         yield from self._apply(key)
         self._after_callback(timers, key)
@@ -165,6 +170,21 @@ class AgentOperatorFunction(KeyedProcessFunction):
         else:
             self._release(key)
         self._report_metrics()
+
+    def _wait_unless_parked(self, key: Any, seq: int, final: bool) -> None:
+        """Wait for the key's record ``seq``, but not for a callback: a run
+        waiting on one lets the watermark pass (see the module docstring).
+        At the final watermark nothing fires later, so it waits for all,
+        bounded by the callbacks' deadlines."""
+        assert self._engine is not None and self._runner is not None
+        hub = self._engine.callbacks
+        if hub is None or final:
+            self._runner.wait_for(key, seq)
+            return
+        text = key_text(key)
+        while not self._runner.wait_for(key, seq, 0.05):
+            if hub.has_open_callbacks(text):
+                return
 
     def _release(self, key: Any) -> None:
         assert self._runner is not None
