@@ -94,16 +94,9 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
-    messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
-    # Journaled: after a failover the reply is replayed, not asked for again.
-    reply = await _journaled(ctx)(
-        f"chat:{model}",
-        [conversation["messages"], conversation["prompt_args"]],
-        lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
-    )
-    if not isinstance(reply, ChatMessage):
-        raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
-
+    reply = await _ask(setup, model, conversation, ctx)
+    # The model answered while operations it started are open: wait for
+    # them, tell it their outcomes, and ask again.
     while not reply.tool_calls and conversation.get("operations"):
         if conversation["round"] >= max_rounds:
             raise RuntimeError(
@@ -112,14 +105,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
         conversation["messages"].append(reply.model_dump(mode="json"))
         conversation["messages"].append(await _operation_outcomes(conversation.pop("operations"), ctx))
         conversation["round"] += 1
-        messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
-        reply = await _journaled(ctx)(
-            f"chat:{model}",
-            [conversation["messages"], conversation["prompt_args"]],
-            lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
-        )
-        if not isinstance(reply, ChatMessage):
-            raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
+        reply = await _ask(setup, model, conversation, ctx)
 
     if not reply.tool_calls:
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
@@ -146,6 +132,20 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     request = ToolRequestEvent(model=model, tool_calls=calls)
     ctx.send_event(request)  # assigns request.id
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
+
+
+async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, Any], ctx: RunnerContext) -> ChatMessage:
+    """One journaled model call on the conversation so far: after a failover
+    the reply is replayed, not asked for again."""
+    messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
+    reply = await _journaled(ctx)(
+        f"chat:{model}",
+        [conversation["messages"], conversation["prompt_args"]],
+        lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
+    )
+    if not isinstance(reply, ChatMessage):
+        raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
+    return reply
 
 
 def _tool_names(messages: List[Dict[str, Any]]) -> Dict[str, str]:
