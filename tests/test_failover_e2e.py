@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
-import socket
 import sys
 import threading
 import time
@@ -43,6 +41,11 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.stores.factory import POSTGRES_DSN_ENV
 from jobs.review_analysis import MODEL_SETUP, ReviewAnalysisAgent, product_id_of
+from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env
+from tests.support.flink_jobs import checkpoint_after as _checkpoint_after
+from tests.support.flink_jobs import completed_checkpoints as _completed_checkpoints
+from tests.support.flink_jobs import free_port as _free_port
+from tests.support.flink_jobs import write_jsonl as _write_jsonl
 
 pytestmark = pytest.mark.e2e
 
@@ -157,53 +160,19 @@ def _expected_requests(reviews: List[Dict[str, Any]]) -> Counter:
     return expected
 
 
-# --- Flink plumbing ------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+# --- Flink plumbing (shared: tests/support/flink_jobs.py) -----------------------------
 
 
 def _flink_env(checkpoints: Path, checkpoint_ms: int, **options: str) -> Any:
     """A mini-cluster environment: fixed-delay restarts, checkpoints into
     ``checkpoints`` retained on cancellation."""
-    from pyflink.common import Configuration
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    settings = {
-        "python.executable": sys.executable,
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.attempts": "3",
-        "restart-strategy.fixed-delay.delay": "1 s",
-        "execution.checkpointing.interval": f"{checkpoint_ms} ms",
-        "execution.checkpointing.dir": checkpoints.as_uri(),
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        **options,
-    }
-    config = Configuration()
-    for key, value in settings.items():
-        config.set_string(key, value)
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(PARALLELISM)
-    assert env.get_checkpoint_config().get_checkpoint_interval() == checkpoint_ms
-    return env
+    return mini_cluster_env(PARALLELISM, checkpoints, checkpoint_ms, restart_attempts=3, **options)
 
 
 def _review_stream(env: Any, directory: Path) -> Any:
     """JSON-decoded lines of the files in ``directory`` (watched for new
     files), from a checkpointed source; the uids let a restore map its state."""
-    from pyflink.common import Duration, Types, WatermarkStrategy
-    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
-
-    source = (
-        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(directory))
-        .monitor_continuously(Duration.of_millis(200))
-        .build()
-    )
-    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "reviews").uid("reviews-source")
-    return lines.map(json.loads, output_type=Types.PICKLED_BYTE_ARRAY()).name("decode").uid("decode-reviews")
+    return jsonl_stream(env, directory, "reviews", "reviews-source", "decode-reviews")
 
 
 def _agent_outputs(env: Any, reviews: Any, agent: Any, **config: Any) -> Any:
@@ -211,92 +180,6 @@ def _agent_outputs(env: Any, reviews: Any, agent: Any, **config: Any) -> Any:
 
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **config)
     return agents_env.from_datastream(reviews, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
-
-
-def _write_jsonl(path: Path, records: List[Dict[str, Any]]) -> None:
-    """Write atomically, so the watching source never reads half a file
-    (it skips names starting with '.')."""
-    hidden = path.with_name("." + path.name)
-    hidden.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    hidden.replace(path)
-
-
-def _completed_checkpoints(root: Path) -> List[Tuple[int, Path, float]]:
-    """``(N, chk-N directory, _metadata mtime)`` of the completed checkpoints
-    under ``root``, oldest first."""
-    found = []
-    for metadata in root.glob("*/chk-*/_metadata"):
-        try:
-            mtime = metadata.stat().st_mtime
-        except FileNotFoundError:  # subsumed and deleted meanwhile
-            continue
-        found.append((int(metadata.parent.name.split("-", 1)[1]), metadata.parent, mtime))
-    return sorted(found)
-
-
-def _checkpoint_after(root: Path, moment: float, timeout_s: float = 60.0) -> int:
-    """Wait for a checkpoint *triggered* after ``moment``: the one after the
-    first that completed after it. Returns its number."""
-    deadline = time.monotonic() + timeout_s
-    first = None
-    while time.monotonic() < deadline:
-        done = _completed_checkpoints(root)
-        if first is None:
-            first = next((n for n, _, mtime in done if mtime > moment), None)
-        if first is not None and done and done[-1][0] > first:
-            return done[-1][0]
-        time.sleep(0.05)
-    raise AssertionError(f"no checkpoint completed under {root} within {timeout_s} s")
-
-
-class Collected:
-    """A job's ``execute_and_collect`` outputs, read on a thread so that the
-    test waits with deadlines and cancels the (unbounded) job by closing."""
-
-    def __init__(self, stream: Any, job_name: str) -> None:
-        self._iterator = stream.execute_and_collect(job_name)
-        self._queue: "queue.Queue[Any]" = queue.Queue()
-        self._closing = False
-        self.arrivals: List[Tuple[float, Any]] = []  # (unix time, output)
-        self._thread = threading.Thread(target=self._read, name=f"collect-{job_name}", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for output in self._iterator:
-                self._queue.put((time.time(), output))
-            self._queue.put(AssertionError("the job ended"))
-        except Exception as exc:  # a failed job, or the iterator closed under us
-            if not self._closing:
-                self._queue.put(exc)
-
-    def take(self, count: int, timeout_s: float = 120.0) -> List[Any]:
-        """The next ``count`` outputs (waiting at most ``timeout_s`` in all)."""
-        deadline = time.monotonic() + timeout_s
-        taken: List[Any] = []
-        while len(taken) < count:
-            try:
-                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise AssertionError(f"{len(taken)} of {count} outputs within {timeout_s} s") from None
-            if isinstance(item, BaseException):
-                raise item
-            self.arrivals.append(item)
-            taken.append(item[1])
-        return taken
-
-    def unread(self) -> List[Any]:
-        """Outputs that arrived and were not taken."""
-        items = []
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
-        return items
-
-    def close(self) -> None:
-        """Close the iterator, which cancels the job."""
-        self._closing = True
-        self._iterator.close()
-        self._thread.join(timeout=30)
 
 
 def _agent_counters(rest_port: int, timeout_s: float = 5.0) -> Dict[int, Dict[str, int]]:
