@@ -32,9 +32,20 @@ class AgentBuilder(ABC):
         """Local runner: a list that ``execute()`` fills with ``{key: output}``."""
         raise NotImplementedError("to_list() is offered by the local runner only")
 
-    def to_datastream(self, output_type: Any = None) -> Any:
-        """Flink runner: the agent's outputs as a ``DataStream``."""
+    def to_datastream(self, output_type: Any = None, progress: bool = False) -> Any:
+        """Flink runner: the agent's outputs as a ``DataStream``; with
+        ``progress=True`` also the progress stream (``progress_stream()``)."""
         raise NotImplementedError("to_datastream() is offered by the Flink runner only")
+
+    def progress_stream(self) -> Any:
+        """Flink runner: the runs' progress records, each published after the
+        journal write that made its step durable (``runtime.progress``)."""
+        raise NotImplementedError("progress_stream() is offered by the Flink runner only")
+
+    def to_progress_list(self) -> List[Dict[str, Any]]:
+        """Local runner: opt in to the progress stream; ``execute()`` fills
+        the returned list."""
+        raise NotImplementedError("to_progress_list() is offered by the local runner only")
 
     def to_table(self, schema: Any, output_type: Any) -> Any:
         """Flink runner: the agent's outputs as a ``Table``."""

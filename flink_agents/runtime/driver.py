@@ -8,7 +8,7 @@ operator's collector). The engine never sees which one it runs on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from flink_agents.runtime.state import KeyState
 
@@ -43,3 +43,12 @@ class KeyedDriver(ABC):
         ``error`` is ``{"key", "seq", "record", "action", "error_type",
         "error_message", "attempts"}``.
         """
+
+    def emit_progress(self, records: List[Dict[str, Any]]) -> None:
+        """Publish one commit's progress records (``runtime.progress``).
+
+        Raises:
+            NotImplementedError: The driver has no progress stream (the
+                engine calls this only when ``progress.enabled`` is set).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no progress stream")

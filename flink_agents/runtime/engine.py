@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
@@ -23,6 +23,7 @@ from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, RecordSkipped
 from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
+from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
 from flink_agents.runtime.sub_agents import SubAgentRunner
@@ -82,6 +83,7 @@ class AgentEngine:
             plan, self.store, self.config, self.counters, self._count_write, self.callbacks
         )
         self._running: set[Any] = set()
+        self.progress_enabled = _flag(self.config.get(PROGRESS_OPTION))
 
     def is_running(self, key: Any) -> bool:
         """Whether a run of ``key`` is in progress."""
@@ -129,6 +131,7 @@ class AgentEngine:
             key, state, record,
             lambda output: driver.emit(key, output),
             lambda error: driver.emit_error(key, error),
+            driver.emit_progress if self.progress_enabled else None,
         )
 
     async def run_one(
@@ -138,15 +141,34 @@ class AgentEngine:
         record: PendingRecord,
         emit: Callable[[Any], None],
         emit_error: Callable[[Dict[str, Any]], None],
+        emit_progress: Callable[[List[Dict[str, Any]]], None] | None = None,
     ) -> None:
         """Run one record of ``key`` against ``state`` (its short-term memory
         is updated in place; the pending queue is the caller's business).
+
+        Args:
+            emit_progress: Where the run's progress records go, one call per
+                publish (``runtime.progress``); None: no progress stream.
 
         Raises:
             ActionFailed: An action failed under the ``fail`` strategy.
         """
         run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
-        journal = RunJournal(self.store, run.journal_id, run.key_text, record.seq, self._count_write)
+        progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
+        outputs: List[Any] = []
+        if progress is not None:
+            inner_emit = emit
+
+            def emit(output: Any) -> None:
+                outputs.append(output)
+                inner_emit(output)
+
+        journal = RunJournal(
+            self.store, run.journal_id, run.key_text, record.seq, self._count_write,
+            on_commit=None if progress is None else progress.committed,
+        )
+        if progress is not None and journal.is_replay:
+            progress.replayed(journal.journaled_entries())
         self.counters.in_flight += 1
         self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
         try:
@@ -168,15 +190,19 @@ class AgentEngine:
                 "attempts": skipped.attempts,
             })
             await journal.finish_async("skipped", force=await self._close_callbacks(run))
-        except ActionFailed:
+        except ActionFailed as failure:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
             journal.commit()
             if self.callbacks is not None:
                 self.callbacks.forget_run(run.key_text, run.seq)
+            if progress is not None:
+                progress.failed(failure)
             raise
         else:
             await journal.finish_async("ok", force=await self._close_callbacks(run))
+            if progress is not None and progress.commits == 0 and not journal.is_replay:
+                progress.ended_without_commit("ok", outputs)
         finally:
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
@@ -192,6 +218,13 @@ class AgentEngine:
         if self.callbacks is None:
             return False
         return await self.callbacks.close_run(run.journal_id, run.key_text, run.seq)
+
+    def _counted(self, publish: Callable[[List[Dict[str, Any]]], None]) -> Callable[[List[Dict[str, Any]]], None]:
+        def counted(records: List[Dict[str, Any]]) -> None:
+            self.counters.progress_publishes += 1
+            publish(records)
+
+        return counted
 
     def _count_write(self) -> None:
         self.counters.journal_writes += 1
@@ -216,3 +249,10 @@ class AgentEngine:
         finally:
             if self._owns_store:
                 self.store.close()
+
+
+def _flag(value: Any) -> bool:
+    """A boolean option given as bool or text (``"true"``/``"false"``)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)

@@ -106,12 +106,18 @@ class RunJournal:
         key_text: The key as text.
         seq: The record's sequence number.
         on_write: Called after each committed write (for counters).
+        on_commit: Called with the entries of each committed write, after it
+            landed (the progress stream, ``runtime.progress``).
     """
 
-    def __init__(self, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None]) -> None:
+    def __init__(
+        self, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None],
+        on_commit: Callable[[List[JournalEntry]], None] | None = None,
+    ) -> None:
         self._store = store
         self._run = (journal_id, key_text, seq)
         self._on_write = on_write
+        self._on_commit = on_commit
         self._journaled: Dict[Tuple[str, int], JournalEntry] = store.load_run(journal_id, key_text, seq)
         self._buffer: List[JournalEntry] = []
         # Set when a write failed: no further call may start, since what it
@@ -120,6 +126,10 @@ class RunJournal:
         self._commit_lock = asyncio.Lock()
         self.calls_executed = 0
         self.calls_replayed = 0
+
+    def journaled_entries(self) -> List[JournalEntry]:
+        """The entries this run's journal holds (loaded and committed)."""
+        return list(self._journaled.values())
 
     @property
     def is_replay(self) -> bool:
@@ -136,6 +146,8 @@ class RunJournal:
         for entry in entries:
             self._journaled[(entry.step, entry.ordinal)] = entry
         self._on_write()
+        if self._on_commit is not None:
+            self._on_commit(entries)  # the progress stream: published after the write landed
 
     def commit(self) -> None:
         """Write everything buffered in one transaction (no-op if nothing is)."""

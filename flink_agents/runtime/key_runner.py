@@ -55,12 +55,13 @@ class Completion:
 class _Worker:
     """The runner's view of one key: records to run, its state copy, results."""
 
-    __slots__ = ("state", "queue", "completions", "busy", "submitted_through")
+    __slots__ = ("state", "queue", "completions", "progress", "busy", "submitted_through")
 
     def __init__(self, state: KeyState) -> None:
         self.state = state
         self.queue: Deque[PendingRecord] = deque()
         self.completions: Deque[Completion] = deque()
+        self.progress: List[Dict[str, Any]] = []  # published, not yet emitted
         self.busy = False
         self.submitted_through = -1
 
@@ -134,6 +135,16 @@ class KeyRunner:
             worker.completions.clear()
             return done
 
+    def take_progress(self, key: Any) -> List[Dict[str, Any]]:
+        """The progress records ``key``'s runs published, not yet taken, in
+        order (published records only: each after its commit landed)."""
+        with self._changed:
+            worker = self._workers.get(key)
+            if worker is None or not worker.progress:
+                return []
+            records, worker.progress = worker.progress, []
+            return records
+
     def knows(self, key: Any) -> bool:
         """Whether the runner holds ``key`` (false after a restore or release)."""
         with self._changed:
@@ -143,14 +154,16 @@ class KeyRunner:
         """Whether ``key`` has records running, queued or not yet taken."""
         with self._changed:
             worker = self._workers.get(key)
-            return worker is not None and (worker.busy or bool(worker.queue) or bool(worker.completions))
+            return worker is not None and (
+                worker.busy or bool(worker.queue) or bool(worker.completions) or bool(worker.progress)
+            )
 
     def release(self, key: Any) -> None:
         """Forget an idle key (its state lives in the host); a later submit
         starts from the host's state again (e.g. after a state TTL expired)."""
         with self._changed:
             worker = self._workers.get(key)
-            if worker is not None and not (worker.busy or worker.queue or worker.completions):
+            if worker is not None and not (worker.busy or worker.queue or worker.completions or worker.progress):
                 del self._workers[key]
 
     def wait_for(self, key: Any, seq: int | None = None, timeout_s: float | None = None) -> bool:
@@ -196,6 +209,13 @@ class KeyRunner:
 
     # -- runner side (the loop thread) ---------------------------------------
 
+    def _progress_sink(self, worker: _Worker) -> Any:
+        def publish(records: List[Dict[str, Any]]) -> None:
+            with self._changed:
+                worker.progress.extend(records)
+
+        return publish
+
     def _start(self, key: Any, worker: _Worker) -> None:
         self._loop.create_task(self._work(key, worker))
 
@@ -212,7 +232,8 @@ class KeyRunner:
             async with self._slots.hold():
                 try:
                     await self._engine.run_one(
-                        key, worker.state, record, completion.outputs.append, completion.errors.append
+                        key, worker.state, record, completion.outputs.append, completion.errors.append,
+                        self._progress_sink(worker) if self._engine.progress_enabled else None,
                     )
                 except BaseException as exc:  # handed to the host, which fails the job
                     completion.failure = exc

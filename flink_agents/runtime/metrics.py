@@ -32,6 +32,7 @@ class RunCounters:
     callbacks_timed_out: int = 0
     callbacks_cancelled: int = 0
     callbacks_closed: int = 0  # still pending when the run ended
+    progress_publishes: int = 0  # progress stream: one per commit of a run
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["check_json_like", "decode_value", "encode_value"]
+__all__ = ["MODEL_TAG", "check_json_like", "decode_value", "encode_value"]
 
 _SCALARS = (str, int, float, bool, type(None))
-_MODEL_TAG = "$model"
+MODEL_TAG = "$model"  # marks a pydantic model in encoded values
 
 
 def check_json_like(value: Any, path: str) -> Any:
@@ -65,7 +65,7 @@ def encode_value(value: Any) -> Any:
         return str(value)
     if isinstance(value, BaseModel):
         cls = type(value)
-        return {_MODEL_TAG: f"{cls.__module__}:{cls.__qualname__}", "data": value.model_dump(mode="json")}
+        return {MODEL_TAG: f"{cls.__module__}:{cls.__qualname__}", "data": value.model_dump(mode="json")}
     if isinstance(value, (list, tuple)):
         return [encode_value(v) for v in value]
     if isinstance(value, dict):
@@ -86,7 +86,7 @@ def decode_value(value: Any) -> Any:
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
-        if _MODEL_TAG in value and len(value) == 2 and "data" in value:
-            return _import(value[_MODEL_TAG]).model_validate(value["data"])
+        if MODEL_TAG in value and len(value) == 2 and "data" in value:
+            return _import(value[MODEL_TAG]).model_validate(value["data"])
         return {k: decode_value(v) for k, v in value.items()}
     return value

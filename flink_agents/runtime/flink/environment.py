@@ -14,7 +14,8 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import RETENTION_OPTION
-from flink_agents.runtime.flink.operator import ERROR_OUTPUT, AgentOperatorFunction
+from flink_agents.runtime.flink.operator import ERROR_OUTPUT, PROGRESS_OUTPUT, AgentOperatorFunction
+from flink_agents.runtime.progress import PROGRESS_OPTION
 from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
 __all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
@@ -31,6 +32,7 @@ class FlinkAgentBuilder(AgentBuilder):
         self._plan: AgentPlan | None = None
         self._agent_name = "agent"
         self._outputs: DataStream | None = None
+        self._progress = False
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -39,12 +41,14 @@ class FlinkAgentBuilder(AgentBuilder):
         self._agent_name = type(agent).__name__
         return self
 
-    def to_datastream(self, output_type: Any = None) -> DataStream:
+    def to_datastream(self, output_type: Any = None, progress: bool = False) -> DataStream:
         """The agent's outputs (``OutputEvent.output``), in order per key.
 
         Args:
             output_type: Flink type information of the outputs; default pickled
                 Python objects.
+            progress: Also publish the progress stream (``progress_stream()``;
+                same as the option ``progress.enabled``).
 
         Raises:
             RuntimeError: ``apply`` was not called.
@@ -57,6 +61,9 @@ class FlinkAgentBuilder(AgentBuilder):
             # Resolved here: Python workers run in another working directory.
             path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
             config["journal.sqlite.path"] = os.path.abspath(os.fspath(path))
+        if progress:
+            config[PROGRESS_OPTION] = True
+        self._progress = bool(config.get(PROGRESS_OPTION))
         job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
         _single_element_bundles(self._env.env)
         function = AgentOperatorFunction(self._plan, config, job_id)
@@ -78,6 +85,23 @@ class FlinkAgentBuilder(AgentBuilder):
         if self._outputs is None:
             raise RuntimeError("call to_datastream() before error_stream()")
         return self._outputs.get_side_output(ERROR_OUTPUT)
+
+
+    def progress_stream(self) -> DataStream:
+        """The runs' progress records (``flink_agents.runtime.progress``): one
+        per committed fact of a run, each emitted after its journal write
+        landed, in commit order per key.
+
+        Raises:
+            RuntimeError: ``to_datastream(progress=True)`` (or the option
+                ``progress.enabled``) was not used.
+        """
+        if self._outputs is None or not self._progress:
+            raise RuntimeError(
+                "the progress stream is opt-in: call to_datastream(progress=True) "
+                "(or set progress.enabled) before progress_stream()"
+            )
+        return self._outputs.get_side_output(PROGRESS_OUTPUT)
 
 
 BUNDLE_SIZE_OPTION = "python.fn-execution.bundle.size"

@@ -29,7 +29,9 @@ Mapping onto Flink:
   the callback's id in keyed state (``KeyState.callback_deadlines``): when it
   fires, the callback times out (``CallbackHub.expire``) unless a completion
   won already, also after a restore, before the run has been replayed;
-- error records of skipped records go to the ``ERROR_OUTPUT`` side output;
+- error records of skipped records go to the ``ERROR_OUTPUT`` side output,
+  progress records (``progress.enabled``) to ``PROGRESS_OUTPUT``, each in a
+  callback of its key after the commit it reports landed;
   engine counters are mirrored into Flink metrics (group ``flink_agents``).
 """
 
@@ -48,12 +50,13 @@ from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner
 from flink_agents.runtime.state import KeyState, PendingRecord
 
-__all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
+__all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
 
 KEY_STATE_NAME = "flink_agents.key_state.v1"
 MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 MEMORY_TTL_OPTION = "short_term_memory.ttl_s"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
+PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
 END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE: fires with the final watermark
 NO_TIMESTAMP = -(2**63)  # Long.MIN_VALUE
 
@@ -245,8 +248,11 @@ class AgentOperatorFunction(KeyedProcessFunction):
             timers.register_event_time_timer(timestamp_ms)
 
     def _apply(self, key: Any) -> Iterable[Any]:
-        """Apply the key's finished records to its state; yield their outputs."""
+        """Yield the key's published progress; apply its finished records to
+        its state and yield their outputs."""
         assert self._driver is not None and self._runner is not None
+        for record in self._runner.take_progress(key):
+            yield PROGRESS_OUTPUT, record
         completions = self._runner.take(key)
         if not completions:
             return

@@ -24,6 +24,7 @@ class LocalDriver(KeyedDriver):
         self.states: Dict[Any, KeyState] = {}
         self.outputs: List[Dict[Any, Any]] = []
         self.errors: List[Dict[str, Any]] = []
+        self.progress: List[Dict[str, Any]] = []
         self._memory_ttl_s = memory_ttl_s
         self._clock = clock
         self._memory_written_at: Dict[Any, float] = {}
@@ -49,6 +50,9 @@ class LocalDriver(KeyedDriver):
 
     def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
         self.errors.append(error)
+
+    def emit_progress(self, records: List[Dict[str, Any]]) -> None:
+        self.progress.extend(records)
 
     def emit(self, key: Any, output: Any) -> None:
         self.outputs.append({key: output})

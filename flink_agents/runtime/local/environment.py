@@ -16,6 +16,7 @@ from flink_agents.api.execution_environment import AgentBuilder, AgentsExecution
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.runtime.progress import PROGRESS_OPTION
 from flink_agents.runtime.run_slots import RunSlots
 
 __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
@@ -52,6 +53,7 @@ class LocalAgentBuilder(AgentBuilder):
         self._plan: AgentPlan | None = None
         self._outputs: List[Dict[Any, Any]] = []
         self._errors: List[Dict[str, Any]] = []
+        self._progress: List[Dict[str, Any]] | None = None
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -68,9 +70,18 @@ class LocalAgentBuilder(AgentBuilder):
         skipped under the ``skip`` strategy (see ``FlinkAgentBuilder.error_stream``)."""
         return self._errors
 
+    def to_progress_list(self) -> List[Dict[str, Any]]:
+        """Opt in to the progress stream: a list that ``execute()`` fills
+        with the runs' progress records (``flink_agents.runtime.progress``)."""
+        if self._progress is None:
+            self._progress = []
+        return self._progress
+
     async def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
         assert self._plan is not None  # registered by apply()
         config = {"journal.store": "memory", **config}
+        if self._progress is not None:
+            config[PROGRESS_OPTION] = True
         # A fresh in-memory journal cannot collide with another execution's,
         # so a fixed id keeps derived ids reproducible; a persistent store
         # needs a new namespace per execution unless job_id is given.
@@ -101,6 +112,8 @@ class LocalAgentBuilder(AgentBuilder):
             engine.close()
             self._outputs.extend(driver.outputs)
             self._errors.extend(driver.errors)
+            if self._progress is not None:
+                self._progress.extend(driver.progress)
         return engine.counters.as_dict()
 
 
