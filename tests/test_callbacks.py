@@ -457,3 +457,48 @@ def test_a_run_with_callbacks_writes_its_run_end_and_is_pruned_with_it() -> None
     assert store.get_callback(callback_id) is not None
     assert engine.callbacks.prune(time.time() + 1) == 1
     assert store.get_callback(callback_id) is None
+
+
+SIDE_EFFECTS: List[str] = []
+
+
+def hand_out(url: str) -> str:
+    """A call with an effect outside (hands the URL to another system)."""
+    SIDE_EFFECTS.append(url)
+    return "handed out"
+
+
+class HandOutAgent(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_action("wait", [InputEvent], HandOutAgent.wait)
+
+    @staticmethod
+    async def wait(event: InputEvent, ctx: Any) -> None:
+        cb = await ctx.create_callback("hand out then wait", 60)
+        CREATED.append(cb)
+        await ctx.durable_execute_async(hand_out, cb.resolve_url)
+        ctx.send_event(OutputEvent(output=await cb))
+
+
+def test_a_call_made_before_the_wait_is_durable_during_it() -> None:
+    """A failover while the run waits replays the call that handed the URL
+    out instead of making it again: awaiting a callback commits first."""
+    SIDE_EFFECTS.clear()
+    store = InMemoryJournalStore()
+    engine = _engine(HandOutAgent(), store)
+    driver = LocalDriver()
+
+    async def crash_while_waiting() -> None:
+        task = asyncio.ensure_future(engine.process(driver, "k", {}))
+        while not engine.callbacks._waiting:  # type: ignore[union-attr]
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(crash_while_waiting())
+    assert len(SIDE_EFFECTS) == 1
+    store.complete(CREATED[0].callback_id, RESOLVED, b"done", int(time.time() * 1000))
+    asyncio.run(_engine(HandOutAgent(), store)._drain(driver, "k"))
+    assert driver.outputs == [{"k": "done"}]
+    assert len(SIDE_EFFECTS) == 1  # replayed, not handed out twice

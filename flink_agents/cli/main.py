@@ -3,6 +3,7 @@
     flink-agents plan show MODULE:AGENT     print an agent's compiled plan (JSON)
     flink-agents plan write [--check]       regenerate (or check) plans/*.json
     flink-agents run review-analysis [...]  run the review-analysis job
+    flink-agents run shipping-claims [...]  run the shipping-claims job (callbacks)
     flink-agents callbacks serve [...]      serve the callback ingress (HTTP)
 """
 
@@ -22,8 +23,13 @@ __all__ = ["main", "SNAPSHOTS"]
 SNAPSHOTS: Dict[str, str] = {
     "review_analysis.json": "jobs.review_analysis:ReviewAnalysisAgent",
     "review_triage.json": "jobs.review_triage:ReviewTriageAgent",
+    "shipping_claims.json": "jobs.shipping_claims:ShippingClaimsAgent",
 }
-JOBS: Dict[str, str] = {"review-analysis": "jobs.review_analysis:main", "review-triage": "jobs.review_triage:main"}
+JOBS: Dict[str, str] = {
+    "review-analysis": "jobs.review_analysis:main",
+    "review-triage": "jobs.review_triage:main",
+    "shipping-claims": "jobs.shipping_claims:main",
+}
 
 
 def _load(spec: str) -> Any:

@@ -171,6 +171,13 @@ class CallbackIngress:
         finally:
             self._ready.set()
             try:
+                # A handler may still be lingering (aiohttp drains a client
+                # still sending after a 413 for up to 10 s): end it here
+                # rather than leave a pending task to a closed loop.
+                lingering = asyncio.all_tasks(loop)
+                for task in lingering:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*lingering, return_exceptions=True))
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:

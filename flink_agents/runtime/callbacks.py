@@ -123,8 +123,12 @@ def body_as_text(body: Optional[bytes]) -> str:
 class RuntimeCallback(Callback):
     """A callback of a run (see ``flink_agents.api.callbacks.Callback``)."""
 
-    def __init__(self, hub: "CallbackHub", record: CallbackRecord, base_url: str) -> None:
+    def __init__(
+        self, hub: "CallbackHub", record: CallbackRecord, base_url: str,
+        before_wait: Optional[Callable[[], Awaitable[None]]] = None,
+    ) -> None:
         self._hub = hub
+        self._before_wait = before_wait
         self.record = record
         self.callback_id = record.callback_id
         self.purpose = record.purpose
@@ -138,6 +142,11 @@ class RuntimeCallback(Callback):
         return self._wait()
 
     async def _wait(self) -> Union[str, bytes]:
+        if self._before_wait is not None:
+            # What the run did before the wait (e.g. the call that handed the
+            # URL out) must be durable before it parks: a failover during a
+            # wait of hours must not make it again.
+            await self._before_wait()
         record = await self._hub.wait_record(self.callback_id)
         return outcome_of(record)
 
@@ -215,7 +224,8 @@ class CallbackHub:
     # -- create --------------------------------------------------------------
 
     async def create(
-        self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float
+        self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float,
+        before_wait: Optional[Callable[[], Awaitable[None]]] = None,
     ) -> RuntimeCallback:
         """Register (or, on replay, find) the callback of ``ref``.
 
@@ -246,7 +256,7 @@ class CallbackHub:
             self._runs.setdefault((ref.key, ref.seq), []).append(record)
             if self.track_timers and record.state == PENDING:
                 self._timer_requests.setdefault(key, []).append((record.callback_id, record.deadline_ms, ref.seq))
-        return RuntimeCallback(self, record, self.base_url)
+        return RuntimeCallback(self, record, self.base_url, before_wait)
 
     # -- wait ----------------------------------------------------------------
 
