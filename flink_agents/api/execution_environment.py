@@ -42,6 +42,12 @@ class AgentBuilder(ABC):
         journal write that made its step durable (``runtime.progress``)."""
         raise NotImplementedError("progress_stream() is offered by the Flink runner only")
 
+    def with_steering(self, steering: Any, key_selector: Any = None) -> "AgentBuilder":
+        """A second input of steering messages keyed like the main one: a
+        ``DataStream`` and its key selector (Flink), or a list of
+        ``{"key", "value"}`` (local runner)."""
+        raise NotImplementedError("with_steering() is not offered by this runner")
+
     def to_progress_list(self) -> List[Dict[str, Any]]:
         """Local runner: opt in to the progress stream; ``execute()`` fills
         the returned list."""

@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from typing import Any, Callable, Deque, Dict
+from typing import Any, Awaitable, Callable, Deque, Dict
 
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import Resource, ResourceType
@@ -52,6 +52,7 @@ async def run_record(
     counters: RunCounters,
     sub_agents: Any = None,
     callbacks: Any = None,
+    steering: Any = None,
 ) -> None:
     """Run ``record`` to completion, updating ``state`` in place.
 
@@ -92,7 +93,7 @@ async def run_record(
                     continue
                 ctx = await _run_step(
                     plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, sub_agents,
-                    callbacks,
+                    callbacks, steering,
                 )
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
@@ -122,10 +123,11 @@ async def _run_step(
     counters: RunCounters,
     sub_agents: Any,
     callbacks: Any,
+    steering: Any,
 ) -> ActionContext:
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
-    policy = ErrorPolicy.for_action(spec.config, job_config)
+    policy = ErrorPolicy.for_action(spec.config, job_config, spec.function.is_async, spec.name)
     attempt = 0
     while True:
         attempt += 1
@@ -137,12 +139,12 @@ async def _run_step(
             run, attempt_step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
-            resources, job_config, journal, spec.function.is_async, sub_agents, callbacks,
+            resources, job_config, journal, spec.function.is_async, sub_agents, callbacks, steering,
         )
         try:
             result = spec.function.resolve()(event, ctx)
             if inspect.isawaitable(result):
-                await result
+                await _within_timeout(result, policy.timeout_s, spec.name, run)
             counters.actions += 1
             return ctx
         except NondeterminismError as exc:
@@ -165,3 +167,27 @@ async def _run_step(
             raise failure from exc
         finally:
             ctx.active = False
+
+
+async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name: str, run: RunIdentity) -> None:
+    """Await a running async action; past ``timeout_s`` it is cancelled and
+    fails with a ``TimeoutError`` naming it (an error like any other for its
+    error strategy). A journal write in flight when the timeout fires lands
+    first (``RunJournal.commit_async``), so the TimeoutError follows it."""
+    if timeout_s is None:
+        await action
+        return
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            await action
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise  # the action's own TimeoutError
+        raise _timed_out(name, timeout_s, run) from exc
+    if deadline.expired():  # it swallowed the cancellation: still too late
+        raise _timed_out(name, timeout_s, run)
+
+
+def _timed_out(name: str, timeout_s: float, run: RunIdentity) -> TimeoutError:
+    return TimeoutError(f"action {name!r} timed out after {timeout_s:g} s on key {run.key!r}, record #{run.seq}")

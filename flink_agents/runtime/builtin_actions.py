@@ -13,6 +13,12 @@ checkpoint-stable. Tool calls get the runtime's own ids
 them; the provider's id is kept as ``original_id``. Providers reuse ids across
 turns, so theirs cannot key results.
 
+Per-key conversations (``BaseChatModelSetup.conversation="per_key"``,
+``runtime.conversation``): a request starts with the key's stored history
+before its messages, and the turn is stored (compacted) in short-term memory
+by the step that sends the ``ChatResponseEvent``. Request ids differ per
+record, so the runtime's call ids never repeat across turns.
+
 Asynchronous operations (``runtime.callback_tools``): when the model answers
 without asking for tools while operations it started with the built-in
 ``create_callback`` tool are still open, the action waits for them and sends
@@ -40,6 +46,7 @@ from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.callback_tools import BuiltinCallbackTool, outcome_message
+from flink_agents.runtime.conversation import TURN_START, begin_turn, end_turn
 
 __all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
 
@@ -94,6 +101,9 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
+    if setup.conversation == "per_key" and conversation["round"] == 0 and TURN_START not in conversation:
+        # A new turn of the key's conversation: its history goes first.
+        begin_turn(conversation, ctx.short_term_memory)
     reply = await _ask(setup, model, conversation, ctx)
     # The model answered while operations it started are open: wait for
     # them, tell it their outcomes, and ask again.
@@ -108,6 +118,12 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
         reply = await _ask(setup, model, conversation, ctx)
 
     if not reply.tool_calls:
+        if TURN_START in conversation:
+            # The turn ends: stored with this step's completion, compacted.
+            end_turn(
+                conversation, reply.model_dump(mode="json"), ctx.short_term_memory,
+                setup.conversation_max_messages, setup.conversation_max_tokens,
+            )
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
         return
     # ``round`` tool rounds ran already; refuse one more before running its tools.
@@ -136,7 +152,19 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
 
 async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, Any], ctx: RunnerContext) -> ChatMessage:
     """One journaled model call on the conversation so far: after a failover
-    the reply is replayed, not asked for again."""
+    the reply is replayed, not asked for again.
+
+    First the steering messages waiting for the key join the conversation as
+    user messages: this is the step boundary where they arrive (after the
+    tools in flight, before the next model call; ``runtime.steering``).
+    """
+    take_steering = getattr(ctx, "take_steering", None)
+    for message in take_steering() if take_steering is not None else []:
+        conversation["messages"].append(ChatMessage(
+            role=MessageRole.USER,
+            content=message if isinstance(message, str) else json.dumps(message),
+            extra_args={"steering": True},
+        ).model_dump(mode="json"))
     messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
     reply = await _journaled(ctx)(
         f"chat:{model}",
@@ -163,6 +191,10 @@ async def _operation_outcomes(operation_ids: List[str], ctx: RunnerContext) -> D
     hub = getattr(ctx, "callbacks", None)
     if hub is None:
         raise RuntimeError("operations were started, but this runtime has no callback store")
+    # The reply that ended the round and the tool results before it must be
+    # durable before the run parks: a failover during the wait must not ask
+    # the model again.
+    await ctx.commit_journal()
     records = await asyncio.gather(*(hub.wait_record(op) for op in operation_ids))
     text = "\n\n".join(outcome_message(op, record) for op, record in zip(operation_ids, records))
     return ChatMessage(role=MessageRole.USER, content=text).model_dump(mode="json")

@@ -74,6 +74,7 @@ class ActionContext(RunnerContext):
         is_async: bool = False,
         sub_agents: Any = None,
         callbacks: Any = None,
+        steering: Any = None,
     ) -> None:
         self._run = run
         self.step = step
@@ -89,6 +90,7 @@ class ActionContext(RunnerContext):
         self._is_async = is_async
         self._sub_agents = sub_agents
         self._callbacks = callbacks
+        self._steering = steering
         self._callback_count = 0
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
@@ -256,7 +258,9 @@ class ActionContext(RunnerContext):
             raise RuntimeError("this runtime context cannot create callbacks")
         ordinal = self._callback_count
         self._callback_count += 1
-        return self._callbacks.create(self.callback_ref(ordinal), self._run.key, purpose, timeout_s)
+        return self._callbacks.create(
+            self.callback_ref(ordinal), self._run.key, purpose, timeout_s, before_wait=self.commit_journal
+        )
 
     def callback_ref(self, ordinal: int = 0) -> CallbackRef:
         """Runtime-internal: the ref of this step's callback ``ordinal``."""
@@ -266,3 +270,18 @@ class ActionContext(RunnerContext):
     def callbacks(self) -> Any:
         """Runtime-internal: the engine's ``CallbackHub`` (or None)."""
         return self._callbacks
+
+    def take_steering(self) -> List[Any]:
+        """The steering messages waiting for this key, in order, taken now
+        (``runtime.steering``); journaled in this step, so a replay takes
+        the same ones here. ``[]`` when the job has no steering input."""
+        if self._steering is None:
+            return []
+        taken = self._journal.record(self.step, self._next_ordinal(), "steering:take", self._steering.take)
+        self._steering.mark_taken(taken)
+        return [message for _, message in taken]
+
+    async def commit_journal(self) -> None:
+        """Runtime-internal: make everything journaled so far durable now
+        (before the run parks on an outside event)."""
+        await self._journal.commit_async()

@@ -26,6 +26,7 @@ from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.steering import MAX_STEERING_QUEUE, STEERING_OPTION, SteeringMailbox, SteeringQueueFull
 from flink_agents.runtime.sub_agents import SubAgentRunner
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
@@ -84,6 +85,8 @@ class AgentEngine:
         )
         self._running: set[Any] = set()
         self.progress_enabled = _flag(self.config.get(PROGRESS_OPTION))
+        self.steering_enabled = _flag(self.config.get(STEERING_OPTION))
+        self._mailboxes: Dict[Any, SteeringMailbox] = {}
 
     def is_running(self, key: Any) -> bool:
         """Whether a run of ``key`` is in progress."""
@@ -108,12 +111,59 @@ class AgentEngine:
         finally:
             self._running.discard(key)
 
+    # -- steering (runtime.steering) ------------------------------------------
+
+    def accept_steering(self, key: Any, state: KeyState, message: Any) -> None:
+        """Queue a steering message in ``state`` (the caller stores it) and
+        in the key's mailbox.
+
+        Raises:
+            SteeringQueueFull: ``MAX_STEERING_QUEUE`` messages wait already.
+        """
+        if len(state.steering) >= MAX_STEERING_QUEUE:
+            raise SteeringQueueFull(key, message)
+        seq = state.next_steering_seq
+        state.next_steering_seq += 1
+        state.steering.append([seq, message])
+        self.mailbox(key).put(seq, message)
+
+    def steer(self, driver: KeyedDriver, key: Any, message: Any) -> None:
+        """Local hosts: queue a steering message for ``key`` (see ``accept_steering``)."""
+        state = driver.load(key) or KeyState(journal_id=self.job_id)
+        self.accept_steering(key, state, message)
+        driver.store(key, state)
+
+    def mailbox(self, key: Any) -> SteeringMailbox:
+        """The key's steering mailbox (created on first use)."""
+        box = self._mailboxes.get(key)
+        if box is None:
+            box = self._mailboxes.setdefault(key, SteeringMailbox())
+        return box
+
+    def refill_steering(self, key: Any, state: KeyState) -> None:
+        """Put the messages waiting in ``state`` into the mailbox (after a
+        restore the mailbox is empty; taken ones are skipped)."""
+        if state.steering:
+            box = self.mailbox(key)
+            for seq, message in state.steering:
+                box.put(seq, message)
+
+    def steering_taken_through(self, key: Any) -> int:
+        """The highest steering seq of ``key`` a run has taken (-1: none)."""
+        box = self._mailboxes.get(key)
+        return -1 if box is None else box.taken_through
+
+    def forget_steering(self, key: Any) -> None:
+        """Drop an idle key's mailbox (its messages are in its state)."""
+        self._mailboxes.pop(key, None)
+
     async def _drain(self, driver: KeyedDriver, key: Any) -> None:
         while True:
             state = driver.load(key)
             if state is None or not state.pending:
                 return
             record = state.pending[0]
+            self.refill_steering(key, state)
             await self._run(driver, key, state, record)
             # Records that arrived during the run were stored by ``process``
             # into the state as it was before the run; a driver that
@@ -122,8 +172,12 @@ class AgentEngine:
             if latest is not None and latest is not state:
                 state.pending = latest.pending
                 state.next_seq = latest.next_seq
+                state.steering = latest.steering
+                state.next_steering_seq = latest.next_steering_seq
             state.pending.pop(0)
             state.runs_finished += 1
+            taken = self.steering_taken_through(key)
+            state.steering = [m for m in state.steering if m[0] > taken]
             driver.store(key, state)
 
     async def _run(self, driver: KeyedDriver, key: Any, state: KeyState, record: PendingRecord) -> None:
@@ -175,6 +229,7 @@ class AgentEngine:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
                 emit, self.counters, sub_agents=self._sub_agents, callbacks=self.callbacks,
+                steering=self.mailbox(key) if self.steering_enabled else None,
             )
         except RecordSkipped as skipped:
             failure = skipped.failure

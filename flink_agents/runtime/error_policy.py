@@ -14,6 +14,16 @@ its ``action_config``:
 With ``skip``, ``error_retry.max_attempts`` also applies before skipping
 (default 1: skip at the first failure). A ``NondeterminismError`` is never
 retried or skipped.
+
+The action timeout counts as an action error:
+
+    action.timeout_s: float (job-wide; default none)
+    timeout_s: float (per action, over the job's; ``None`` turns it off)
+
+An async action still running after it is cancelled and fails with a
+``TimeoutError`` naming action, key, record and timeout, which the strategy
+handles like any error. A sync action cannot be interrupted: the job-wide
+option does not apply to it, and a per-action one is rejected.
 """
 
 from __future__ import annotations
@@ -21,9 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["ErrorPolicy", "STRATEGIES"]
+__all__ = ["ErrorPolicy", "STRATEGIES", "TIMEOUT_OPTION"]
 
 STRATEGIES = ("fail", "retry", "skip")
+TIMEOUT_OPTION = "action.timeout_s"  # job-wide; per action also ``timeout_s``
+_ACTION_TIMEOUT_OPTIONS = ("timeout_s", TIMEOUT_OPTION)
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,7 @@ class ErrorPolicy:
     max_attempts: int = 1
     initial_backoff_s: float = 0.1
     max_backoff_s: float = 10.0
+    timeout_s: float | None = None  # async actions only (see the module docstring)
 
     @property
     def attempts_allowed(self) -> int:
@@ -44,11 +57,18 @@ class ErrorPolicy:
         return min(self.initial_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
 
     @staticmethod
-    def for_action(action_config: Mapping[str, Any], job_config: Mapping[str, Any]) -> "ErrorPolicy":
+    def for_action(
+        action_config: Mapping[str, Any], job_config: Mapping[str, Any], is_async: bool = True, action: str = "?"
+    ) -> "ErrorPolicy":
         """The policy of an action: its own config over the job's.
 
+        Args:
+            is_async: Whether the action is ``async def`` (only those time out).
+            action: Its name, for errors.
+
         Raises:
-            ValueError: Unknown strategy or a non-positive attempt count.
+            ValueError: Unknown strategy, a non-positive attempt count or
+                timeout, or a per-action timeout on a sync action.
         """
 
         def option(name: str, default: Any) -> Any:
@@ -65,4 +85,32 @@ class ErrorPolicy:
             max_attempts=max_attempts,
             initial_backoff_s=float(option("error_retry.initial_backoff_s", 0.1)),
             max_backoff_s=float(option("error_retry.max_backoff_s", 10.0)),
+            timeout_s=_timeout_s(action_config, job_config, is_async, action),
         )
+
+
+def _timeout_s(action_config: Mapping[str, Any], job_config: Mapping[str, Any], is_async: bool, action: str) -> float | None:
+    """The action's timeout in seconds (None: none)."""
+    for name in _ACTION_TIMEOUT_OPTIONS:
+        if name in action_config:
+            own = True
+            value = action_config[name]
+            break
+    else:
+        own, name, value = False, TIMEOUT_OPTION, job_config.get(TIMEOUT_OPTION)
+    if value is None:
+        return None
+    try:
+        timeout_s = float(value)
+    except (TypeError, ValueError):
+        timeout_s = float("nan")
+    if not timeout_s > 0:  # also NaN
+        raise ValueError(f"{name} of action {action!r} must be a positive number of seconds, not {value!r}")
+    if is_async:
+        return timeout_s
+    if own:
+        raise ValueError(
+            f"action {action!r} is not async: a sync action cannot be interrupted, so its {name} "
+            "cannot be enforced; make it 'async def' or drop the option"
+        )
+    return None  # the job-wide timeout applies to async actions only

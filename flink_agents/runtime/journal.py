@@ -150,7 +150,15 @@ class RunJournal:
             self._on_commit(entries)  # the progress stream: published after the write landed
 
     def commit(self) -> None:
-        """Write everything buffered in one transaction (no-op if nothing is)."""
+        """Write everything buffered in one transaction (no-op if nothing is).
+
+        Like ``commit_async``, it first waits until a write of this run still
+        in flight (an orphaned call's commit, say) returned: a run's writes
+        land in the order they took their entries. The wait blocks the calling
+        thread as the write itself does; that write runs on a worker thread
+        and needs no event loop.
+        """
+        self._wait_for_write_in_flight()
         entries = self._take()
         if not entries:
             return
@@ -164,17 +172,103 @@ class RunJournal:
     async def commit_async(self) -> None:
         """``commit`` with the store write on a worker thread, so the event loop
         runs other keys while the store syncs to disk. Commits of one run are
-        serialized: a call started meanwhile waits until the write landed."""
+        serialized: a call started meanwhile waits until the write landed.
+
+        Cancellation-safe: once entries are taken from the buffer, their write
+        and its bookkeeping (``_landed``, or recording the write failure)
+        happen together, whatever becomes of the awaiting task, and the commit
+        lock is held until they did. A cancellation that arrives meanwhile
+        takes effect when the write settled: a cancelled caller sees its
+        ``CancelledError`` only once journal and store agree again. Cancelled
+        while it waits for the lock, it took nothing: the entries stay buffered.
+        """
         async with self._commit_lock:
             entries = self._take()
             if not entries:
                 return
+            await self._settled_despite_cancellation(self._write_in_thread(entries))
+
+    # The store write of the latest ``commit_async`` (a thread-side future), so
+    # that ``commit``, which cannot await the commit lock, waits for it too.
+    _write_in_flight: Any = None
+
+    def _wait_for_write_in_flight(self) -> None:
+        """Block until the latest async write of this run returned.
+
+        Raises:
+            BaseException: That write failed (nothing may be written after it).
+        """
+        pending = self._write_in_flight
+        if pending is None:
+            return
+        error = pending.exception()
+        if error is not None:
+            self._write_failure = error
+            raise error
+
+    def _write_in_thread(self, entries: List[JournalEntry]) -> "asyncio.Future[None]":
+        """Start the store write of ``entries`` on a worker thread.
+
+        Returns:
+            A future that is done once the write returned *and* its
+            bookkeeping ran on the event loop; it fails with the write's
+            error (then recorded as the write failure) or the bookkeeping's.
+            No task awaits it directly, so no cancellation reaches it: the
+            bookkeeping runs even if every task waiting for it is cancelled.
+        """
+        import concurrent.futures
+        import contextvars
+
+        loop = asyncio.get_running_loop()
+        written: "concurrent.futures.Future[None]" = concurrent.futures.Future()
+        settled: "asyncio.Future[None]" = loop.create_future()
+        self._write_in_flight = written
+
+        def write() -> None:  # on the worker thread
             try:
-                await asyncio.to_thread(self._store.append, *self._run, entries)
+                self._store.append(*self._run, entries)
+            except BaseException as exc:
+                written.set_exception(exc)
+            else:
+                written.set_result(None)
+
+        def land(done: "asyncio.Future[None]") -> None:  # on the event loop
+            try:
+                done.result()
             except BaseException as exc:
                 self._write_failure = exc
-                raise
-            self._landed(entries)
+                settled.set_exception(exc)
+                return
+            try:
+                self._landed(entries)
+            except BaseException as exc:
+                settled.set_exception(exc)
+            else:
+                settled.set_result(None)
+
+        asyncio.wrap_future(written, loop=loop).add_done_callback(land)
+        try:
+            loop.run_in_executor(None, contextvars.copy_context().run, write)
+        except BaseException as exc:  # no worker thread (the executor shut down): nothing written
+            written.set_exception(exc)
+        return settled
+
+    async def _settled_despite_cancellation(self, settled: "asyncio.Future[None]") -> None:
+        """Await ``settled``; a cancellation of the caller meanwhile is held
+        back until it is done, then re-raised. (A write that failed meanwhile
+        is recorded as the write failure: the run's next call raises it.)"""
+        cancelled: asyncio.CancelledError | None = None
+        while not settled.done():
+            try:
+                await asyncio.wait([settled])
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if cancelled is not None:
+            if not settled.cancelled() and settled.exception() is not None:
+                log.warning("journal write of run %s settled with %r after its caller was cancelled",
+                            self._run, settled.exception())
+            raise cancelled
+        settled.result()
 
     def _replay(self, step: str, ordinal: int, function_id: str, digest: str) -> JournalEntry | None:
         entry = self._journaled.get((step, ordinal))
@@ -188,6 +282,17 @@ class RunJournal:
             )
         self.calls_replayed += 1
         return entry
+
+    def record(self, step: str, ordinal: int, function_id: str, produce: Callable[[], Any]) -> Any:
+        """Replay or journal a value the run takes from its own host (steering
+        messages), without a commit before it: nothing outside depends on
+        it yet, so it commits with the run's next write."""
+        entry = self._replay(step, ordinal, function_id, "")
+        if entry is not None:
+            return _decode_outcome(entry.payload)
+        value = produce()
+        self._buffer.append(JournalEntry(step, ordinal, function_id, "", _encode_outcome(value)))
+        return value
 
     def call_sync(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any]) -> Any:
         """Replay or run a synchronous call."""

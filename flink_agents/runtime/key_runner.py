@@ -43,6 +43,8 @@ class Completion:
         outputs: ``OutputEvent`` outputs, in order.
         errors: Error records (``skip`` strategy).
         failure: The exception that failed the record (``fail`` strategy).
+        steering_taken_through: The key's highest steering seq taken by its
+            runs so far (those messages leave the key's state).
     """
 
     seq: int
@@ -50,6 +52,7 @@ class Completion:
     outputs: List[Any] = field(default_factory=list)
     errors: List[Dict[str, Any]] = field(default_factory=list)
     failure: BaseException | None = None
+    steering_taken_through: int = -1
 
 
 class _Worker:
@@ -107,6 +110,7 @@ class KeyRunner:
         Call it in a callback of ``key`` after appending a record to the
         key's pending queue, and after a restore (records pending in state).
         """
+        self._engine.refill_steering(key, state)
         with self._changed:
             worker = self._workers.get(key)
             if worker is None:
@@ -134,6 +138,15 @@ class KeyRunner:
             done = list(worker.completions)
             worker.completions.clear()
             return done
+
+    def steer(self, key: Any, state: KeyState, message: Any) -> None:
+        """Queue a steering message of ``key`` (in ``state``, which the host
+        stores, and where a running turn of the key sees it).
+
+        Raises:
+            SteeringQueueFull: The key's queue is full.
+        """
+        self._engine.accept_steering(key, state, message)
 
     def take_progress(self, key: Any) -> List[Dict[str, Any]]:
         """The progress records ``key``'s runs published, not yet taken, in
@@ -165,6 +178,7 @@ class KeyRunner:
             worker = self._workers.get(key)
             if worker is not None and not (worker.busy or worker.queue or worker.completions or worker.progress):
                 del self._workers[key]
+                self._engine.forget_steering(key)
 
     def wait_for(self, key: Any, seq: int | None = None, timeout_s: float | None = None) -> bool:
         """Block until ``key`` finished record ``seq`` (or all its records).
@@ -238,6 +252,7 @@ class KeyRunner:
                 except BaseException as exc:  # handed to the host, which fails the job
                     completion.failure = exc
             completion.short_term_memory = worker.state.short_term_memory
+            completion.steering_taken_through = self._engine.steering_taken_through(key)
             with self._changed:
                 worker.completions.append(completion)
                 self._backlog -= 1

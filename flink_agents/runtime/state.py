@@ -49,6 +49,9 @@ class KeyState:
         callback_deadlines: Deadlines of the callbacks of pending records,
             ``[callback id, deadline (Unix ms), record seq]``, each also a
             processing-time timer of the key (Flink driver only).
+        steering: Steering messages not yet taken by a finished record,
+            ``[steering seq, message]`` (``runtime.steering``).
+        next_steering_seq: Sequence number the next steering message gets.
     """
 
     journal_id: str = ""
@@ -57,6 +60,8 @@ class KeyState:
     short_term_memory: Dict[str, Any] = field(default_factory=dict)
     runs_finished: int = 0
     callback_deadlines: List[List[Any]] = field(default_factory=list)
+    steering: List[List[Any]] = field(default_factory=list)
+    next_steering_seq: int = 0
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
@@ -72,6 +77,8 @@ class KeyState:
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
                 "callbacks": self.callback_deadlines,
+                "steering": [[seq, encode_value(message)] for seq, message in self.steering],
+                "next_steering_seq": self.next_steering_seq,
             },
             separators=(",", ":"),
         )
@@ -96,4 +103,6 @@ class KeyState:
             short_term_memory=data["stm"] or {},
             runs_finished=data["runs_finished"],
             callback_deadlines=data.get("callbacks") or [],  # absent before callbacks existed
+            steering=[[seq, decode_value(message)] for seq, message in data.get("steering") or []],
+            next_steering_seq=data.get("next_steering_seq", 0),
         )

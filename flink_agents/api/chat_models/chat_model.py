@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.prompts.prompt import Prompt
@@ -67,12 +67,24 @@ class BaseChatModelSetup(Resource):
         prompt: A ``Prompt`` or the name of a ``PROMPT`` resource; its filled
             messages go before the request's messages.
         tools: Names of ``TOOL`` resources offered to the model.
+        conversation: ``"none"``: each request stands alone. ``"per_key"``:
+            the built-in chat action keeps the key's conversation across
+            records in short-term memory (each ``ChatRequestEvent`` is a
+            turn; the model sees the earlier turns first); see
+            ``docs/conversations.md``.
+        conversation_max_messages: Bound of a ``per_key`` conversation, in
+            messages (at least 2); whole oldest turns are dropped to keep it.
+        conversation_max_tokens: Optional bound in estimated tokens
+            (``ceil(chars / 4)`` plus 4 per message; at least 1).
     """
 
     connection: str
     model: str = ""
     prompt: Prompt | str | None = None
     tools: List[str] = Field(default_factory=list)
+    conversation: Literal["none", "per_key"] = "none"
+    conversation_max_messages: int = 40
+    conversation_max_tokens: Optional[int] = None
 
     _connection: BaseChatModelConnection | None = PrivateAttr(default=None)
     _prompt: Prompt | None = PrivateAttr(default=None)
@@ -81,6 +93,24 @@ class BaseChatModelSetup(Resource):
     @classmethod
     def resource_type(cls) -> ResourceType:
         return ResourceType.CHAT_MODEL
+
+    @field_validator("conversation_max_messages")
+    @classmethod
+    def _check_max_messages(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(
+                f"conversation_max_messages must be at least 2 (a user message and its answer), got {value}"
+            )
+        return value
+
+    @field_validator("conversation_max_tokens")
+    @classmethod
+    def _check_max_tokens(cls, value: Optional[int]) -> Optional[int]:
+        if value is not None and value < 1:
+            raise ValueError(
+                f"conversation_max_tokens must be at least 1 (or None: no token bound), got {value}"
+            )
+        return value
 
     @property
     def model_kwargs(self) -> Dict[str, Any]:

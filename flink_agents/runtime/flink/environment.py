@@ -14,7 +14,14 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import RETENTION_OPTION
-from flink_agents.runtime.flink.operator import ERROR_OUTPUT, PROGRESS_OUTPUT, AgentOperatorFunction
+from flink_agents.runtime.flink.operator import (
+    ERROR_OUTPUT,
+    INPUT_TAG,
+    PROGRESS_OUTPUT,
+    STEERING_TAG,
+    AgentOperatorFunction,
+)
+from flink_agents.runtime.steering import STEERING_OPTION
 from flink_agents.runtime.progress import PROGRESS_OPTION
 from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
@@ -26,9 +33,16 @@ log = logging.getLogger(__name__)
 
 
 class FlinkAgentBuilder(AgentBuilder):
-    def __init__(self, env: "FlinkExecutionEnvironment", keyed: KeyedStream) -> None:
+    def __init__(
+        self, env: "FlinkExecutionEnvironment", keyed: KeyedStream,
+        unkeyed: DataStream | None = None, key_selector: Any = None, key_type: Any = None,
+    ) -> None:
         self._env = env
         self._keyed = keyed
+        self._unkeyed = unkeyed  # kept to union a steering input with it
+        self._key_selector = key_selector
+        self._key_type = key_type
+        self._steering: tuple[DataStream, Any] | None = None
         self._plan: AgentPlan | None = None
         self._agent_name = "agent"
         self._outputs: DataStream | None = None
@@ -40,6 +54,40 @@ class FlinkAgentBuilder(AgentBuilder):
         self._plan = AgentPlan.from_agent(agent)
         self._agent_name = type(agent).__name__
         return self
+
+    def with_steering(self, steering: DataStream, key_selector: Callable[[Any], Any] | Any) -> "FlinkAgentBuilder":
+        """A second input of steering messages, keyed like the main one
+        (``runtime.steering``): they reach the key's running turn before its
+        next model call, in order, journaled; at most 32 wait per key (one
+        more goes to ``error_stream()`` as an error record).
+
+        Raises:
+            RuntimeError: After ``to_datastream``, or the main input was given
+                as a ``KeyedStream`` (its key selector is needed here).
+        """
+        if self._outputs is not None:
+            raise RuntimeError("call with_steering() before to_datastream()")
+        if self._unkeyed is None:
+            raise RuntimeError(
+                "with_steering needs the main input unkeyed with its key_selector: "
+                "from_datastream(ds, key_selector), not a KeyedStream"
+            )
+        self._steering = (steering, key_selector)
+        return self
+
+    def _keyed_input(self) -> KeyedStream:
+        """The main input, unioned with the steering input if there is one
+        (both tagged, keyed by their own selectors)."""
+        if self._steering is None:
+            return self._keyed
+        steering, steering_selector = self._steering
+        select_main, select_steering = _key_function(self._key_selector), _key_function(steering_selector)
+        tagged = Types.PICKLED_BYTE_ARRAY()
+        main = self._unkeyed.map(lambda v: (INPUT_TAG, v), output_type=tagged).uid(f"flink-agents:{self._agent_name}:input")
+        steer = steering.map(lambda v: (STEERING_TAG, v), output_type=tagged).uid(f"flink-agents:{self._agent_name}:steering")
+        return main.union(steer).key_by(
+            lambda t: select_main(t[1]) if t[0] == INPUT_TAG else select_steering(t[1]), key_type=self._key_type
+        )
 
     def to_datastream(self, output_type: Any = None, progress: bool = False) -> DataStream:
         """The agent's outputs (``OutputEvent.output``), in order per key.
@@ -63,12 +111,14 @@ class FlinkAgentBuilder(AgentBuilder):
             config["journal.sqlite.path"] = os.path.abspath(os.fspath(path))
         if progress:
             config[PROGRESS_OPTION] = True
+        if self._steering is not None:
+            config[STEERING_OPTION] = True
         self._progress = bool(config.get(PROGRESS_OPTION))
         job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
         _single_element_bundles(self._env.env)
         function = AgentOperatorFunction(self._plan, config, job_id)
         self._outputs = (
-            self._keyed.process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
+            self._keyed_input().process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
             .name(f"agent:{self._agent_name}")
             .uid(f"flink-agents:{self._agent_name}")
         )
@@ -102,6 +152,12 @@ class FlinkAgentBuilder(AgentBuilder):
                 "(or set progress.enabled) before progress_stream()"
             )
         return self._outputs.get_side_output(PROGRESS_OUTPUT)
+
+
+def _key_function(selector: Any) -> Callable[[Any], Any]:
+    """A key selector (function or ``KeySelector``) as a function."""
+    get_key = getattr(selector, "get_key", None)
+    return get_key if callable(get_key) else selector
 
 
 BUNDLE_SIZE_OPTION = "python.fn-execution.bundle.size"
@@ -180,7 +236,7 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
             return FlinkAgentBuilder(self, input)
         if key_selector is None:
             raise ValueError("from_datastream needs a key_selector (or a KeyedStream)")
-        return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type))
+        return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type), input, key_selector, key_type)
 
     def default_retention_s(self) -> float:
         """How long journal entries of finished runs are kept by default.

@@ -29,6 +29,9 @@ Mapping onto Flink:
   the callback's id in keyed state (``KeyState.callback_deadlines``): when it
   fires, the callback times out (``CallbackHub.expire``) unless a completion
   won already, also after a restore, before the run has been replayed;
+- with a steering input (``steering.enabled``) both inputs arrive unioned
+  as ``(tag, value)``; a steering message goes into the key's state and its
+  mailbox (``runtime.steering``); a full queue yields an error record;
 - error records of skipped records go to the ``ERROR_OUTPUT`` side output,
   progress records (``progress.enabled``) to ``PROGRESS_OUTPUT``, each in a
   callback of its key after the commit it reports landed;
@@ -49,6 +52,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner
 from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.steering import SteeringQueueFull, steering_error
 
 __all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
 
@@ -59,6 +63,8 @@ ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
 PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
 END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE: fires with the final watermark
 NO_TIMESTAMP = -(2**63)  # Long.MIN_VALUE
+INPUT_TAG = "i"  # with steering, main records arrive as (INPUT_TAG, record)
+STEERING_TAG = "s"  # and steering messages as (STEERING_TAG, message)
 
 
 def _memory_descriptor(ttl_s: float | None) -> ValueStateDescriptor:
@@ -118,6 +124,11 @@ class AgentOperatorFunction(KeyedProcessFunction):
         key = ctx.get_current_key()
         self._driver.begin(key)
         yield from self._apply(key)
+        if self._engine.steering_enabled:
+            tag, value = value  # the main input and the steering input, unioned
+            if tag == STEERING_TAG:
+                yield from self._steer(key, value)
+                return
         state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
         timestamp = ctx.timestamp()
         # PyFlink reports "no timestamp" as Long.MIN_VALUE.
@@ -136,6 +147,16 @@ class AgentOperatorFunction(KeyedProcessFunction):
             self._release(key)
         self._report_metrics()
         self._runner.wait_for_capacity()
+
+    def _steer(self, key: Any, message: Any) -> Iterable[Any]:
+        assert self._engine is not None and self._driver is not None and self._runner is not None
+        state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
+        try:
+            self._runner.steer(key, state, message)
+        except SteeringQueueFull as full:
+            yield ERROR_OUTPUT, steering_error(key, message, full)
+            return
+        self._driver.store(key, state)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any]:
         assert self._driver is not None and self._runner is not None
@@ -266,6 +287,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
                 raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head.seq} was expected")
             state.short_term_memory = completion.short_term_memory
             state.runs_finished += 1
+            if state.steering:
+                state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
             if state.callback_deadlines:  # the run's callbacks are closed now
                 state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
                 known = self._deadlines.get(key, {})

@@ -17,6 +17,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.progress import PROGRESS_OPTION
+from flink_agents.runtime.steering import STEERING_OPTION, SteeringQueueFull, steering_error
 from flink_agents.runtime.run_slots import RunSlots
 
 __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
@@ -54,6 +55,7 @@ class LocalAgentBuilder(AgentBuilder):
         self._outputs: List[Dict[Any, Any]] = []
         self._errors: List[Dict[str, Any]] = []
         self._progress: List[Dict[str, Any]] | None = None
+        self._steering: List[tuple[Any, Any]] = []
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -70,6 +72,14 @@ class LocalAgentBuilder(AgentBuilder):
         skipped under the ``skip`` strategy (see ``FlinkAgentBuilder.error_stream``)."""
         return self._errors
 
+    def with_steering(self, messages: List[Dict[str, Any]]) -> "LocalAgentBuilder":
+        """Steering messages ``{"key": k, "value": message}`` (``runtime.steering``).
+        Given up front, a key's messages wait for its first turn, which
+        takes them before its first model call; more than 32 for one key go
+        to ``to_error_list()`` as error records."""
+        self._steering.extend(_split_record(i, m) for i, m in enumerate(messages))
+        return self
+
     def to_progress_list(self) -> List[Dict[str, Any]]:
         """Opt in to the progress stream: a list that ``execute()`` fills
         with the runs' progress records (``flink_agents.runtime.progress``)."""
@@ -82,6 +92,8 @@ class LocalAgentBuilder(AgentBuilder):
         config = {"journal.store": "memory", **config}
         if self._progress is not None:
             config[PROGRESS_OPTION] = True
+        if self._steering:
+            config[STEERING_OPTION] = True
         # A fresh in-memory journal cannot collide with another execution's,
         # so a fixed id keeps derived ids reproducible; a persistent store
         # needs a new namespace per execution unless job_id is given.
@@ -93,6 +105,12 @@ class LocalAgentBuilder(AgentBuilder):
         by_key: Dict[Any, List[Any]] = {}
         for key, value in self._records:
             by_key.setdefault(key, []).append(value)
+
+        for key, message in self._steering:
+            try:
+                engine.steer(driver, key, message)
+            except SteeringQueueFull as full:
+                driver.emit_error(key, steering_error(key, message, full))
 
         async def run_key(key: Any, values: List[Any]) -> None:
             async with slots.hold():
