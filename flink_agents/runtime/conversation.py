@@ -16,9 +16,10 @@ reserved prefix keeps it out of ``get_field_names``.
 
 What a turn holds: the request's messages (after its leading system
 messages), every assistant message (tool calls included), every tool result,
-the outcome messages of asynchronous operations, and the final answer. Not
-stored: the prompt's filled messages and the request's leading system
-messages: they are instructions given again with every turn.
+the outcome messages of asynchronous operations, the steering messages
+taken during the turn, and the final answer. Not stored: the prompt's filled
+messages and the request's leading system messages: they are instructions
+given again with every turn.
 
 Compaction (``compact``): drop whole oldest turns until the kept turns fit
 both bounds; the newest turn is never dropped, and a turn that alone exceeds
