@@ -12,16 +12,15 @@ import pytest
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
-from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
+from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.chat_turn import ChatTurnAgent
 
 MODEL_REQUESTS: List[int] = []  # how many tool results each model request carried
 
@@ -50,10 +49,6 @@ class PlainModel(ThreeToolsModel):
     tools_first: bool = False
 
 
-class Setup(BaseChatModelSetup):
-    pass
-
-
 def double(n: int) -> int:
     """Double a number.
 
@@ -63,30 +58,12 @@ def double(n: int) -> int:
     return 2 * n
 
 
-class TurnAgent(Agent):
-    def __init__(self, connection: type = ThreeToolsModel) -> None:
-        super().__init__()
-        self.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(clazz=connection))
-        self.add_resource("model", ResourceType.CHAT_MODEL, ResourceDescriptor(clazz=Setup, connection="conn", tools=["double"]))
-        self.add_resource("double", ResourceType.TOOL, double)
-        self.add_action("ask", [InputEvent], TurnAgent.ask)
-        self.add_action("answer", [ChatResponseEvent], TurnAgent.answer)
-
-    @staticmethod
-    def ask(event: InputEvent, ctx: Any) -> None:
-        ctx.send_event(ChatRequestEvent(model="model", messages=[ChatMessage(role=MessageRole.USER, content=event.input)]))
-
-    @staticmethod
-    def answer(event: ChatResponseEvent, ctx: Any) -> None:
-        ctx.send_event(OutputEvent(output=event.response.content))
-
-
 def _run(engine: AgentEngine, driver: LocalDriver, value: Any = "go") -> None:
     asyncio.run(engine.process(driver, "k", value))
 
 
 def _engine(store: InMemoryJournalStore, agent: Agent | None = None) -> AgentEngine:
-    return AgentEngine(AgentPlan.from_agent(agent or TurnAgent()), {"progress.enabled": True}, job_id="job", store=store)
+    return AgentEngine(AgentPlan.from_agent(agent or ChatTurnAgent(ThreeToolsModel, {"double": double})), {"progress.enabled": True}, job_id="job", store=store)
 
 
 def _by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
@@ -128,7 +105,7 @@ def test_a_tool_round_publishes_once_per_commit_in_commit_order() -> None:
 
 def test_a_plain_turn_publishes_twice() -> None:
     store = InMemoryJournalStore()
-    engine = _engine(store, TurnAgent(PlainModel))
+    engine = _engine(store, ChatTurnAgent(PlainModel, {"double": double}))
     driver = LocalDriver()
     _run(engine, driver)
     assert engine.counters.journal_writes == 2 == engine.counters.progress_publishes

@@ -11,19 +11,16 @@ from typing import Any, List, Sequence
 
 import pytest
 
-from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
-from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.steering import MAX_STEERING_QUEUE, SteeringQueueFull
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.chat_turn import ChatTurnAgent
 
 REQUESTS: List[List[ChatMessage]] = []
 TOOL_STARTED = threading.Event()
@@ -47,33 +44,11 @@ class SlowToolModel(BaseChatModelConnection):
         ))
 
 
-class Setup(BaseChatModelSetup):
-    pass
-
-
 def slow() -> str:
     """A tool that takes a while."""
     TOOL_STARTED.set()
     time.sleep(0.3)
     return "slow result"
-
-
-class SteeredAgent(Agent):
-    def __init__(self) -> None:
-        super().__init__()
-        self.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(clazz=SlowToolModel))
-        self.add_resource("model", ResourceType.CHAT_MODEL, ResourceDescriptor(clazz=Setup, connection="conn", tools=["slow"]))
-        self.add_resource("slow", ResourceType.TOOL, slow)
-        self.add_action("ask", [InputEvent], SteeredAgent.ask)
-        self.add_action("answer", [ChatResponseEvent], SteeredAgent.answer)
-
-    @staticmethod
-    def ask(event: InputEvent, ctx: Any) -> None:
-        ctx.send_event(ChatRequestEvent(model="model", messages=[ChatMessage(role=MessageRole.USER, content=event.input)]))
-
-    @staticmethod
-    def answer(event: ChatResponseEvent, ctx: Any) -> None:
-        ctx.send_event(OutputEvent(output=event.response.content))
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +59,7 @@ def _clear() -> None:
 
 def _engine(store: InMemoryJournalStore) -> AgentEngine:
     return AgentEngine(
-        AgentPlan.from_agent(SteeredAgent()), {"steering.enabled": True, "progress.enabled": True},
+        AgentPlan.from_agent(ChatTurnAgent(SlowToolModel, {"slow": slow})), {"steering.enabled": True, "progress.enabled": True},
         job_id="job", store=store,
     )
 
@@ -190,7 +165,7 @@ def test_local_runner_with_steering_list_and_overflow_to_the_error_list() -> Non
     builder = (
         env.from_list([{"key": "k", "value": "question"}])
         .with_steering([{"key": "k", "value": f"m{n}"} for n in range(MAX_STEERING_QUEUE + 1)])
-        .apply(SteeredAgent())
+        .apply(ChatTurnAgent(SlowToolModel, {"slow": slow}))
     )
     outputs, errors = builder.to_list(), builder.to_error_list()
     env.execute()
