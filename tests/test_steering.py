@@ -94,7 +94,7 @@ def test_a_message_sent_while_tools_run_arrives_after_results_before_the_next_re
     assert driver.states["k"].steering == []
     assert engine.counters.journal_writes == 4
     consumed = [r for r in driver.progress if r["kind"] == "steering_consumed" and r["messages"]]
-    assert len(consumed) == 1 and [m for _, m in consumed[0]["messages"]] == ["use metric units", "and be brief", "thanks"]
+    assert len(consumed) == 1 and consumed[0]["messages"] == ["use metric units", "and be brief", "thanks"]
     tool_commit = next(r["commit"] for r in driver.progress if r["kind"] == "tool_result")
     assert consumed[0]["commit"] == tool_commit  # committed with the step that took them
 

@@ -105,7 +105,10 @@ def records_of(entry: JournalEntry) -> List[Record]:
     if kind == "agent":
         return [{"kind": "sub_agent_result", "step": entry.step, "agent": name, **fields}]
     if kind == "steering":
-        return [{"kind": "steering_consumed", "step": entry.step, "messages": fields.get("result")}]
+        taken = fields.get("result") or []
+        if not taken:
+            return []  # a take that found nothing (journaled so a replay finds nothing too)
+        return [{"kind": "steering_consumed", "step": entry.step, "messages": [m for _, m in taken]}]
     return [{"kind": "call_result", "step": entry.step, "function": entry.function_id, **fields}]
 
 

@@ -82,9 +82,8 @@ class FlinkAgentBuilder(AgentBuilder):
             return self._keyed
         steering, steering_selector = self._steering
         select_main, select_steering = _key_function(self._key_selector), _key_function(steering_selector)
-        tagged = Types.PICKLED_BYTE_ARRAY()
-        main = self._unkeyed.map(lambda v: (INPUT_TAG, v), output_type=tagged).uid(f"flink-agents:{self._agent_name}:input")
-        steer = steering.map(lambda v: (STEERING_TAG, v), output_type=tagged).uid(f"flink-agents:{self._agent_name}:steering")
+        main = _tagged(self._unkeyed, INPUT_TAG).uid(f"flink-agents:{self._agent_name}:input")
+        steer = _tagged(steering, STEERING_TAG).uid(f"flink-agents:{self._agent_name}:steering")
         return main.union(steer).key_by(
             lambda t: select_main(t[1]) if t[0] == INPUT_TAG else select_steering(t[1]), key_type=self._key_type
         )
@@ -152,6 +151,14 @@ class FlinkAgentBuilder(AgentBuilder):
                 "(or set progress.enabled) before progress_stream()"
             )
         return self._outputs.get_side_output(PROGRESS_OUTPUT)
+
+
+def _tagged(stream: DataStream, tag: str) -> DataStream:
+    """``stream`` as ``(tag, value)``, at the stream's own parallelism: a map
+    at another parallelism would rebalance, and records of one key would
+    then reach the agent out of order."""
+    parallelism = stream._j_data_stream.getParallelism()
+    return stream.map(lambda v: (tag, v), output_type=Types.PICKLED_BYTE_ARRAY()).set_parallelism(parallelism)
 
 
 def _key_function(selector: Any) -> Callable[[Any], Any]:
