@@ -325,16 +325,16 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     from jobs.review_analysis import _positive_int
 
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.shipping_claims", description=__doc__.split("\n")[0].rstrip() + " (docs/callbacks.md)",
+        prog="python -m jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
     parser.add_argument("--output", type=Path, default=Path("out/shipping_claims.jsonl"),
                         help="one JSON line per review (replaced only when the job succeeds)")
     parser.add_argument("--journal", type=Path, default=None,
-                        help="SQLite journal, callbacks included (default: OUTPUT.journal.db)")
+                        help="SQLite journal, callbacks included (none given: OUTPUT.journal.db)")
     parser.add_argument("--inbox", type=Path, default=None,
-                        help="the carrier's inbox, emptied first (default: OUTPUT.carrier-inbox.jsonl; "
+                        help="the carrier's inbox, emptied first (none given: OUTPUT.carrier-inbox.jsonl; "
                              "its log: OUTPUT.carrier.log)")
     parser.add_argument("--claim-timeout-s", type=_claim_timeout, default=DEFAULT_CLAIM_TIMEOUT_S,
                         help="how long a claim waits for the carrier's decision (1 to 86400)")
@@ -415,7 +415,7 @@ def main(argv: List[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     counts = summarize(outputs)
     print(
-        f"{len(outputs)} reviews, {counts['claims']} shipping-damage claims: {counts['approved']} approved, "
+        f"{len(outputs)} reviews, {counts['claims']} shipping-damage claim{'' if counts['claims'] == 1 else 's'}: {counts['approved']} approved, "
         f"{counts['rejected']} rejected, {counts['timed_out']} timed out; {run.posts.get('late', 0)} late "
         f"POST(s) -> {args.output} in {elapsed:.1f} s ({args.runner} runner; carrier log "
         f"{setup.carrier_log_path})",

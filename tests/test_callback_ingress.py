@@ -382,6 +382,7 @@ def _first_line(process: subprocess.Popen, timeout_s: float) -> str:
 @needs_sqlite_callbacks
 def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_path):
     path = tmp_path / "journal.db"
+    SQLiteJournalStore(path).count_entries()  # the job's journal exists before the ingress serves it
     process = subprocess.Popen(
         [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", "--sqlite-path", str(path)],
         cwd=ROOT,
@@ -417,3 +418,36 @@ def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_p
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--sqlite-path", "{tmp}/typo.db"], "no journal at"),
+    (["--journal-store", "memory"], "in-memory journal"),
+])
+def test_callbacks_serve_refuses_a_journal_that_cannot_hold_the_jobs_callbacks(tmp_path, arguments, message):
+    """A typo must not start an ingress answering every id 'unknown' (a 404
+    the sender takes as final): it refuses to start, in one line."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
+    done = subprocess.run(
+        [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )
+    assert done.returncode != 0
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_callbacks_serve_on_a_taken_port_is_a_one_line_error(tmp_path):
+    path = tmp_path / "journal.db"
+    SQLiteJournalStore(path).count_entries()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", str(port),
+             "--sqlite-path", str(path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=30,
+        )
+    assert done.returncode != 0
+    assert "cannot serve on 127.0.0.1" in done.stderr and "Traceback" not in done.stderr

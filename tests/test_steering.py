@@ -174,3 +174,23 @@ def test_local_runner_with_steering_list_and_overflow_to_the_error_list() -> Non
     assert error["key"] == "k" and error["record"] == f"m{MAX_STEERING_QUEUE}"
     assert error["error_type"] == "SteeringQueueFull" and "full" in error["error_message"]
     assert len(outputs) == 1
+
+
+def test_local_runner_reports_messages_no_turn_took_and_refuses_late_calls() -> None:
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    builder = (
+        env.from_list([{"key": "k", "value": "question"}])
+        .with_steering([{"key": "nobody", "value": "is anyone there?"}])
+        .apply(ChatTurnAgent(SlowToolModel, {"slow": slow}))
+    )
+    errors = builder.to_error_list()
+    env.execute()
+    (error,) = errors  # not dropped silently: no turn of "nobody" ever ran
+    assert error["key"] == "nobody" and error["record"] == "is anyone there?"
+    assert "was not taken" in error["error_message"]
+    with pytest.raises(RuntimeError, match="after execute"):
+        builder.with_steering([{"key": "k", "value": "too late"}])
+    with pytest.raises(RuntimeError, match="after execute"):
+        builder.to_progress_list()
+    with pytest.raises(TypeError, match="steering message #0"):
+        env.from_list([]).with_steering(["just a string"])

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 import sys
 from pathlib import Path
@@ -90,6 +91,19 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
         "journal.sqlite.path": args.sqlite_path,
         "journal.postgres.dsn": args.postgres_dsn,
     }
+    # A typo must not start an ingress that answers every id "unknown": the
+    # outside system would take that 404 as final and drop its answer.
+    kind = (args.journal_store or "sqlite").lower()
+    if kind == "memory":
+        raise SystemExit("flink-agents: an in-memory journal holds no other process's callbacks; "
+                         "serve the job's SQLite file or PostgreSQL database")
+    if kind == "sqlite":
+        from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
+
+        path = os.path.abspath(args.sqlite_path or DEFAULT_SQLITE_PATH)
+        if not os.path.isfile(path):
+            raise SystemExit(f"flink-agents: no journal at {path}: point --sqlite-path at the job's "
+                             "journal file (its journal.sqlite.path)")
     try:
         store = open_journal_store({name: value for name, value in config.items() if value})
     except ValueError as exc:
@@ -101,7 +115,10 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
     def announce(base_url: str) -> None:
         print(f"serving callbacks on {base_url} (journal: {description})", flush=True)
 
-    serve_forever(store, args.host, args.port, on_ready=announce)
+    try:
+        serve_forever(store, args.host, args.port, on_ready=announce)
+    except OSError as exc:  # e.g. the port is taken
+        raise SystemExit(f"flink-agents: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0
 
 

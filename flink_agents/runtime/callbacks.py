@@ -91,6 +91,8 @@ def validate_timeout(timeout_s: Any) -> float:
         ValueError: Not a number within [1, 86400] seconds.
     """
     try:
+        if isinstance(timeout_s, bool):
+            raise TypeError("a bool is not a number of seconds")
         value = float(timeout_s)
     except (TypeError, ValueError):
         raise ValueError(f"callback timeout must be a number of seconds, got {timeout_s!r}") from None
@@ -380,10 +382,13 @@ class CallbackHub:
                 self._finished.discard(record.callback_id)
             return bool(records)
         now_ms = self._now_ms()
-        await asyncio.to_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
+        self._counters.callbacks_closed += await asyncio.to_thread(
+            self._store.close_run, journal_id, key_text, seq, now_ms
+        )
         nested = [r.callback_id for r in records if r.ref.journal_id != journal_id and r.callback_id in open_ids]
         for callback_id in nested:  # callbacks of sub-agent runs (journal "<parent>/<call>")
-            await asyncio.to_thread(self._store.complete, callback_id, CLOSED, None, now_ms)
+            closed = await asyncio.to_thread(self._store.complete, callback_id, CLOSED, None, now_ms)
+            self._counters.callbacks_closed += closed.outcome == ACCEPTED
         for callback_id in open_ids:
             self._finished.discard(callback_id)
             waiting = self._waiting.pop(callback_id, None)

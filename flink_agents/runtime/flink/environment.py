@@ -208,7 +208,12 @@ def prepare_thread_mode() -> None:
     import site
     import sys
 
-    paths = [p for p in (*site.getsitepackages(), *sys.path) if p and os.path.isdir(p)]
+    import flink_agents
+
+    # The embedded interpreter reads no .pth files, so an editable install's
+    # import hook does not work there: name the package's own root too.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(flink_agents.__file__)))
+    paths = [p for p in (package_root, *site.getsitepackages(), *sys.path) if p and os.path.isdir(p)]
     current = os.environ.get("PYTHONPATH", "")
     merged = [p for p in current.split(os.pathsep) if p] + [p for p in paths if p not in current.split(os.pathsep)]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(merged))

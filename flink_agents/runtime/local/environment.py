@@ -56,6 +56,7 @@ class LocalAgentBuilder(AgentBuilder):
         self._errors: List[Dict[str, Any]] = []
         self._progress: List[Dict[str, Any]] | None = None
         self._steering: List[tuple[Any, Any]] = []
+        self._executed = False
 
     def apply(self, agent: Agent) -> AgentBuilder:
         if self._plan is not None:
@@ -75,20 +76,41 @@ class LocalAgentBuilder(AgentBuilder):
     def with_steering(self, messages: List[Dict[str, Any]]) -> "LocalAgentBuilder":
         """Steering messages ``{"key": k, "value": message}`` (``runtime.steering``).
         Given up front, a key's messages wait for its first turn, which
-        takes them before its first model call; more than 32 for one key go
-        to ``to_error_list()`` as error records."""
-        self._steering.extend(_split_record(i, m) for i, m in enumerate(messages))
+        takes them before its first model call; more than 32 for one key, and
+        any no turn took by the end of the input, go to ``to_error_list()``
+        as error records.
+
+        Raises:
+            RuntimeError: After ``execute()`` ran this input.
+            TypeError, ValueError: A message is not ``{"key", "value"}``.
+        """
+        self._check_not_executed("with_steering")
+        for index, message in enumerate(messages):
+            try:
+                self._steering.append(_split_record(index, message))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(str(exc).replace("from_list record", "steering message")) from None
         return self
+
+    def _check_not_executed(self, call: str) -> None:
+        if self._executed:
+            raise RuntimeError(f"{call}() after execute() has no effect: call it before execute()")
 
     def to_progress_list(self) -> List[Dict[str, Any]]:
         """Opt in to the progress stream: a list that ``execute()`` fills
-        with the runs' progress records (``flink_agents.runtime.progress``)."""
+        with the runs' progress records (``flink_agents.runtime.progress``).
+
+        Raises:
+            RuntimeError: After ``execute()`` ran this input.
+        """
         if self._progress is None:
+            self._check_not_executed("to_progress_list")
             self._progress = []
         return self._progress
 
     async def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
         assert self._plan is not None  # registered by apply()
+        self._executed = True
         config = {"journal.store": "memory", **config}
         if self._progress is not None:
             config[PROGRESS_OPTION] = True
@@ -129,6 +151,12 @@ class LocalAgentBuilder(AgentBuilder):
         finally:
             engine.close()
             self._outputs.extend(driver.outputs)
+            for key, state in driver.states.items():
+                for _, message in state.steering:  # nothing silently dropped
+                    driver.emit_error(key, steering_error(key, message, RuntimeError(
+                        f"steering message for key {key!r} was not taken: no turn of the key took "
+                        "steering before the input ended"
+                    )))
             self._errors.extend(driver.errors)
             if self._progress is not None:
                 self._progress.extend(driver.progress)
