@@ -7,6 +7,7 @@ are in test_callback_ingress.py and test_callbacks_e2e.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any, Dict, List, Sequence
@@ -472,3 +473,55 @@ def test_a_call_made_before_the_wait_is_durable_during_it() -> None:
     asyncio.run(_engine(HandOutAgent(), store)._drain(driver, "k"))
     assert driver.outputs == [{"k": "done"}]
     assert len(SIDE_EFFECTS) == 1  # replayed, not handed out twice
+
+
+class CancellingModel(BaseChatModelConnection):
+    """Starts an operation, cancels it (and tries another key's), then answers."""
+
+    def chat(self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any) -> ChatMessage:
+        SEEN.append(list(messages))
+        results = [m for m in messages if m.role == MessageRole.TOOL]
+        if not results:
+            return ChatMessage(role=MessageRole.ASSISTANT, tool_calls=[{
+                "id": "call_0", "type": "function",
+                "function": {"name": "create_callback", "arguments": {"purpose": "approval", "timeout_seconds": 600}},
+            }])
+        if len(results) == 1:
+            operation = json.loads(results[0].content)["operation_id"]
+            return ChatMessage(role=MessageRole.ASSISTANT, tool_calls=[
+                {"id": "call_0", "type": "function",
+                 "function": {"name": "cancel_operation", "arguments": {"operation_id": operation}}},
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "cancel_operation", "arguments": {"operation_id": OTHER_KEYS_CALLBACK[0]}}},
+            ])
+        if messages[-1].role == MessageRole.TOOL:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="Stopped waiting.")
+        return ChatMessage(role=MessageRole.ASSISTANT, content=f"final: {messages[-1].content}")
+
+
+OTHER_KEYS_CALLBACK: List[str] = []
+
+
+def test_cancel_operation_tool_ends_the_wait_and_cannot_touch_another_key() -> None:
+    SEEN.clear()
+    store = InMemoryJournalStore()
+    from flink_agents.stores.callbacks import CallbackRef
+
+    other = store.register(CallbackRef("job", '"other"', 0, "wait@0", 0), "another-keys-callback-0001", "x", 0, 10**13)
+    OTHER_KEYS_CALLBACK[:] = [other.callback_id]
+    driver = _run(_engine(ChatTurnAgent(CancellingModel, BUILTIN_CALLBACK_TOOLS), store), [("k", "approve it")])
+    cancel_results = [json.loads(m.content) if m.content.startswith("{") else m.content
+                      for m in SEEN[2] if m.role == MessageRole.TOOL][1:]
+    assert cancel_results[0]["cancelled"] is True and cancel_results[0]["state"] == CANCELLED
+    assert "no operation" in cancel_results[1]  # another key's callback: refused, untouched
+    assert store.get_callback(other.callback_id).state == PENDING
+    assert "was cancelled" in SEEN[3][-1].content
+    assert driver.outputs[0]["k"].startswith("final: Operation ")
+
+
+def test_callback_base_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALLBACK_BASE_URL", "https://callbacks.example.com/agents/")
+    store = InMemoryJournalStore()
+    engine = AgentEngine(AgentPlan.from_agent(WaitingAgent()), {"callbacks.poll_interval_ms": 10}, job_id="job", store=store)
+    _run(engine, [("k", {"no_wait": True})])
+    assert CREATED[0].resolve_url == f"https://callbacks.example.com/agents/callbacks/{CREATED[0].callback_id}/resolve"
