@@ -381,10 +381,10 @@ def _first_line(process: subprocess.Popen, timeout_s: float) -> str:
 
 @needs_sqlite_callbacks
 def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_path):
-    path = tmp_path / "journal.db"
-    SQLiteJournalStore(path).count_entries()  # the job's journal exists before the ingress serves it
+    path = tmp_path / "journal.db"  # created by --create: the ingress starts before the job
     process = subprocess.Popen(
-        [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", "--sqlite-path", str(path)],
+        [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", "--sqlite-path", str(path),
+         "--create"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -395,6 +395,7 @@ def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_p
         assert match, line
         port = int(match.group(1))
         assert port > 0 and match.group(2) == f"sqlite {path}"
+        assert path.is_file()  # --create made the journal at start
         store = SQLiteJournalStore(path)
         callback_id = _register(store)
 

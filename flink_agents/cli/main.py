@@ -101,14 +101,16 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
         from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
         path = os.path.abspath(args.sqlite_path or DEFAULT_SQLITE_PATH)
-        if not os.path.isfile(path):
+        if not os.path.isfile(path) and not args.create:
             raise SystemExit(f"flink-agents: no journal at {path}: point --sqlite-path at the job's "
-                             "journal file (its journal.sqlite.path)")
+                             "journal file (its journal.sqlite.path), or pass --create to create it")
     try:
         store = open_journal_store({name: value for name, value in config.items() if value})
     except ValueError as exc:
         raise SystemExit(f"flink-agents: {exc}") from None
     description = describe_store(store)
+    if args.create:
+        store.count_entries()  # creates the file and its schema now
     if not callable(getattr(store, "complete", None)):
         raise SystemExit(f"flink-agents: the {description} journal store does not hold callbacks")
 
@@ -145,6 +147,8 @@ def main(argv: List[str] | None = None) -> int:
     )
     serve.add_argument("--sqlite-path", help="the SQLite journal file (default flink_agents_journal.db here)")
     serve.add_argument("--postgres-dsn", help="the PostgreSQL DSN (default $FLINK_AGENTS_POSTGRES_DSN)")
+    serve.add_argument("--create", action="store_true",
+                       help="create the SQLite journal if it does not exist yet (the ingress starts before the job)")
     args = parser.parse_args(argv)
 
     if args.command == "callbacks":
