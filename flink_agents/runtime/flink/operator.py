@@ -12,7 +12,8 @@ Mapping onto Flink:
   others; a finished record is applied to keyed state, and its outputs are
   emitted, only in a callback of its own key: in ``process_element`` right
   away if it finished within ``flink.inline_wait_ms``, else in a
-  processing-time timer polling every ``flink.poll_interval_ms``;
+  processing-time timer polling every ``flink.poll_interval_ms`` (every
+  ``flink.parked_poll_interval_ms`` while the key's run waits for a callback);
 - an event-time timer at each record's timestamp waits for that record, so a
   watermark never passes a record still in flight, unless the record waits
   for a callback (an outside system may take hours: holding the operator
@@ -100,6 +101,9 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._reported: Dict[str, int] = {}
         self._inline_wait_s = float(self._config.get("flink.inline_wait_ms", 2)) / 1000.0
         self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 100))
+        # A key whose run waits for a callback (maybe for hours) polls less
+        # often: thousands of parked keys must not cost a timer each 100 ms.
+        self._parked_poll_interval_ms = int(self._config.get("flink.parked_poll_interval_ms", 1000))
         # Per key with callbacks in flight: id -> (deadline ms, record seq);
         # mirrors KeyState.callback_deadlines so polls need not read state.
         self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
@@ -190,10 +194,16 @@ class AgentOperatorFunction(KeyedProcessFunction):
     def _after_callback(self, timers: Any, key: Any) -> None:
         assert self._runner is not None
         if self._runner.has_work(key):
-            self._schedule(timers, None)
+            self._schedule(timers, None, parked=self._is_parked(key))
         else:
             self._release(key)
         self._report_metrics()
+
+    def _is_parked(self, key: Any) -> bool:
+        """Whether a run of the key waits for a callback."""
+        assert self._engine is not None
+        hub = self._engine.callbacks
+        return hub is not None and bool(self._deadlines.get(key)) and hub.has_open_callbacks(key_text(key))
 
     def _wait_unless_parked(self, key: Any, seq: int, final: bool) -> None:
         """Wait for the key's record ``seq``, but not for a callback: a run
@@ -261,9 +271,10 @@ class AgentOperatorFunction(KeyedProcessFunction):
             state.callback_deadlines = [e for e in state.callback_deadlines if e[0] not in due]
             self._driver.store(key, state)
 
-    def _schedule(self, timers: Any, timestamp_ms: int | None) -> None:
+    def _schedule(self, timers: Any, timestamp_ms: int | None, parked: bool = False) -> None:
         now = timers.current_processing_time()
-        timers.register_processing_time_timer((now // self._poll_interval_ms + 1) * self._poll_interval_ms)
+        interval = self._parked_poll_interval_ms if parked else self._poll_interval_ms
+        timers.register_processing_time_timer((now // interval + 1) * interval)
         timers.register_event_time_timer(END_OF_TIME_MS)
         if timestamp_ms is not None:
             timers.register_event_time_timer(timestamp_ms)
