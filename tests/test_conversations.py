@@ -559,3 +559,17 @@ def test_a_crash_in_turn_two_replays_to_the_same_conversation_without_repeating_
         # turn 2 ran once in total, the crashed attempt's included.
         turn_two_and_three = Counter(CALLS) - before_crash
         assert turn_two_and_three == turn_two_calls + Counter({"model": 2, "tool": 1}), f"crash at write {k}"
+
+
+def test_a_bad_conversation_bound_fails_at_compile_time_naming_setup_and_field() -> None:
+    """Not when the first record runs: a Flink job would be submitted first."""
+    from flink_agents.plan.compiler import PlanError
+    from tests.support.chat_turn import ChatSetup, ChatTurnAgent
+    from tests.test_progress import ThreeToolsModel
+
+    agent = ChatTurnAgent(ThreeToolsModel)
+    agent._resources[ResourceType.CHAT_MODEL]["model"] = ResourceDescriptor(
+        clazz=ChatSetup, connection="conn", conversation="per_key", conversation_max_messages=1,
+    )
+    with pytest.raises(PlanError, match=r"'model'.*at least 2.*conversation_max_messages=1"):
+        AgentPlan.from_agent(agent)

@@ -6,7 +6,7 @@ import inspect
 import logging
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
@@ -255,6 +255,7 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
     for name, spec in resources.get(ResourceType.CHAT_MODEL, {}).items():
         if spec.descriptor is None:
             continue
+        _check_setup_fields(name, spec, agent_name)
         for arg, target_type in wanted.items():
             refs = spec.descriptor.arguments.get(arg)
             if refs is None or (arg == "prompt" and not isinstance(refs, str)):
@@ -268,3 +269,24 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
                         f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "
                         f"which is not a {target_type.value} resource (known: {sorted(known)})"
                     )
+
+
+def _check_setup_fields(name: str, spec: ResourceSpec, agent_name: str) -> None:
+    """Validate a chat model setup's own settings (e.g. conversation bounds)
+    now, not when its first record runs: a job would otherwise be submitted
+    and fail, or skip every record, on a typo.
+
+    Raises:
+        PlanError: A field the setup class declares has an invalid value.
+    """
+    assert spec.descriptor is not None
+    cls = spec.descriptor.clazz
+    fields = getattr(cls, "model_fields", None)
+    if not isinstance(cls, type) or not issubclass(cls, BaseModel) or fields is None:
+        return
+    given = {k: v for k, v in spec.descriptor.arguments.items() if k in fields and k != "connection"}
+    for field, value in given.items():
+        try:
+            cls.__pydantic_validator__.validate_assignment(cls.model_construct(), field, value)
+        except ValidationError as exc:
+            raise PlanError(f"chat model setup {name!r} of {agent_name}: {exc.errors()[0]['msg']} ({field}={value!r})") from None
