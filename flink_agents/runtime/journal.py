@@ -22,6 +22,8 @@ raises ``NondeterminismError`` naming both.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import hashlib
 import importlib
 import json
@@ -216,9 +218,6 @@ class RunJournal:
             No task awaits it directly, so no cancellation reaches it: the
             bookkeeping runs even if every task waiting for it is cancelled.
         """
-        import concurrent.futures
-        import contextvars
-
         loop = asyncio.get_running_loop()
         written: "concurrent.futures.Future[None]" = concurrent.futures.Future()
         settled: "asyncio.Future[None]" = loop.create_future()
