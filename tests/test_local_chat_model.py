@@ -24,33 +24,13 @@ from flink_agents.integrations.chat_models.local.local_chat_model import (
     local_reply,
     read_input,
 )
+from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autouse fixture)
+    NOTIFIED,
+    NOTIFY,
+    clear_notified,
+    record_notification,
+)
 
-CALLS: List[Dict[str, Any]] = []
-
-
-@pytest.fixture(autouse=True)
-def _clear_calls():
-    CALLS.clear()
-    yield
-    CALLS.clear()
-
-
-def _record(id: str, review: str) -> str:
-    CALLS.append({"id": id, "review": review})
-    return "notified"
-
-
-def notify_shipping_manager(id: str, review: str) -> str:
-    """Tell the shipping manager about a damaged delivery.
-
-    Args:
-        id: The product id.
-        review: The customer's review.
-    """
-    return _record(id, review)
-
-
-NOTIFY = FunctionTool.from_callable(notify_shipping_manager)
 DAMAGED = {"id": "B01", "review": "The box was crushed and the shoes arrived damaged."}
 
 
@@ -210,7 +190,7 @@ class LocalReviewAgent(Agent):
             id: The product id.
             review: The customer's review.
         """
-        return _record(id, review)
+        return record_notification(id, review)
 
     @action(InputEvent)
     @staticmethod
@@ -237,6 +217,6 @@ def test_runs_through_the_local_runner():
     assert by_key["B00"]["score"] == 5
     assert by_key["B01"]["reasons"][0] == "reports shipping damage"
     assert by_key["B02"]["score"] <= 2
-    assert CALLS == [DAMAGED]
+    assert NOTIFIED == [DAMAGED]
     expected = {r["key"]: json.loads(local_reply([_user(r["value"])]).content) for r in records}
     assert by_key == expected

@@ -17,7 +17,6 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
-from flink_agents.api.tools.tool import FunctionTool
 from flink_agents.integrations.chat_models.openai.openai_chat_model import (
     OpenAIChatModelConnection,
     OpenAIChatModelSetup,
@@ -27,31 +26,13 @@ from flink_agents.integrations.chat_models.openai.openai_chat_model import (
     to_openai_tools,
 )
 from flink_agents.runtime.errors import ActionFailed
-
-NOTIFIED: List[Dict[str, Any]] = []
-
-
-@pytest.fixture(autouse=True)
-def _clear_notified():
-    NOTIFIED.clear()
-    yield
-    NOTIFIED.clear()
-
-
-def _notify(id: str, review: str) -> str:
-    NOTIFIED.append({"id": id, "review": review})
-    return "the shipping manager was notified"
-
-
-def notify_shipping_manager(id: str, review: str) -> str:
-    """Tell the shipping manager about a damaged delivery.
-
-    Args:
-        id: The product id.
-        review: The customer's review.
-    """
-    return _notify(id, review)
-
+from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autouse fixture)
+    NOTIFIED,
+    NOTIFY,
+    NOTIFY_RESULT,
+    clear_notified,
+    record_notification,
+)
 
 class ReviewAgent(Agent):
     """Asks the model about each review; the model may notify shipping.
@@ -82,7 +63,7 @@ class ReviewAgent(Agent):
             id: The product id.
             review: The customer's review.
         """
-        return _notify(id, review)
+        return record_notification(id, review)
 
     @chat_model_setup
     @staticmethod
@@ -162,7 +143,7 @@ def test_tool_call_loop_through_the_local_runner(scripted_chat_server):
     assert tool_message == {
         "role": "tool",
         "tool_call_id": call["id"],
-        "content": "the shipping manager was notified",
+        "content": NOTIFY_RESULT,
     }
     assert second["tools"] == first["tools"]
 
@@ -277,7 +258,7 @@ def test_messages_to_openai():
 
 
 def test_tools_to_openai():
-    tool_ = FunctionTool.from_callable(notify_shipping_manager)
+    tool_ = NOTIFY
     (converted,) = to_openai_tools([tool_])
     assert converted == {
         "type": "function",
