@@ -320,9 +320,7 @@ def _failure_summary(exc: BaseException) -> str:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from tqdm import tqdm
-
-    from jobs.review_records import BadRecordError
+    from jobs.review_records import BadRecordError, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -335,19 +333,9 @@ def main(argv: List[str] | None = None) -> int:
     if read.bad_lines:
         print(f"skipped {len(read.bad_lines)} bad record(s) (--skip-bad-records)", file=sys.stderr)
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside the target and renamed on success, so a failed run never
-    # destroys an earlier result.
-    partial = args.output.with_name(args.output.name + ".partial")
     started = time.monotonic()
     try:
-        with open(partial, "w", encoding="utf-8") as sink, tqdm(
-            total=len(read.reviews), unit="review", desc=f"review-analysis ({args.runner})", file=sys.stderr
-        ) as progress:
-            def write(output: Dict[str, Any]) -> None:
-                sink.write(json.dumps(output) + "\n")
-                progress.update(1)
-
+        with jsonl_output(args.output, len(read.reviews), f"review-analysis ({args.runner})") as write:
             if args.runner == "flink":
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
@@ -358,14 +346,12 @@ def main(argv: List[str] | None = None) -> int:
                 for output in run_locally(read.reviews, agent):
                     write(output)
     except Exception as exc:
-        partial.unlink(missing_ok=True)
         if args.verbose:
             raise
         endpoint = f" (model {args.model} at {args.base_url})" if args.base_url else ""
         print(f"error: the job failed{endpoint}: {_failure_summary(exc)}", file=sys.stderr)
         print("(run with --verbose for the full trace)", file=sys.stderr)
         return 1
-    partial.replace(args.output)
     elapsed = time.monotonic() - started
     print(
         f"{len(read.reviews)} reviews -> {args.output} in {elapsed:.1f} s "

@@ -1,16 +1,19 @@
-"""Input and output records of the review-analysis job, and JSONL decoding."""
+"""Input and output records of the review jobs: JSONL decoding, and the
+atomically replaced JSONL output."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Any, Callable, Dict, Iterator, List
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "read_reviews"]
+__all__ = ["BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "jsonl_output", "read_reviews"]
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +87,29 @@ def read_reviews(path: Path, skip_bad_records: bool = False) -> ReadResult:
             log.warning("skipped %s", message)
             result.bad_lines.append(message)
     return result
+
+
+@contextmanager
+def jsonl_output(path: Path, total: int, desc: str) -> Iterator[Callable[[Dict[str, Any]], None]]:
+    """A writer of JSON lines to ``path``, with a progress bar of ``total``
+    records on stderr. The lines go to ``<path>.partial`` first, renamed to
+    ``path`` only when the block completes: a failed run never destroys an
+    earlier result. Raises whatever the block raises (the partial file is
+    removed)."""
+    from tqdm import tqdm
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as sink, tqdm(
+            total=total, unit="review", desc=desc, file=sys.stderr
+        ) as progress:
+            def write(output: Dict[str, Any]) -> None:
+                sink.write(json.dumps(output) + "\n")
+                progress.update(1)
+
+            yield write
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(path)

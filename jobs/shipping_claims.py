@@ -366,10 +366,8 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from tqdm import tqdm
-
     from jobs.review_analysis import _failure_summary
-    from jobs.review_records import BadRecordError
+    from jobs.review_records import BadRecordError, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -388,30 +386,20 @@ def main(argv: List[str] | None = None) -> int:
     )
     setup.journal_path = args.journal or setup.journal_path
     setup.inbox_path = args.inbox or setup.inbox_path
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.output.with_name(args.output.name + ".partial")
     flink = {} if args.runner == "local" else dict(
         parallelism=args.parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
         execution_mode=args.execution_mode,
     )
     started = time.monotonic()
     try:
-        with open(partial, "w", encoding="utf-8") as sink, tqdm(
-            total=len(read.reviews), unit="review", desc=f"shipping-claims ({args.runner})", file=sys.stderr
-        ) as progress:
-            def write(output: Dict[str, Any]) -> None:
-                sink.write(json.dumps(output) + "\n")
-                progress.update(1)
-
+        with jsonl_output(args.output, len(read.reviews), f"shipping-claims ({args.runner})") as write:
             outputs, run = run_job(read.reviews, setup, args.runner, on_output=write, **flink)
     except Exception as exc:
-        partial.unlink(missing_ok=True)
         if args.verbose:
             raise
         print(f"error: the job failed: {_failure_summary(exc)}", file=sys.stderr)
         print(f"(run with --verbose for the full trace; carrier log: {setup.carrier_log_path})", file=sys.stderr)
         return 1
-    partial.replace(args.output)
     elapsed = time.monotonic() - started
     counts = summarize(outputs)
     print(

@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
-from flink_agents.runtime.context import ActionContext, RunIdentity
+from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunIdentity, RunServices
 from flink_agents.runtime.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
 from flink_agents.runtime.event_codec import decode_event, encode_event
@@ -50,9 +50,7 @@ async def run_record(
     job_config: Dict[str, Any],
     emit: Callable[[Any], None],
     counters: RunCounters,
-    sub_agents: Any = None,
-    callbacks: Any = None,
-    steering: Any = None,
+    services: RunServices = NO_SERVICES,
 ) -> None:
     """Run ``record`` to completion, updating ``state`` in place.
 
@@ -92,8 +90,7 @@ async def run_record(
                     queue.extend(decode_event(e) for e in done["events"])
                     continue
                 ctx = await _run_step(
-                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, sub_agents,
-                    callbacks, steering,
+                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, services,
                 )
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
@@ -121,9 +118,7 @@ async def _run_step(
     resources: Callable[[str, ResourceType], Resource],
     job_config: Dict[str, Any],
     counters: RunCounters,
-    sub_agents: Any,
-    callbacks: Any,
-    steering: Any,
+    services: RunServices,
 ) -> ActionContext:
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
@@ -139,7 +134,7 @@ async def _run_step(
             run, attempt_step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
-            resources, job_config, journal, spec.function.is_async, sub_agents, callbacks, steering,
+            resources, job_config, journal, spec.function.is_async, services,
         )
         try:
             result = spec.function.resolve()(event, ctx)

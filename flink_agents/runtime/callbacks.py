@@ -376,29 +376,18 @@ class CallbackHub:
         Returns whether the run created (or replayed) any callback."""
         with self._lock:
             records = self._runs.pop((key_text, seq), [])
-        open_ids = [r.callback_id for r in records if r.callback_id not in self._finished]
-        if not open_ids:
-            for record in records:
-                self._finished.discard(record.callback_id)
-            return bool(records)
-        now_ms = self._now_ms()
-        self._counters.callbacks_closed += await asyncio.to_thread(
-            self._store.close_run, journal_id, key_text, seq, now_ms
-        )
-        nested = [r.callback_id for r in records if r.ref.journal_id != journal_id and r.callback_id in open_ids]
-        for callback_id in nested:  # callbacks of sub-agent runs (journal "<parent>/<call>")
-            closed = await asyncio.to_thread(self._store.complete, callback_id, CLOSED, None, now_ms)
-            self._counters.callbacks_closed += closed.outcome == ACCEPTED
-        for callback_id in open_ids:
-            self._finished.discard(callback_id)
-            waiting = self._waiting.pop(callback_id, None)
-            if waiting is not None and not waiting.future.done():
-                waiting.future.set_result(
-                    await asyncio.to_thread(self._store.get_callback, callback_id)  # type: ignore[arg-type]
-                )
+        open_records = [r for r in records if r.callback_id not in self._finished]
         for record in records:
             self._finished.discard(record.callback_id)
-        return True
+        if open_records:
+            now_ms = self._now_ms()
+            closed = await asyncio.to_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
+            for record in open_records:
+                if record.ref.journal_id != journal_id:  # a sub-agent run's ("<parent>/<call>")
+                    result = await asyncio.to_thread(self._store.complete, record.callback_id, CLOSED, None, now_ms)
+                    closed += result.outcome == ACCEPTED
+            self._counters.callbacks_closed += closed
+        return bool(records)
 
     def forget_run(self, key_text: str, seq: int) -> None:
         """Drop the bookkeeping of a run that failed (its callbacks stay

@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.callbacks import Callback
@@ -18,7 +19,7 @@ from flink_agents.runtime.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.values import encode_value
 from flink_agents.stores.callbacks import CallbackRef
 
-__all__ = ["ActionContext", "RunIdentity", "key_text"]
+__all__ = ["ActionContext", "NO_SERVICES", "RunIdentity", "RunServices", "key_text"]
 
 # Namespace of the ids the runtime derives; fixed forever (ids are journaled).
 _ID_NAMESPACE = uuid.UUID("3f0b3f5e-6d1c-4d8e-9a57-6c1f4a7b9e21")
@@ -51,6 +52,20 @@ class RunIdentity:
         return uuid.uuid5(_ID_NAMESPACE, f"{self.journal_id}/{self.key_text}/{self.seq}/{step}/{ordinal}")
 
 
+@dataclass(frozen=True)
+class RunServices:
+    """What a run's actions reach beyond their own step, each None where the
+    host has none: the sub-agent runner, the ``CallbackHub`` and the key's
+    steering mailbox."""
+
+    sub_agents: Any = None
+    callbacks: Any = None
+    steering: Any = None
+
+
+NO_SERVICES = RunServices()
+
+
 class ActionContext(RunnerContext):
     """Context of one action invocation (one step); valid only while it runs.
 
@@ -72,9 +87,7 @@ class ActionContext(RunnerContext):
         job_config: Dict[str, Any],
         journal: RunJournal,
         is_async: bool = False,
-        sub_agents: Any = None,
-        callbacks: Any = None,
-        steering: Any = None,
+        services: RunServices = NO_SERVICES,
     ) -> None:
         self._run = run
         self.step = step
@@ -88,9 +101,9 @@ class ActionContext(RunnerContext):
         self._call_ordinal = 0
         self._sub_agent_calls = 0
         self._is_async = is_async
-        self._sub_agents = sub_agents
-        self._callbacks = callbacks
-        self._steering = steering
+        self._sub_agents = services.sub_agents
+        self._callbacks = services.callbacks
+        self._steering = services.steering
         self._callback_count = 0
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []

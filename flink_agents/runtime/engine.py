@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
 from flink_agents.runtime.callbacks import CallbackHub
-from flink_agents.runtime.context import RunIdentity
+from flink_agents.runtime.context import RunIdentity, RunServices
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, RecordSkipped
 from flink_agents.runtime.journal import RunJournal
@@ -228,8 +228,9 @@ class AgentEngine:
         try:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
-                emit, self.counters, sub_agents=self._sub_agents, callbacks=self.callbacks,
-                steering=self.mailbox(key) if self.steering_enabled else None,
+                emit, self.counters, RunServices(
+                    self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None
+                ),
             )
         except RecordSkipped as skipped:
             failure = skipped.failure

@@ -139,15 +139,6 @@ class KeyRunner:
             worker.completions.clear()
             return done
 
-    def steer(self, key: Any, state: KeyState, message: Any) -> None:
-        """Queue a steering message of ``key`` (in ``state``, which the host
-        stores, and where a running turn of the key sees it).
-
-        Raises:
-            SteeringQueueFull: The key's queue is full.
-        """
-        self._engine.accept_steering(key, state, message)
-
     def take_progress(self, key: Any) -> List[Dict[str, Any]]:
         """The progress records ``key``'s runs published, not yet taken, in
         order (published records only: each after its commit landed)."""

@@ -76,9 +76,11 @@ class KeyState:
                 ],
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
-                "callbacks": self.callback_deadlines,
-                "steering": [[seq, encode_value(message)] for seq, message in self.steering],
-                "next_steering_seq": self.next_steering_seq,
+                # Written only when set: most keys have neither, and this
+                # state is written for every record.
+                **({"callbacks": self.callback_deadlines} if self.callback_deadlines else {}),
+                **({"steering": [[seq, encode_value(m)] for seq, m in self.steering]} if self.steering else {}),
+                **({"next_steering_seq": self.next_steering_seq} if self.next_steering_seq else {}),
             },
             separators=(",", ":"),
         )

@@ -111,7 +111,7 @@ class SubAgentRunner:
             the parent journals (the session memory is re-applied on replay).
         """
         from flink_agents.runtime.action_loop import run_record
-        from flink_agents.runtime.context import RunIdentity
+        from flink_agents.runtime.context import RunIdentity, RunServices
         from flink_agents.runtime.journal import RunJournal
 
         identity = parent.run_identity
@@ -126,7 +126,7 @@ class SubAgentRunner:
             await run_record(
                 self._root.children[handle.child_key], run, state, PendingRecord(run.seq, prompt), journal,
                 self.resources_of(handle.child_key).get, self._config, outputs.append, self._counters,
-                sub_agents=self, callbacks=self._callbacks,
+                RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
             )
         except (ActionFailed, RecordSkipped) as exc:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc

@@ -156,7 +156,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         assert self._engine is not None and self._driver is not None and self._runner is not None
         state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
         try:
-            self._runner.steer(key, state, message)
+            self._engine.accept_steering(key, state, message)
         except SteeringQueueFull as full:
             yield ERROR_OUTPUT, steering_error(key, message, full)
             return
