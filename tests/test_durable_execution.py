@@ -5,6 +5,7 @@ error strategies and short-term memory TTL."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any, List, Sequence
 
@@ -32,16 +33,19 @@ class Crash(BaseException):
 
 
 class ScriptedConnection(BaseChatModelConnection):
-    """Asks for two tools until it has seen tool results, then answers."""
+    """Asks for its tools (add and shout, in parallel) until it has seen tool
+    results, then answers."""
 
     tool_rounds: int = 1
+    tool_names: List[str] = ["add", "shout"]
 
     def chat(self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any) -> ChatMessage:
         CALLS["model"] += 1
         if self.tool_rounds and not any(m.role == MessageRole.TOOL for m in messages):
+            arguments = {"add": {"a": 1, "b": 2}, "shout": {"text": "hi"}}
             return ChatMessage(role=MessageRole.ASSISTANT, tool_calls=[
-                {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}},
-                {"id": "call_1", "type": "function", "function": {"name": "shout", "arguments": {"text": "hi"}}},
+                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments[name]}}
+                for i, name in enumerate(self.tool_names)
             ])
         results = [m.content for m in messages if m.role == MessageRole.TOOL]
         return ChatMessage(role=MessageRole.ASSISTANT, content=f"answer from {results}")
@@ -59,6 +63,7 @@ def add(a: int, b: int) -> int:
 
 def shout(text: str) -> str:
     """Shout a text."""
+    time.sleep(0.05)  # lands after add: add's result is committed while shout runs
     CALLS["tool:shout"] += 1
     return text.upper()
 
@@ -82,12 +87,13 @@ def on_response_plain(event: ChatResponseEvent, ctx: Any) -> None:
     ctx.send_event(OutputEvent(output={"answer": event.response.content}))
 
 
-def scripted_agent(tool_rounds: int = 1, durable: bool = True) -> Agent:
+def scripted_agent(tool_rounds: int = 1, durable: bool = True, tools: List[str] | None = None) -> Agent:
     agent = Agent()
     agent.add_action("on_input", [InputEvent], on_input)
     agent.add_action("on_response", [ChatResponseEvent], on_response if durable else on_response_plain)
     agent.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION,
-                       ResourceDescriptor(clazz=ScriptedConnection, tool_rounds=tool_rounds))
+                       ResourceDescriptor(clazz=ScriptedConnection, tool_rounds=tool_rounds,
+                                          tool_names=tools or ["add", "shout"]))
     agent.add_resource("model", ResourceType.CHAT_MODEL,
                        ResourceDescriptor(clazz=ScriptedSetup, connection="conn", tools=["add", "shout"]))
     agent.add_resource("add", ResourceType.TOOL, add)
@@ -128,12 +134,23 @@ def test_each_further_call_adds_at_most_one_commit():
     assert engine.counters.journal_writes == 3
 
 
-def test_a_run_with_one_round_of_tool_calls_commits_at_most_four_times():
+def test_a_run_with_one_sequential_tool_round_commits_four_times():
+    store = InMemoryJournalStore()
+    engine, driver = _process(store, scripted_agent(durable=False, tools=["add"]))
+    assert driver.outputs[0]["key"]["answer"] == "answer from ['3']"
+    # Before model call 1, before the tool, before model call 2, at the end.
+    assert engine.counters.journal_writes == store.writes == 4
+    assert CALLS == Counter({"model": 2, "tool:add": 1})
+
+
+def test_a_parallel_tool_result_is_committed_as_it_lands_while_a_sibling_runs():
     store = InMemoryJournalStore()
     engine, driver = _process(store, scripted_agent(durable=False))
     assert driver.outputs[0]["key"]["answer"] == "answer from ['3', 'HI']"
-    # Before model call 1, before the tools, before model call 2, at the end.
-    assert engine.counters.journal_writes == 4
+    # The four writes of a sequential round, plus one: add's result, written
+    # as it landed while shout still ran (shout's lands with nothing in flight
+    # and goes with the write before model call 2).
+    assert engine.counters.journal_writes == store.writes == 5
     assert CALLS == Counter({"model": 2, "tool:add": 1, "tool:shout": 1})
 
 
@@ -161,7 +178,7 @@ def _no_fault_run() -> tuple[list, int, Counter]:
 def test_crash_at_every_journal_write_recovers_without_repeating_journaled_calls(mode: str):
     expected_outputs, writes, expected_calls = _no_fault_run()
     assert expected_calls == Counter({"model": 2, "tool:add": 1, "tool:shout": 1, "durable": 1})
-    assert writes == 5
+    assert writes == 6
     for k in range(1, writes + 1):
         CALLS.clear()
         store = InMemoryJournalStore()
@@ -179,9 +196,10 @@ def test_crash_at_every_journal_write_recovers_without_repeating_journaled_calls
         _, recovered = _process(store, scripted_agent())
         assert recovered.outputs == expected_outputs, f"crash {mode} {k}"
         if mode == "after_write":
-            # Every write lands before the next call starts: nothing was in
-            # flight, so every call ran exactly once in total.
-            assert CALLS == expected_calls, f"crash after write {k}"
+            # Every call ran exactly once in total, except one in flight at
+            # the crash: shout, while add's result (write 3) landed.
+            in_flight = Counter({"tool:shout": 1}) if k == 3 else Counter()
+            assert CALLS == expected_calls + in_flight, f"crash after write {k}"
         else:
             # The calls whose results were in the lost write ran again, once;
             # nothing journaled earlier did.
@@ -318,10 +336,12 @@ def test_fail_is_the_default_strategy():
 def test_short_term_memory_expires_after_its_ttl():
     now = [1000.0]
     agent = Agent()
-    agent.add_action("count", [InputEvent], lambda e, ctx: (
-        ctx.short_term_memory.set("n", (ctx.short_term_memory.get("n") or 0) + 1),
-        ctx.send_event(OutputEvent(output=ctx.short_term_memory.get("n"))),
-    ))
+
+    def count(e: InputEvent, ctx: Any) -> None:
+        ctx.short_term_memory.set("n", (ctx.short_term_memory.get("n") or 0) + 1)
+        ctx.send_event(OutputEvent(output=ctx.short_term_memory.get("n")))
+
+    agent.add_action("count", [InputEvent], count)
     engine = AgentEngine(AgentPlan.from_agent(agent), {}, store=InMemoryJournalStore())
     driver = LocalDriver(memory_ttl_s=60, clock=lambda: now[0])
     for step_s in (0, 30, 30, 61):

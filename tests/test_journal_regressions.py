@@ -12,6 +12,7 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceType
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.key_runner import KeyRunner
 from flink_agents.runtime.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
@@ -107,7 +108,7 @@ def test_failed_child_journal_is_pruned_with_its_run():
     assert store.count_entries() == 0, f"{store.count_entries()} entries survive prune (pruned {pruned}): {store._runs.keys()}"
 
 
-# ---- 3. retry replays the failed attempt's committed call results
+# ---- 3. a retry replays what its failed attempt completed (issue 11.6b)
 MODEL = {"n": 0}
 
 
@@ -128,15 +129,6 @@ def validated(event, ctx):
     ctx.send_event(OutputEvent(output=r))
 
 
-def test_retry_reruns_the_failed_attempt():
-    MODEL["n"] = 0
-    store = InMemoryJournalStore()
-    agent = Agent().add_action("validated", [InputEvent], validated, error_strategy="retry",
-                               **{"error_retry.max_attempts": 3, "error_retry.initial_backoff_s": 0.001})
-    out, err, _ = _run_one(agent, store)
-    assert out == ["good"], f"model called {MODEL['n']} time(s)"
-
-
 def validated_single(event, ctx):
     r = ctx.durable_execute(model_call)
     if r == "bad":
@@ -144,14 +136,34 @@ def validated_single(event, ctx):
     ctx.send_event(OutputEvent(output=r))
 
 
-def test_retry_single_call_control():
+@pytest.mark.parametrize("action", [validated, validated_single], ids=["committed", "buffered"])
+def test_a_retry_replays_completed_calls_so_a_bad_answer_is_not_asked_again(action):
+    """A retry re-runs failed calls only: the model's completed answer (committed
+    by a later call, or still buffered when the action raised) replays, so an
+    action that rejects it fails every attempt; asking again is the action's
+    own loop (each ask a call of its own)."""
     MODEL["n"] = 0
-    agent = Agent().add_action("v", [InputEvent], validated_single, error_strategy="retry",
+    agent = Agent().add_action("v", [InputEvent], action, error_strategy="retry",
                                **{"error_retry.max_attempts": 3, "error_retry.initial_backoff_s": 0.001})
-    out, _, _ = _run_one(agent, InMemoryJournalStore())
-    assert out == ["good"]
+    with pytest.raises(ActionFailed, match="model answered badly"):
+        _run_one(agent, InMemoryJournalStore())
+    assert MODEL["n"] == 1
 
 
+def ask_until_good(event, ctx):
+    answer = ctx.durable_execute(model_call)
+    while answer == "bad":
+        answer = ctx.durable_execute(model_call)
+    ctx.send_event(OutputEvent(output=answer))
+
+
+def test_asking_again_inside_the_action_is_journaled_per_ask():
+    MODEL["n"] = 0
+    store = InMemoryJournalStore()
+    out, _, _ = _run_one(Agent().add_action("v", [InputEvent], ask_until_good), store)
+    assert out == ["good"] and MODEL["n"] == 2
+    out, _, _ = _run_one(Agent().add_action("v", [InputEvent], ask_until_good), store)  # a replay
+    assert out == ["good"] and MODEL["n"] == 2
 
 
 class LateLoop(KeyRunner):

@@ -6,6 +6,7 @@ never leaves a follower with a step the recovered run lacks."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Dict, List, Sequence
 
 import pytest
@@ -55,6 +56,7 @@ def double(n: int) -> int:
     Args:
         n: The number.
     """
+    time.sleep(0.03 * n)  # the results of one round land apart, in call order
     return 2 * n
 
 
@@ -85,20 +87,24 @@ def test_a_tool_round_publishes_once_per_commit_in_commit_order() -> None:
     _run(engine, driver)
 
     assert driver.outputs == [{"k": "sum of ['0', '2', '4']"}]
-    assert len(store_writes) == 4 and engine.counters.journal_writes == 4
-    assert len(published) == 4 == engine.counters.progress_publishes  # one publish per commit
+    # Each tool result that lands while a sibling still runs is written (and
+    # published) as it lands; the last one goes with the tool step's completion.
+    assert len(store_writes) == 6 and engine.counters.journal_writes == 6
+    assert len(published) == 6 == engine.counters.progress_publishes  # one publish per commit
     assert _by_commit(driver.progress) == {
         1: ["run_started", "step_completed"],
         2: ["model_reply", "step_completed"],
-        3: ["tool_result", "tool_result", "tool_result", "step_completed"],
-        4: ["model_reply", "step_completed", "step_completed", "output", "run_finished"],
+        3: ["tool_result"],
+        4: ["tool_result"],
+        5: ["tool_result", "step_completed"],
+        6: ["model_reply", "step_completed", "step_completed", "output", "run_finished"],
     }
     reply = next(r for r in driver.progress if r["kind"] == "model_reply")
     assert [c["name"] for c in reply["tool_calls"]] == ["double"] * 3
     results = [r["result"] for r in driver.progress if r["kind"] == "tool_result"]
     assert sorted(results) == [0, 2, 4]
     assert driver.progress[-2] == {
-        "key": "k", "seq": 0, "commit": 4, "kind": "output", "step": "answer@4", "output": "sum of ['0', '2', '4']",
+        "key": "k", "seq": 0, "commit": 6, "kind": "output", "step": "answer@4", "output": "sum of ['0', '2', '4']",
     }
     assert all(r["key"] == "k" and r["seq"] == 0 for r in driver.progress)
 

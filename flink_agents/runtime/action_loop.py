@@ -11,6 +11,15 @@ step is not run again: its events and writes are re-applied from the journal.
 ``OutputEvent`` outputs go to the driver as they are dequeued. An action's
 memory writes become visible to later actions when it finishes and are
 dropped if it raises. Sensory memory lives for this run only.
+
+A retried action (``error_strategy: retry``) runs again under the same step:
+the calls its failed attempt completed are replayed from the journal, and
+only the calls that failed, and what follows them, run again
+(``RunJournal.prepare_retry``). An attempt that takes another path than the
+journal recorded gets ``NondeterminismError``, as a replay does.
+
+An action returns ``None``: anything else is an error naming the action
+(an output must be sent with ``ctx.send_event``, or it would be lost).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
+from flink_agents.runtime.call_position import enter_action, exit_action
 from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunIdentity, RunServices
 from flink_agents.runtime.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
@@ -126,62 +136,77 @@ async def _run_step(
     attempt = 0
     while True:
         attempt += 1
-        # A retry journals its calls under its own step: the failed attempt's
-        # committed results must not be replayed into it. The completion is
-        # journaled under ``step`` whichever attempt finished.
-        attempt_step = step if attempt == 1 else f"{step}#{attempt}"
         ctx = ActionContext(
-            run, attempt_step, spec.name, spec.config,
+            run, step, spec.name, spec.config,
             StagedMemory(sensory, "sensory_memory"),
             StagedMemory(state.short_term_memory, "short_term_memory"),
             resources, job_config, journal, spec.function.is_async, services,
         )
+        scope = enter_action(ctx)
         try:
-            result = spec.function.resolve()(event, ctx)
-            if inspect.isawaitable(result):
-                await _within_timeout(result, policy.timeout_s, spec.name, run)
+            returned = spec.function.resolve()(event, ctx)
+            if inspect.isawaitable(returned):
+                returned = await _within_timeout(returned, policy.timeout_s, spec.name, run)
+            if returned is not None:
+                raise ActionReturnedValue(spec.name, returned)
             counters.actions += 1
             return ctx
         except NondeterminismError as exc:
             raise ActionFailed(run.key, run.seq, spec.name, exc) from None
         except Exception as exc:
             ctx.active = False  # orphaned calls of this attempt journal nothing
-            journal.discard_step(attempt_step)
-            if attempt < policy.attempts_allowed:
-                delay_s = policy.backoff_s(attempt)
-                counters.action_retries += 1
-                log.warning(
-                    "action %r failed on key %r, record #%d (attempt %d of %d), retrying in %.2f s: %r",
-                    spec.name, run.key, run.seq, attempt, policy.attempts_allowed, delay_s, exc,
-                )
-                await asyncio.sleep(delay_s)
-                continue
-            failure = ActionFailed(run.key, run.seq, spec.name, exc)
-            if policy.strategy == "skip":
-                raise RecordSkipped(failure, attempt) from exc
-            raise failure from exc
+            retry = attempt < policy.attempts_allowed and not isinstance(exc, ActionReturnedValue)
+            if not retry:
+                journal.discard_failed(step)
+                failure = ActionFailed(run.key, run.seq, spec.name, exc)
+                if policy.strategy == "skip":
+                    raise RecordSkipped(failure, attempt) from exc
+                raise failure from exc
+            # The attempt's completed calls become durable and replay into
+            # the next attempt; its failed calls run again.
+            await journal.prepare_retry(step)
+            delay_s = policy.backoff_s(attempt)
+            counters.action_retries += 1
+            log.warning(
+                "action %r failed on key %r, record #%d (attempt %d of %d), retrying in %.2f s: %r",
+                spec.name, run.key, run.seq, attempt, policy.attempts_allowed, delay_s, exc,
+            )
+            await asyncio.sleep(delay_s)
         finally:
             ctx.active = False
+            exit_action(scope)
 
 
-async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name: str, run: RunIdentity) -> None:
-    """Await a running async action; past ``timeout_s`` it is cancelled and
+class ActionReturnedValue(TypeError):
+    """An action returned something other than ``None`` (never retried: a
+    retry would return it again)."""
+
+    def __init__(self, action: str, value: Any) -> None:
+        super().__init__(
+            f"action {action!r} returned a {type(value).__name__} ({value!r:.80}); actions return None: "
+            "send outputs and events with ctx.send_event(...), e.g. ctx.send_event(OutputEvent(output=...))"
+        )
+        self.action = action
+
+
+async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name: str, run: RunIdentity) -> Any:
+    """Await a running async action (its return value); past ``timeout_s`` it is cancelled and
     fails with a ``TimeoutError`` naming it (an error like any other for its
     error strategy). A journal write in flight when the timeout fires lands
     first (``RunJournal.commit_async``), so the TimeoutError follows it."""
     if timeout_s is None:
-        await action
-        return
+        return await action
     deadline = asyncio.timeout(timeout_s)
     try:
         async with deadline:
-            await action
+            returned = await action
     except TimeoutError as exc:
         if not deadline.expired():
             raise  # the action's own TimeoutError
         raise _timed_out(name, timeout_s, run) from exc
     if deadline.expired():  # it swallowed the cancellation: still too late
         raise _timed_out(name, timeout_s, run)
+    return returned
 
 
 def _timed_out(name: str, timeout_s: float, run: RunIdentity) -> TimeoutError:

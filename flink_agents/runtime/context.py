@@ -14,6 +14,7 @@ from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.runtime.call_position import TaskScope, position
 from flink_agents.runtime.journal import RunJournal, args_digest, function_id_of
 from flink_agents.runtime.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.values import encode_value
@@ -71,8 +72,10 @@ class ActionContext(RunnerContext):
 
     Sent events and memory writes are staged here; the action loop applies
     them only when the action returns without raising. Journaled calls
-    (``durable_execute*`` and the built-in model and tool calls) are numbered
-    by ``ordinal`` in the order they start.
+    (``durable_execute*``, the built-in model and tool calls, sub-agent
+    submits, steering takes) and callbacks get positions that follow the
+    program's structure: per task of the action, in the order that task makes
+    them (``runtime.call_position``), never in completion order.
     """
 
     def __init__(
@@ -98,13 +101,11 @@ class ActionContext(RunnerContext):
         self._resources = resources
         self._job_config = job_config
         self._journal = journal
-        self._call_ordinal = 0
-        self._sub_agent_calls = 0
+        self.root_scope = TaskScope(self)  # the action's own task (runtime.call_position)
         self._is_async = is_async
         self._sub_agents = services.sub_agents
         self._callbacks = services.callbacks
         self._steering = services.steering
-        self._callback_count = 0
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
 
@@ -144,10 +145,9 @@ class ActionContext(RunnerContext):
     def action_config(self) -> Dict[str, Any]:
         return dict(self._action_config)
 
-    def _next_ordinal(self) -> int:
-        ordinal = self._call_ordinal
-        self._call_ordinal += 1
-        return ordinal
+    def _next_position(self, kind: str = "call") -> tuple[str, int]:
+        """``(journal step, ordinal)`` of the running task's next ``kind``."""
+        return position(self, self.step, kind)
 
     def durable_execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Journaled ``fn(*args, **kwargs)``: on replay the journaled result is
@@ -164,7 +164,7 @@ class ActionContext(RunnerContext):
                 "use 'await ctx.durable_execute_async(...)' in an async action"
             )
         return self._journal.call_sync(
-            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs),
+            *self._next_position(), function_id_of(fn), args_digest(*args, **kwargs),
             lambda: fn(*args, **kwargs),
         )
 
@@ -177,16 +177,15 @@ class ActionContext(RunnerContext):
                 return await fn(*args, **kwargs)
             return await asyncio.to_thread(fn, *args, **kwargs)
 
+        step, ordinal = self._next_position()
         return await self._journal.call(
-            self.step, self._next_ordinal(), function_id_of(fn), args_digest(*args, **kwargs), run,
-            alive=self._alive,
+            step, ordinal, function_id_of(fn), args_digest(*args, **kwargs), run, alive=self._alive,
         )
 
     async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
         """Runtime-internal: journal a built-in call (model, tool)."""
-        return await self._journal.call(
-            self.step, self._next_ordinal(), function_id, args_digest(digest_args), run, alive=self._alive
-        )
+        step, ordinal = self._next_position()
+        return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
 
     def _alive(self) -> bool:
         return self.active
@@ -197,7 +196,8 @@ class ActionContext(RunnerContext):
 
     def submit_sub_agent(self, handle: Any, prompt: Any, session_id: str | None, call_id: str | None) -> Any:
         """Runtime-internal: ``SubAgentHandle.submit``. Ids and the journal
-        ordinal are taken now, in submit order, so a replay derives the same.
+        position are taken now, in the submitting task's own order
+        (``runtime.call_position``), so a replay derives the same.
 
         Raises:
             RuntimeError: The action has returned, or is not async.
@@ -216,18 +216,18 @@ class ActionContext(RunnerContext):
             )
         if self._sub_agents is None:
             raise RuntimeError("this runtime context cannot run sub-agents")
-        ordinal = self._next_ordinal()
+        step, ordinal = self._next_position()
+        id_step, id_ordinal = self._next_position("sub_agent")
         explicit = session_id is not None
         call_id = call_id or derive_call_id(
-            self._run.journal_id, self._run.key_text, self._run.seq, self.step, handle.name, self._sub_agent_calls
+            self._run.journal_id, self._run.key_text, self._run.seq, id_step, handle.name, id_ordinal
         )
-        self._sub_agent_calls += 1
         session = session_id or call_id
         digest = args_digest(prompt, session_id, call_id)
 
         async def call() -> Any:
             outcome = await self._journal.call(
-                self.step, ordinal, f"agent:{handle.name}", digest,
+                step, ordinal, f"agent:{handle.name}", digest,
                 lambda: self._sub_agents.run(self, handle, prompt, session, call_id, explicit),
                 alive=self._alive,
             )
@@ -269,15 +269,15 @@ class ActionContext(RunnerContext):
             )
         if self._callbacks is None:
             raise RuntimeError("this runtime context cannot create callbacks")
-        ordinal = self._callback_count
-        self._callback_count += 1
+        step, ordinal = self._next_position("callback")
         return self._callbacks.create(
-            self.callback_ref(ordinal), self._run.key, purpose, timeout_s, before_wait=self.commit_journal
+            self.callback_ref(ordinal, step), self._run.key, purpose, timeout_s, before_wait=self.commit_journal
         )
 
-    def callback_ref(self, ordinal: int = 0) -> CallbackRef:
-        """Runtime-internal: the ref of this step's callback ``ordinal``."""
-        return CallbackRef(self._run.journal_id, self._run.key_text, self._run.seq, self.step, ordinal)
+    def callback_ref(self, ordinal: int = 0, step: str | None = None) -> CallbackRef:
+        """Runtime-internal: the ref of callback ``ordinal`` of ``step``
+        (default: this action's own task)."""
+        return CallbackRef(self._run.journal_id, self._run.key_text, self._run.seq, step or self.step, ordinal)
 
     @property
     def callbacks(self) -> Any:
@@ -290,7 +290,7 @@ class ActionContext(RunnerContext):
         the same ones here. ``[]`` when the job has no steering input."""
         if self._steering is None:
             return []
-        taken = self._journal.record(self.step, self._next_ordinal(), "steering:take", self._steering.take)
+        taken = self._journal.record(*self._next_position(), "steering:take", self._steering.take)
         self._steering.mark_taken(taken)
         return [message for _, message in taken]
 

@@ -6,17 +6,32 @@ and otherwise runs it and journals the outcome. Entries are buffered and
 committed in as few writes as correctness allows:
 
 - before a call that is not in the journal starts, everything buffered is
-  committed, so no call runs on a result that a crash could still lose, and a
-  crash never costs more than the calls in flight;
+  committed, so no call runs on a result that a crash could still lose;
+- when a call's result lands while other calls of the run are still in
+  flight, before the call returns it (group commit: results that land
+  together share one write), so a completed call is never repeated because a
+  slower sibling was in flight at a crash; a result that lands with nothing
+  else in flight waits for the run's next write, which comes before anything
+  else runs (the next call, or the run end), so the window is CPU time only;
 - at the end of the run, with the run-end marker (not at all for a run
   that made no journaled call: it has nothing to protect).
 
 So a run InputEvent -> one model call -> OutputEvent commits twice (the first
 action's completion before the model call; the model's reply with the rest at
-the end), and a run with one round of tool calls four times.
+the end), a run with one sequential tool round four times, and one with a
+round of N parallel tool calls between four and N + 3 times, by how the
+results land (all at once: 4; each apart: N + 3).
 
-A replayed call whose function id or argument digest differs from the journal
-raises ``NondeterminismError`` naming both.
+Positions ``(step, ordinal)`` follow the program's structure, not timing
+(``runtime.call_position``). A replayed call whose function id or argument
+digest differs from the journal raises ``NondeterminismError`` naming both.
+The first run gets each result through the same codec a replay reads it
+with (``decode(encode(result))``), so both see the same value.
+
+Retries (``prepare_retry``) replay what the failed attempt completed: its
+successful results, and errors it caught and went on from (committed by a
+later call); the error that failed the attempt, still buffered, is dropped
+and that call runs again.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel
 
+from flink_agents.runtime.call_position import is_under
 from flink_agents.runtime.errors import NondeterminismError, ReplayedError
 from flink_agents.runtime.values import decode_value, encode_value
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
@@ -122,6 +138,8 @@ class RunJournal:
         self._on_commit = on_commit
         self._journaled: Dict[Tuple[str, int], JournalEntry] = store.load_run(journal_id, key_text, seq)
         self._buffer: List[JournalEntry] = []
+        self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
+        self._in_flight = 0  # calls of this run running now
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
         self._write_failure: BaseException | None = None
@@ -142,6 +160,7 @@ class RunJournal:
         if self._write_failure is not None:
             raise self._write_failure
         entries, self._buffer = self._buffer, []
+        self._buffered_errors.clear()
         return entries
 
     def _landed(self, entries: List[JournalEntry]) -> None:
@@ -303,10 +322,9 @@ class RunJournal:
         try:
             result = run()
         except Exception as exc:
-            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
+            self._buffer_error(step, ordinal, function_id, digest, exc)
             raise
-        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
-        return result
+        return self._buffer_result(step, ordinal, function_id, digest, result)
 
     async def call(
         self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]],
@@ -324,15 +342,40 @@ class RunJournal:
             return _decode_outcome(entry.payload)
         await self.commit_async()
         self.calls_executed += 1
+        self._in_flight += 1
         try:
             result = await run()
         except Exception as exc:
+            self._in_flight -= 1
             if alive():
-                self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=exc)))
+                self._buffer_error(step, ordinal, function_id, digest, exc)
             raise
-        if alive():
-            self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(result)))
-        return result
+        except BaseException:
+            self._in_flight -= 1
+            raise
+        self._in_flight -= 1
+        if not alive():
+            return result
+        value = self._buffer_result(step, ordinal, function_id, digest, result)
+        if self._in_flight:
+            # Siblings still run: make this result durable before it is used,
+            # so a crash while they run does not repeat this call.
+            await self.commit_async()
+        return value
+
+    def _buffer_result(self, step: str, ordinal: int, function_id: str, digest: str, result: Any) -> Any:
+        """Buffer a call's result; returns it as a replay will read it.
+
+        Raises:
+            TypeError: The result cannot be journaled faithfully (names the call).
+        """
+        payload = _encode_outcome(result)
+        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
+        return _decode_outcome(payload)
+
+    def _buffer_error(self, step: str, ordinal: int, function_id: str, digest: str, error: Exception) -> None:
+        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=error)))
+        self._buffered_errors.add((step, ordinal))
 
     def completion(self, step: str) -> Dict[str, Any] | None:
         """The journaled completion of ``step`` (events, memory writes), if any."""
@@ -343,9 +386,21 @@ class RunJournal:
         """Buffer ``step``'s completion (committed with the next write)."""
         self._buffer.append(JournalEntry(step, COMPLETION, "", "", json.dumps(completion)))
 
-    def discard_step(self, step: str) -> None:
-        """Drop the uncommitted entries of a failed attempt's ``step``."""
-        self._buffer = [e for e in self._buffer if e.step != step]
+    def discard_failed(self, step: str) -> None:
+        """Forget the uncommitted errors of a failed ``step`` (and its
+        branches): the calls that failed it run again on a restart. Its
+        completed calls stay buffered and are kept by the next write."""
+        dropped = {p for p in self._buffered_errors if is_under(p[0], step)}
+        if dropped:
+            self._buffer = [e for e in self._buffer if (e.step, e.ordinal) not in dropped]
+            self._buffered_errors -= dropped
+
+    async def prepare_retry(self, step: str) -> None:
+        """Before ``step`` runs again: drop its uncommitted errors
+        (``discard_failed``) and commit what its attempt completed, so the
+        next attempt replays those results instead of calling again."""
+        self.discard_failed(step)
+        await self.commit_async()
 
     async def settle_async(self) -> None:
         """Commit a nested (sub-agent) run's entries without a run end: it is
