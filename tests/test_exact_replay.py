@@ -1,0 +1,432 @@
+"""Exact replay on the engine (issue 11, parts 1, 6 and 7).
+
+- Positions follow program structure: calls, callbacks and sub-agent submits
+  made in concurrent branches (``gather``, ``TaskGroup``) are identified by the
+  branch that made them, so a replay, where journaled calls return at once
+  and later calls start in program order, finds each branch's own results.
+- A completed call never runs again: a result that lands while a sibling is
+  in flight is durable before it is used; a retry replays the failed
+  attempt's completed calls and re-runs only the failed one.
+- An action that returns a value instead of sending it fails, naming itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import warnings
+from collections import Counter
+from typing import Any, Dict, List, Sequence, Tuple
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
+from flink_agents.api.events.event import Event, InputEvent, OutputEvent
+from flink_agents.api.resource import ResourceType
+from flink_agents.api.tools.tool import Tool
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.errors import ActionFailed, NondeterminismError
+from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.chat_turn import ChatTurnAgent
+
+CALLS: Counter = Counter()  # (function, argument) -> times it really ran
+TICKETS = {"next": 0}
+
+
+class Crash(BaseException):
+    """A simulated process crash (not an Exception: nothing may catch it)."""
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CALLS.clear()
+    TICKETS["next"] = 0
+    CRASH.clear()
+
+
+CRASH: Dict[str, bool] = {}  # function name -> crash inside it (once)
+
+
+def _maybe_crash(name: str) -> None:
+    if CRASH.pop(name, False):
+        raise Crash(f"process died inside {name}")
+
+
+async def lookup(i: int) -> str:
+    await asyncio.sleep((3 - i) * 0.03)  # branch 2's lookup lands first
+    _maybe_crash(f"lookup_{i}")
+    CALLS[("lookup", i)] += 1
+    return f"L{i}"
+
+
+async def enrich(x: str) -> str:
+    _maybe_crash(f"enrich_{x}")
+    CALLS[("enrich", x)] += 1
+    return f"{x}+e"
+
+
+def final(parts: List[str]) -> str:
+    _maybe_crash("final")
+    CALLS[("final", None)] += 1
+    return "|".join(parts)
+
+
+def ticket() -> int:
+    """One function, no arguments: only its position tells calls apart."""
+    _maybe_crash("ticket")
+    CALLS[("ticket", None)] += 1
+    TICKETS["next"] += 1
+    return TICKETS["next"]
+
+
+async def branch(ctx: Any, i: int) -> str:
+    x = await ctx.durable_execute_async(lookup, i)
+    return await ctx.durable_execute_async(enrich, x)
+
+
+async def gather_action(event: Event, ctx: Any) -> None:
+    parts = await asyncio.gather(*(branch(ctx, i) for i in range(3)))
+    ctx.send_event(OutputEvent(output=await ctx.durable_execute_async(final, list(parts))))
+
+
+async def task_group_action(event: Event, ctx: Any) -> None:
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(branch(ctx, i)) for i in range(3)]
+    ctx.send_event(OutputEvent(output=await ctx.durable_execute_async(final, [t.result() for t in tasks])))
+
+
+async def ticket_branch(ctx: Any, i: int) -> Tuple[str, int]:
+    x = await ctx.durable_execute_async(lookup, i)
+    return x, await ctx.durable_execute_async(ticket)
+
+
+async def tickets_action(event: Event, ctx: Any) -> None:
+    pairs = await asyncio.gather(*(ticket_branch(ctx, i) for i in range(3)))
+    await ctx.durable_execute_async(final, [x for x, _ in pairs])
+    ctx.send_event(OutputEvent(output={x: t for x, t in pairs}))
+
+
+def _engine(action: Any, store: InMemoryJournalStore, **config: Any) -> AgentEngine:
+    agent = Agent().add_action("fan", [InputEvent], action, **config)
+    return AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
+
+
+def _process(action: Any, store: InMemoryJournalStore, value: Any = "r", **config: Any) -> LocalDriver:
+    engine = _engine(action, store, **config)
+    driver = LocalDriver()
+    try:
+        asyncio.run(engine.process(driver, "k", value))
+    finally:
+        engine.close()
+    return driver
+
+
+def _journaled_results(store: InMemoryJournalStore) -> List[str]:
+    """The payloads of every call result the store holds."""
+    return [entry.payload for run in store._runs.values() for (entry, _) in run.values() if entry.ordinal >= 0]
+
+
+# ---- 1. positions follow program structure --------------------------------------------------
+
+
+@pytest.mark.parametrize("action", [gather_action, task_group_action], ids=["gather", "task_group"])
+def test_a_crash_at_the_last_call_replays_every_branch_without_calling_again(action: Any) -> None:
+    expected = _process(action, InMemoryJournalStore()).outputs
+    assert expected == [{"k": "L0+e|L1+e|L2+e"}]
+    CALLS.clear()
+
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(action, store)
+    assert CALLS == Counter({("lookup", i): 1 for i in range(3)}) + Counter({("enrich", f"L{i}"): 1 for i in range(3)})
+    recovered = _process(action, store)  # the restore: keyed state from before the record
+    assert recovered.outputs == expected
+    # Every branch call replayed from the journal; only the call that died ran again.
+    assert CALLS == Counter({("lookup", i): 1 for i in range(3)}) + Counter(
+        {("enrich", f"L{i}"): 1 for i in range(3)}) + Counter({("final", None): 1})
+
+
+def test_branches_calling_one_function_without_arguments_get_their_own_results_back() -> None:
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(tickets_action, store)
+    # First run: the lookups landed in reverse, so branch 2 drew ticket 1.
+    recovered = _process(tickets_action, store)
+    assert recovered.outputs == [{"k": {"L2": 1, "L1": 2, "L0": 3}}]
+    assert CALLS[("ticket", None)] == 3
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_journal_write_of_the_gather_example_recovers_exactly(mode: str) -> None:
+    expected = _process(gather_action, InMemoryJournalStore()).outputs
+    writes_store = InMemoryJournalStore()
+    _process(gather_action, writes_store)
+    writes = writes_store.writes
+    assert writes >= 5  # results that land beside running siblings are written as they land
+
+    for k in range(1, writes + 1):
+        CALLS.clear()
+        store = InMemoryJournalStore()
+        journaled_at_crash: List[str] = []
+
+        def crash(entries: Any, k: int = k, store: InMemoryJournalStore = store) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                journaled_at_crash.extend(_journaled_results(store))
+                raise Crash(f"crash {mode} {k}")
+
+        setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
+        with pytest.raises(Crash):
+            _process(gather_action, store)
+        setattr(store, "after_append" if mode == "after_write" else "before_append", None)
+        recovered = _process(gather_action, store)
+        assert recovered.outputs == expected, f"crash {mode} {k}"
+        # A call whose result was durable at the crash never ran again; one in
+        # flight (started, not journaled) ran at most once more.
+        for (name, arg), count in CALLS.items():
+            assert count <= 2, f"{name}({arg}) ran {count} times: crash {mode} {k}"
+            result = {"lookup": f"L{arg}", "enrich": f"{arg}+e"}.get(name)
+            if result is not None and any(f'"{result}"' in payload for payload in journaled_at_crash):
+                assert count == 1, f"{name}({arg}) was journaled, yet ran again: crash {mode} {k}"
+
+
+async def callback_branch(ctx: Any, i: int) -> str:
+    await ctx.durable_execute_async(lookup, i)
+    callback = await ctx.create_callback(f"approval {i}", 60)
+    return callback.callback_id
+
+
+async def callbacks_action(event: Event, ctx: Any) -> None:
+    ids = await asyncio.gather(*(callback_branch(ctx, i) for i in range(3)))
+    await ctx.durable_execute_async(final, ["x"])
+    ctx.send_event(OutputEvent(output=ids))
+
+
+def test_callbacks_created_in_branches_replay_as_their_own_branch() -> None:
+    """On replay the lookups return at once and the callbacks are created in
+    program order; each branch still gets its own callback (by purpose)."""
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(callbacks_action, store)
+    first_ids = [record.callback_id for record in sorted(
+        store._callbacks.values(), key=lambda r: r.purpose)]  # approval 0, 1, 2
+    recovered = _process(callbacks_action, store)
+    assert recovered.outputs == [{"k": first_ids}]
+
+
+def _child_echo(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=f"child saw {event.input}"))
+
+
+CHILD_RUNS: Counter = Counter()
+
+
+def _counting_child(event: Event, ctx: Any) -> None:
+    CHILD_RUNS[event.input] += 1
+    _child_echo(event, ctx)
+
+
+async def sub_agent_branch(ctx: Any, i: int) -> Any:
+    await ctx.durable_execute_async(lookup, i)
+    result = await ctx.get_resource("child", ResourceType.AGENT).submit(ctx, f"task {i}")
+    return result.result[0]
+
+
+async def sub_agents_action(event: Event, ctx: Any) -> None:
+    outputs = await asyncio.gather(*(sub_agent_branch(ctx, i) for i in range(3)))
+    await ctx.durable_execute_async(final, ["x"])
+    ctx.send_event(OutputEvent(output=outputs))
+
+
+def test_sub_agents_submitted_in_branches_replay_without_running_the_children_again() -> None:
+    CHILD_RUNS.clear()
+    store = InMemoryJournalStore()
+    parent = Agent().add_action("fan", [InputEvent], sub_agents_action)
+    parent.add_resource("child", ResourceType.AGENT, Agent().add_action("echo", [InputEvent], _counting_child))
+
+    def run() -> LocalDriver:
+        engine = AgentEngine(AgentPlan.from_agent(parent), {}, job_id="job", store=store)
+        driver = LocalDriver()
+        try:
+            asyncio.run(engine.process(driver, "k", "r"))
+        finally:
+            engine.close()
+        return driver
+
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        run()
+    assert recovered_outputs(run()) == [["child saw task 0", "child saw task 1", "child saw task 2"]]
+    assert CHILD_RUNS == Counter({f"task {i}": 1 for i in range(3)})
+
+
+def recovered_outputs(driver: LocalDriver) -> List[Any]:
+    return [output["k"] for output in driver.outputs]
+
+
+# ---- 6(a). a completed call never runs again ----------------------------------------------
+
+
+class EmailAndLookupModel(BaseChatModelConnection):
+    """Asks for send_email and slow_lookup in one round, then answers."""
+
+    def chat(self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any) -> ChatMessage:
+        CALLS[("model", None)] += 1
+        results = sorted(str(m.content) for m in messages if m.role == MessageRole.TOOL)
+        if not results:
+            return ChatMessage(role=MessageRole.ASSISTANT, tool_calls=[
+                {"id": "call_0", "type": "function", "function": {"name": "send_email", "arguments": {"to": "a@b"}}},
+                {"id": "call_1", "type": "function", "function": {"name": "slow_lookup", "arguments": {"q": "x"}}},
+            ])
+        return ChatMessage(role=MessageRole.ASSISTANT, content=f"done: {results}")
+
+
+def send_email(to: str) -> str:
+    """Send an email.
+
+    Args:
+        to: The address.
+    """
+    CALLS[("send_email", to)] += 1
+    return f"sent to {to}"
+
+
+def slow_lookup(q: str) -> str:
+    """Look something up, slowly.
+
+    Args:
+        q: The query.
+    """
+    time.sleep(0.2)
+    _maybe_crash("slow_lookup")
+    CALLS[("slow_lookup", q)] += 1
+    return f"found {q}"
+
+
+def test_a_crash_inside_a_slow_tool_does_not_send_the_email_again() -> None:
+    store = InMemoryJournalStore()
+
+    def run() -> LocalDriver:
+        agent = ChatTurnAgent(EmailAndLookupModel, {"send_email": send_email, "slow_lookup": slow_lookup})
+        engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
+        driver = LocalDriver()
+        try:
+            asyncio.run(engine.process(driver, "k", "go"))
+        finally:
+            engine.close()
+        return driver
+
+    CRASH["slow_lookup"] = True
+    with pytest.raises(Crash):
+        run()
+    driver = run()
+    assert driver.outputs == [{"k": "done: ['found x', 'sent to a@b']"}]
+    assert CALLS[("send_email", "a@b")] == 1
+    assert CALLS[("model", None)] == 2  # the first reply was journaled before the tools ran
+
+
+# ---- 6(b). a retry replays its failed attempt's completed calls ---------------------------
+
+FLAKY = {"failures_left": 0}
+
+
+def flaky_fetch(x: str) -> str:
+    CALLS[("fetch", x)] += 1
+    if FLAKY["failures_left"]:
+        FLAKY["failures_left"] -= 1
+        raise ConnectionError("connection reset by peer")
+    return f"fetched {x}"
+
+
+def email(to: str) -> str:
+    CALLS[("email", to)] += 1
+    return f"emailed {to}"
+
+
+def email_then_fetch(event: Event, ctx: Any) -> None:
+    receipt = ctx.durable_execute(email, "ops@example.com")
+    data = ctx.durable_execute(flaky_fetch, event.input)
+    ctx.send_event(OutputEvent(output=[receipt, data]))
+
+
+async def email_then_fetch_async(event: Event, ctx: Any) -> None:
+    receipt = await ctx.durable_execute_async(email, "ops@example.com")
+    data = await ctx.durable_execute_async(flaky_fetch, event.input)
+    ctx.send_event(OutputEvent(output=[receipt, data]))
+
+
+RETRY = {"error_strategy": "retry", "error_retry.max_attempts": 3, "error_retry.initial_backoff_s": 0.001}
+
+
+@pytest.mark.parametrize("action", [email_then_fetch, email_then_fetch_async], ids=["sync", "async"])
+def test_a_retry_does_not_send_the_email_again(action: Any) -> None:
+    FLAKY["failures_left"] = 1
+    store = InMemoryJournalStore()
+    driver = _process(action, store, value="r", **RETRY)
+    assert driver.outputs == [{"k": ["emailed ops@example.com", "fetched r"]}]
+    assert CALLS == Counter({("email", "ops@example.com"): 1, ("fetch", "r"): 2})
+    # And a replay of the finished run calls nothing.
+    CALLS.clear()
+    assert _process(action, store, value="r", **RETRY).outputs == driver.outputs
+    assert CALLS == Counter()
+
+
+ATTEMPTS = {"n": 0}
+
+
+def switching_path(event: Event, ctx: Any) -> None:
+    ATTEMPTS["n"] += 1
+    if ATTEMPTS["n"] == 1:
+        ctx.durable_execute(email, "ops@example.com")
+        raise ValueError("first attempt fails")
+    ctx.durable_execute(flaky_fetch, "other")  # another call where the email was
+
+
+def test_a_retry_that_takes_another_path_is_a_nondeterminism_error() -> None:
+    ATTEMPTS["n"] = 0
+    with pytest.raises(ActionFailed) as failure:
+        _process(switching_path, InMemoryJournalStore(), **RETRY)
+    assert isinstance(failure.value.cause, NondeterminismError)
+    assert "email" in str(failure.value.cause) and "flaky_fetch" in str(failure.value.cause)
+    assert CALLS == Counter({("email", "ops@example.com"): 1})
+
+
+# ---- 7. nothing returned is dropped ---------------------------------------------------------
+
+
+def returns_output(event: Event, ctx: Any) -> OutputEvent:
+    CALLS[("returns_output", None)] += 1
+    return OutputEvent(output=event.input)
+
+
+async def returns_dict(event: Event, ctx: Any) -> Dict[str, Any]:
+    CALLS[("returns_dict", None)] += 1
+    return {"answer": event.input}
+
+
+@pytest.mark.parametrize("action,kind", [(returns_output, "OutputEvent"), (returns_dict, "dict")])
+def test_an_action_that_returns_a_value_fails_naming_itself_and_send_event(action: Any, kind: str) -> None:
+    with pytest.raises(ActionFailed) as failure:
+        _process(action, InMemoryJournalStore(), **RETRY)
+    message = str(failure.value)
+    assert "action 'fan' returned a " + kind in message and "ctx.send_event" in message
+    assert sum(CALLS.values()) == 1  # never retried: it would return the value again
+
+
+def test_a_returned_value_under_skip_goes_to_the_error_output() -> None:
+    driver = _process(returns_output, InMemoryJournalStore(), error_strategy="skip")
+    assert driver.outputs == []
+    assert [e["error_type"] for e in driver.errors] == ["ActionReturnedValue"]
+
+
+def test_the_plan_warns_when_an_action_is_annotated_to_return_a_value() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AgentPlan.from_agent(Agent().add_action("fan", [InputEvent], returns_output))
+    assert any("'fan'" in str(w.message) and "send_event" in str(w.message) for w in caught)
