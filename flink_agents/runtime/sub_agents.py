@@ -2,9 +2,11 @@
 durable child of the calling action.
 
 Identity. A call's ``call_id`` is a UUIDv5 of (journal id, key, record
-sequence, calling step, child resource name, ordinal of the step's sub-agent
-calls); ``session_id`` defaults to it. Both are derived when ``submit`` is
-called, so a replay that submits in the same order derives the same ids.
+sequence, calling step with the submitting task's branch path, child
+resource name, ordinal of that task's sub-agent submits;
+``runtime.call_position``); ``session_id`` defaults to it. Both are derived
+when ``submit`` is called, so a replay derives the same ids whatever order
+concurrent branches submit in.
 
 Durability. The child's own calls are journaled under the journal id
 ``<parent journal id>/<call_id>``, and the child's result is journaled in the
