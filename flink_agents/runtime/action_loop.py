@@ -171,7 +171,7 @@ async def _run_step(
                 "action %r failed on key %r, record #%d (attempt %d of %d), retrying in %.2f s: %r",
                 spec.name, run.key, run.seq, attempt, policy.attempts_allowed, delay_s, exc,
             )
-            await asyncio.sleep(delay_s)
+            await services.sleep(delay_s)
         finally:
             ctx.active = False
             exit_action(scope)

@@ -53,15 +53,21 @@ class RunIdentity:
         return uuid.uuid5(_ID_NAMESPACE, f"{self.journal_id}/{self.key_text}/{self.seq}/{step}/{ordinal}")
 
 
+async def _sleep(delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+
+
 @dataclass(frozen=True)
 class RunServices:
     """What a run's actions reach beyond their own step, each None where the
     host has none: the sub-agent runner, the ``CallbackHub`` and the key's
-    steering mailbox."""
+    steering mailbox; and ``sleep(delay_s)``, how the run waits (retry
+    backoff), which tests replace to take no time."""
 
     sub_agents: Any = None
     callbacks: Any = None
     steering: Any = None
+    sleep: Callable[[float], Awaitable[None]] = _sleep
 
 
 NO_SERVICES = RunServices()
@@ -106,6 +112,7 @@ class ActionContext(RunnerContext):
         self._sub_agents = services.sub_agents
         self._callbacks = services.callbacks
         self._steering = services.steering
+        self.services = services
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
 

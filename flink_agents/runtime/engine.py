@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
@@ -53,6 +53,8 @@ class AgentEngine:
         store: The journal store; default from ``config`` (``journal.store``,
             in-memory if unset).
         clock: Unix seconds; injectable for tests.
+        sleep: ``await sleep(delay_s)``: how runs wait (retry backoff);
+            injectable for tests.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class AgentEngine:
         job_id: str = "job",
         store: JournalStore | None = None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.plan = plan
         self.config = dict(config or {})
@@ -72,6 +75,7 @@ class AgentEngine:
         # told otherwise; the Flink runner asks for SQLite by default.
         self.store = store if store is not None else open_journal_store({"journal.store": "memory", **self.config})
         self._clock = clock
+        self._sleep = sleep
         self._retention_s = float(self.config.get(RETENTION_OPTION, _DEFAULT_RETENTION_S))
         self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
         self._last_prune = clock()
@@ -229,7 +233,8 @@ class AgentEngine:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
                 emit, self.counters, RunServices(
-                    self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None
+                    self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None,
+                    **({} if self._sleep is None else {"sleep": self._sleep}),
                 ),
             )
         except RecordSkipped as skipped:
@@ -249,7 +254,12 @@ class AgentEngine:
         except ActionFailed as failure:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
-            journal.commit()
+            try:
+                journal.commit()
+            except Exception as write_error:  # the record fails either way; say both
+                if write_error is not failure.cause:
+                    log.warning("could not keep the journal of failed %s: %r", failure, write_error)
+                    failure.add_note(f"keeping its journal failed too: {write_error!r}")
             if self.callbacks is not None:
                 self.callbacks.forget_run(run.key_text, run.seq)
             if progress is not None:

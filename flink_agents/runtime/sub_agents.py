@@ -128,7 +128,8 @@ class SubAgentRunner:
             await run_record(
                 self._root.children[handle.child_key], run, state, PendingRecord(run.seq, prompt), journal,
                 self.resources_of(handle.child_key).get, self._config, outputs.append, self._counters,
-                RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
+                # No steering inside a child; the parent's sleep (retry backoff).
+                RunServices(sub_agents=self, callbacks=self._callbacks, sleep=parent.services.sleep),
             )
         except (ActionFailed, RecordSkipped) as exc:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc

@@ -1,0 +1,317 @@
+"""Fast engine tests that pin what single-line mutations of the runtime
+broke unnoticed (issue 12): the replay check's argument digest, the retry
+backoff schedule, one record at a time per key on the Flink path's runner,
+memory rollback on every kind of failure, the default error strategy, a
+store write that fails, and the default journal retention and prune
+interval."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from typing import Any, Dict, List
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.events.event import Event, InputEvent, OutputEvent
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.errors import ActionFailed, NondeterminismError
+from flink_agents.runtime.key_runner import KeyRunner
+from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.stores.memory_store import InMemoryJournalStore
+
+CALLS: Counter = Counter()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CALLS.clear()
+
+
+def _engine(agent: Agent, store: InMemoryJournalStore | None = None, **kwargs: Any) -> AgentEngine:
+    return AgentEngine(AgentPlan.from_agent(agent), kwargs.pop("config", {}), job_id="job",
+                       store=store or InMemoryJournalStore(), **kwargs)
+
+
+def _process(engine: AgentEngine, values: List[Any], driver: LocalDriver | None = None) -> LocalDriver:
+    driver = driver or LocalDriver()
+
+    async def main() -> None:
+        for value in values:
+            await engine.process(driver, "k", value)
+
+    try:
+        asyncio.run(main())
+    finally:
+        engine.close()
+    return driver
+
+
+# ---- the replay check compares arguments, not only the function ----------------------------
+
+ARG = {"value": 1}
+
+
+def price(item: int) -> float:
+    CALLS[("price", item)] += 1
+    return 9.5 * item
+
+
+def priced(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=ctx.durable_execute(price, ARG["value"])))
+
+
+class Crash(BaseException):
+    """A simulated process crash."""
+
+
+def crash_once() -> None:
+    if not CALLS["crashed"]:
+        CALLS["crashed"] += 1
+        raise Crash("process died")
+
+
+def priced_then_crash(event: Event, ctx: Any) -> None:
+    value = ctx.durable_execute(price, ARG["value"])
+    ctx.durable_execute(crash_once)  # its start commits price's result
+    ctx.send_event(OutputEvent(output=value))
+
+
+def test_a_replay_calling_the_same_function_with_other_arguments_is_a_nondeterminism_error() -> None:
+    store = InMemoryJournalStore()
+    agent = Agent().add_action("priced", [InputEvent], priced_then_crash)
+    ARG["value"] = 1
+    with pytest.raises(Crash):
+        _process(_engine(agent, store), ["r"])
+    ARG["value"] = 2  # the replay asks for another item at the same position
+    with pytest.raises(ActionFailed) as failure:
+        _process(_engine(agent, store), ["r"])
+    assert isinstance(failure.value.cause, NondeterminismError)
+    assert "price" in str(failure.value.cause) and "args" in str(failure.value.cause)
+    assert CALLS == Counter({("price", 1): 1, "crashed": 1})  # never called with 2, never 1 again
+
+
+# ---- retry backoff: 0.1 s, doubling, capped -------------------------------------------------
+
+
+def _always_failing_until(succeed_at: int) -> Any:
+    attempts = Counter()
+
+    def flaky(event: Event, ctx: Any) -> None:
+        attempts["n"] += 1
+        if attempts["n"] < succeed_at:
+            raise ConnectionError(f"attempt {attempts['n']}")
+        ctx.send_event(OutputEvent(output=attempts["n"]))
+
+    return flaky
+
+
+def _slept_with(options: Dict[str, Any], succeed_at: int) -> List[float]:
+    slept: List[float] = []
+
+    async def sleep(delay_s: float) -> None:
+        slept.append(delay_s)
+
+    agent = Agent().add_action("flaky", [InputEvent], _always_failing_until(succeed_at),
+                               error_strategy="retry", **options)
+    driver = _process(_engine(agent, sleep=sleep), ["r"])
+    assert driver.outputs == [{"k": succeed_at}]
+    return slept
+
+
+def test_the_default_backoff_starts_at_a_tenth_of_a_second_and_doubles() -> None:
+    assert _slept_with({"error_retry.max_attempts": 4}, succeed_at=4) == pytest.approx([0.1, 0.2, 0.4])
+
+
+def test_the_backoff_is_capped_at_max_backoff() -> None:
+    options = {"error_retry.max_attempts": 6, "error_retry.initial_backoff_s": 2.0}
+    assert _slept_with(options, succeed_at=6) == pytest.approx([2.0, 4.0, 8.0, 10.0, 10.0])
+    options = {"error_retry.max_attempts": 5, "error_retry.initial_backoff_s": 0.1, "error_retry.max_backoff_s": 0.3}
+    assert _slept_with(options, succeed_at=5) == pytest.approx([0.1, 0.2, 0.3, 0.3])
+
+
+def test_fail_is_the_strategy_when_none_is_configured() -> None:
+    agent = Agent().add_action("flaky", [InputEvent], _always_failing_until(2))
+    with pytest.raises(ActionFailed, match="attempt 1"):
+        _process(_engine(agent), ["r"])
+
+
+# ---- the Flink path's runner: one record of a key at a time, in order -----------------------
+
+RUNNING: Dict[str, int] = {"now": 0, "max": 0}
+STARTED: List[Any] = []
+
+
+async def slow_counting(event: Event, ctx: Any) -> None:
+    RUNNING["now"] += 1
+    RUNNING["max"] = max(RUNNING["max"], RUNNING["now"])
+    STARTED.append(event.input)
+    await asyncio.sleep(0.05)
+    RUNNING["now"] -= 1
+    seen = (ctx.short_term_memory.get("seen") or []) + [event.input]
+    ctx.short_term_memory.set("seen", seen)
+    ctx.send_event(OutputEvent(output=seen))
+
+
+def test_a_record_of_a_busy_key_waits_for_the_running_one_on_the_key_runner() -> None:
+    RUNNING.update(now=0, max=0)
+    STARTED.clear()
+    engine = _engine(Agent().add_action("slow", [InputEvent], slow_counting))
+    runner = KeyRunner(engine)
+    try:
+        state = KeyState(journal_id="job")
+        for seq, value in enumerate(["a", "b", "c"]):
+            state.pending.append(PendingRecord(seq, value))
+            state.next_seq = seq + 1
+            runner.submit("k", state)  # while "a" runs, "b" and "c" arrive
+        assert runner.wait_for("k", timeout_s=10)
+        completions = runner.take("k")
+    finally:
+        runner.close()
+        engine.close()
+    assert RUNNING["max"] == 1, "two records of one key ran at once"
+    assert STARTED == ["a", "b", "c"]
+    assert [c.seq for c in completions] == [0, 1, 2]
+    assert [c.outputs for c in completions] == [[["a"]], [["a", "b"]], [["a", "b", "c"]]]
+
+
+# ---- memory rollback: a failed record leaves short-term memory as it was ---------------------
+
+
+def write_memory(event: Event, ctx: Any) -> None:
+    ctx.short_term_memory.set("last", event.input)
+    ctx.send_event(Step(note=event.input))
+
+
+class Step(Event):
+    note: Any = None
+
+
+def fail_on_bad(event: Event, ctx: Any) -> None:
+    if event.note == "bad":
+        raise ValueError("bad record")
+    ctx.send_event(OutputEvent(output=event.note))
+
+
+async def hang_on_bad(event: Event, ctx: Any) -> None:
+    if event.note == "bad":
+        await asyncio.sleep(10)
+    ctx.send_event(OutputEvent(output=event.note))
+
+
+def _two_step_agent(second: Any, **config: Any) -> Agent:
+    return (Agent().add_action("write", [InputEvent], write_memory)
+            .add_action("second", [Step], second, **config))
+
+
+@pytest.mark.parametrize("second,config", [
+    (fail_on_bad, {"error_strategy": "skip"}),
+    (hang_on_bad, {"error_strategy": "skip", "timeout_s": 0.05}),
+], ids=["skip", "action_timeout"])
+def test_a_skipped_record_leaves_memory_as_before_it(second: Any, config: Dict[str, Any]) -> None:
+    driver = _process(_engine(_two_step_agent(second, **config)), ["good", "bad"])
+    assert driver.outputs == [{"k": "good"}]
+    assert [e["action"] for e in driver.errors] == ["second"]
+    assert driver.states["k"].short_term_memory["last"] == "good"
+
+
+def test_a_cancelled_run_leaves_memory_as_before_it() -> None:
+    engine = _engine(_two_step_agent(hang_on_bad))
+    driver = LocalDriver()
+
+    async def main() -> None:
+        await engine.process(driver, "k", "good")
+        task = asyncio.ensure_future(engine.process(driver, "k", "bad"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        engine.close()
+    assert driver.states["k"].short_term_memory["last"] == "good"
+
+
+@pytest.mark.parametrize("config", [{}, {"error_strategy": "skip"}], ids=["fail", "skip"])
+def test_on_the_key_runner_a_failed_record_hands_back_the_memory_before_it(config: Dict[str, Any]) -> None:
+    engine = _engine(_two_step_agent(fail_on_bad, **config))
+    runner = KeyRunner(engine)
+    try:
+        state = KeyState(journal_id="job")
+        for seq, value in enumerate(["good", "bad"]):
+            state.pending.append(PendingRecord(seq, value))
+            state.next_seq = seq + 1
+        runner.submit("k", state)
+        assert runner.wait_for("k", timeout_s=10)
+        good, bad = runner.take("k")
+    finally:
+        runner.close()
+        engine.close()
+    assert good.failure is None and good.short_term_memory["last"] == "good"
+    assert bad.short_term_memory["last"] == "good"  # not "bad": the record's writes rolled back
+    if config:
+        assert bad.failure is None and [e["action"] for e in bad.errors] == ["second"]
+    else:
+        assert isinstance(bad.failure, ActionFailed)
+
+
+# ---- a store write that fails with an ordinary exception ------------------------------------
+
+
+def two_calls(event: Event, ctx: Any) -> None:
+    first = ctx.durable_execute(price, 1)
+    second = ctx.durable_execute(price, 2)  # its start commits the first result
+    ctx.send_event(OutputEvent(output=first + second))
+
+
+def test_a_failing_store_write_fails_the_record_and_starts_no_further_call() -> None:
+    store = InMemoryJournalStore()
+
+    def disk_full(entries: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    store.before_append = disk_full
+    with pytest.raises(ActionFailed) as failure:
+        _process(_engine(Agent().add_action("two", [InputEvent], two_calls), store), ["r"])
+    assert isinstance(failure.value.cause, OSError) and failure.value.cause.errno == 28
+    assert CALLS == Counter({("price", 1): 1})  # the second call did not start
+    assert store.count_entries() == 0
+
+    # The store is back: the key's next attempt (a restart) runs the record.
+    store.before_append = None
+    driver = _process(_engine(Agent().add_action("two", [InputEvent], two_calls), store), ["r"])
+    assert driver.outputs == [{"k": 28.5}]
+
+
+# ---- journal retention (30 min) and prune interval (60 s) by default -------------------------
+
+
+def test_the_journal_keeps_finished_runs_thirty_minutes_and_prunes_at_most_once_a_minute() -> None:
+    now = [1_000.0]
+    store = InMemoryJournalStore(clock=lambda: now[0])
+    engine = _engine(Agent().add_action("priced", [InputEvent], priced), store, clock=lambda: now[0])
+    driver = LocalDriver()
+    ARG["value"] = 1
+
+    def record_at(t: float) -> None:
+        now[0] = t
+        asyncio.run(engine.process(driver, "k", "r"))
+
+    try:
+        record_at(1_000.0)  # record 0 finishes at t=1000
+        assert store.count_entries() > 0
+        entries = store.count_entries()
+        record_at(2_799.0)  # 1799 s later: within retention, not pruned
+        assert store.count_entries() == 2 * entries
+        record_at(2_830.0)  # retention passed, but the last prune ran 31 s ago: none yet
+        assert store.count_entries() == 3 * entries
+        record_at(2_860.0)  # 61 s after the prune at 2799: record 0 (t=1000) is pruned
+        assert store.count_entries() == 3 * entries
+    finally:
+        engine.close()
