@@ -661,7 +661,7 @@ def test_key_state_json_round_trip_keeps_a_pending_pydantic_input():
     assert restored.to_json() == state.to_json()
 
 
-@pytest.mark.parametrize("version", [0, 2, None])
+@pytest.mark.parametrize("version", [0, 3, None])
 def test_key_state_of_an_unknown_schema_version_is_refused(version):
     data = json.loads(KeyState().to_json())
     data["v"] = version

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from flink_agents.api.memory_object import MemoryObject
@@ -96,14 +98,15 @@ def test_setting_under_a_value_parent_is_a_value_error(mem):
 @pytest.mark.parametrize(
     "value, where",
     [
-        (object(), "short_term_memory.x.y"),
-        ({1, 2}, "short_term_memory.x.y"),
-        (b"raw", "short_term_memory.x.y"),
-        ({"inner": [1, object()]}, r"short_term_memory.x.y.inner\[1\]"),
-        ({1: "non-str key"}, "short_term_memory.x.y"),
+        (object(), "short_term_memory.x.y is a builtins.object"),
+        ({1, print}, r"short_term_memory.x.y\[\d\] is a builtins.builtin_function_or_method"),
+        (bytearray(b"raw"), "short_term_memory.x.y is a builtins.bytearray"),
+        ({"inner": [1, object()]}, r"short_term_memory.x.y.inner\[1\] is a builtins.object"),
+        ({1: object()}, r"short_term_memory.x.y\[1\] is a builtins.object"),
+        (Counter(a=1), "short_term_memory.x.y is a collections.Counter"),
     ],
 )
-def test_non_json_value_is_a_type_error_naming_the_path(mem, value, where):
+def test_a_value_the_codec_cannot_carry_is_a_type_error_naming_the_path(mem, value, where):
     with pytest.raises(TypeError, match=where):
         mem.set("x.y", value)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Dict, List
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.plan.function_ref import FunctionRef
@@ -65,6 +65,25 @@ class AgentPlan(BaseModel):
     # Sub-agent plans of the whole tree, once each, keyed by the name that
     # AGENT resources refer to (only the root plan holds them).
     children: Dict[str, "AgentPlan"] = Field(default_factory=dict)
+    # Event classes the actions listen to (not in the JSON): with the action
+    # functions, they travel to Flink workers inside the pickled plan, where
+    # classes of the job's main script are registered for the codec.
+    _event_classes: List[type] = PrivateAttr(default_factory=list)
+
+    def __eq__(self, other: object) -> bool:
+        # The fields are the identity; the kept classes are a cache (a plan
+        # read back from JSON has none).
+        if not isinstance(other, AgentPlan):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def event_classes(self) -> List[type]:
+        """The event classes actions listen to, where the plan was compiled
+        (empty for a plan read from JSON)."""
+        return list(self._event_classes)
 
     @staticmethod
     def from_agent(agent: Any) -> "AgentPlan":

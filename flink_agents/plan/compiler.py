@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from pydantic import BaseModel, ValidationError
@@ -109,12 +110,21 @@ def _compile_one(agent: Agent, tree: _Tree) -> AgentPlan:
             "no action of %s listens to InputEvent (%s): its runs will do nothing",
             agent_name, InputEvent.EVENT_TYPE,
         )
-    return AgentPlan(
+    plan = AgentPlan(
         agent=f"{type(agent).__module__}.{agent_name}",
         actions=actions,
         actions_by_event=by_event,
         resources=resources,
     )
+    plan._event_classes = _listened_classes(agent)
+    return plan
+
+
+def _listened_classes(agent: Agent) -> List[type]:
+    """The event classes (not type strings) the agent's actions listen to."""
+    listened = [ev for _, fn in _decorated(agent, ACTION_ATTR) for ev in getattr(fn, ACTION_ATTR)]
+    listened += [ev for events, _, _ in agent.actions.values() for ev in events]
+    return list(dict.fromkeys(ev for ev in listened if isinstance(ev, type)))
 
 
 def _decorated(agent: Agent, attr: str) -> Iterator[Tuple[str, Callable[..., Any]]]:
@@ -153,6 +163,21 @@ def _check_action_signature(name: str, fn: Callable[..., Any], agent_name: str) 
         )
 
 
+def _warn_if_annotated_to_return(name: str, fn: Callable[..., Any], agent_name: str) -> None:
+    """Warn at plan time about an action annotated to return a value: the
+    runtime fails an action that returns one (events go through
+    ``ctx.send_event``)."""
+    returns = inspect.signature(fn).return_annotation
+    if returns in (inspect.Signature.empty, None, type(None), "None", "Any", Any):
+        return
+    shown = returns if isinstance(returns, str) else getattr(returns, "__name__", repr(returns))
+    warnings.warn(
+        f"action {name!r} of {agent_name} is annotated to return {shown}; an action returns "
+        "nothing (a returned value fails it): use ctx.send_event to send events",
+        stacklevel=4,
+    )
+
+
 def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
     actions: Dict[str, ActionSpec] = {}
     entries: List[Tuple[str, List[Any], Callable[..., Any], Dict[str, Any]]] = [
@@ -164,6 +189,7 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
         if name in actions or name in _BUILTIN_ACTIONS:
             raise PlanError(f"action {name!r} of {agent_name} is defined twice")
         _check_action_signature(name, fn, agent_name)
+        _warn_if_annotated_to_return(name, fn, agent_name)
         if not events:
             raise PlanError(f"action {name!r} of {agent_name} listens to no event")
         for ev in events:

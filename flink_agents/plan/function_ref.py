@@ -57,6 +57,11 @@ class FunctionRef(BaseModel):
     def name(self) -> str:
         return f"{self.module}:{self.qualname}"
 
+    @property
+    def loaded(self) -> Callable[..., Any] | None:
+        """The function if it is at hand (kept, or resolved before), else None."""
+        return self._fn
+
     def resolve(self) -> Callable[..., Any]:
         """The function.
 

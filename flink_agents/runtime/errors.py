@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ActionFailed", "NondeterminismError", "RecordSkipped", "ReplayedError", "StateSchemaError"]
+__all__ = [
+    "ActionFailed", "InputRecordError", "NondeterminismError", "RecordSkipped", "ReplayedError", "StateSchemaError",
+]
 
 
 class ActionFailed(RuntimeError):
@@ -29,6 +31,23 @@ class ActionFailed(RuntimeError):
 
 class StateSchemaError(RuntimeError):
     """Keyed state was written by an incompatible release."""
+
+
+class InputRecordError(TypeError):
+    """An input record (or steering message) holds a value that keyed state
+    cannot keep with its type (``runtime.codec``).
+
+    Attributes:
+        key: The record's key.
+        seq: The record's position among the key's records (from 0).
+        path: Where in the record the value is (``"record.items[2]"``).
+    """
+
+    def __init__(self, what: str, key: Any, seq: int, path: str, reason: str) -> None:
+        super().__init__(f"{what} #{seq} of key {key!r} cannot be kept in keyed state: {path} {reason}")
+        self.key = key
+        self.seq = seq
+        self.path = path
 
 
 class NondeterminismError(BaseException):

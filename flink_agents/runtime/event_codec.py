@@ -1,31 +1,49 @@
 """Events as JSON, for journaled step completions.
 
-An event is written as ``{"type": "module:qualname", "fields": {...}}`` with
-field values encoded by ``runtime.values`` (pydantic models inside ``Any``
-fields keep their class), and read back as an instance of the same class.
+An event is written as ``{"type": "module:qualname", "fields": {...}, "c": 2}``
+with its declared and extra fields encoded by the typed codec
+(``runtime.codec``: a tuple, an enum or a model in an ``Any`` field keeps its
+type), and read back as an instance of the same class with the same field
+values, without validating them again (as unpickling would). Its class is
+found by name, through the codec's class registry, so an event class defined
+in the job's main script reads back on any worker (``runtime.codec_classes``).
+
+Completions written before (no ``"c"``) still read: their fields in the
+earlier untyped form, validated by the class.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Dict
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.values import decode_value, encode_value
+from flink_agents.runtime.codec import decode, encode
+from flink_agents.runtime.codec_classes import class_name, resolve_class
+from flink_agents.runtime.values import decode_value as decode_legacy_value
 
 __all__ = ["decode_event", "encode_event"]
 
+_CODEC_VERSION = 2
+
 
 def encode_event(event: Event) -> Dict[str, Any]:
-    """``event`` as a JSON-able dict.
+    """``event`` as a JSON-able dict (``fields``: name -> encoded value).
 
     Raises:
-        TypeError: A field value has no JSON form.
+        TypeError: A field value cannot be encoded (the message names the
+            event class and the field path), or the class cannot be found by
+            name where the journal is read.
     """
     cls = type(event)
-    fields = {name: encode_value(getattr(event, name)) for name in cls.model_fields}
-    fields.update({name: encode_value(v) for name, v in (event.model_extra or {}).items()})
-    return {"type": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
+    state = event.__dict__
+    where = f"event {cls.__qualname__}"
+    fields = {name: encode(state[name], f"{where}.{name}") for name in cls.model_fields if name in state}
+    for name, value in (event.__pydantic_extra__ or {}).items():
+        fields[name] = encode(value, f"{where}.{name}")
+    out: Dict[str, Any] = {"type": class_name(cls), "fields": fields, "c": _CODEC_VERSION}
+    if event.model_fields_set != fields.keys():
+        out["set"] = sorted(event.model_fields_set)
+    return out
 
 
 def decode_event(data: Dict[str, Any]) -> Event:
@@ -34,8 +52,9 @@ def decode_event(data: Dict[str, Any]) -> Event:
     Raises:
         ImportError, AttributeError: The event class cannot be found.
     """
-    module, _, qualname = data["type"].partition(":")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    return cls(**{name: decode_value(v) for name, v in data["fields"].items()})
+    cls: Any = resolve_class(data["type"])
+    if data.get("c") == _CODEC_VERSION:
+        fields = {name: decode(value) for name, value in data["fields"].items()}
+        fields_set = set(data["set"]) if "set" in data else None
+        return cls.model_construct(_fields_set=fields_set, **fields)
+    return cls(**{name: decode_legacy_value(v) for name, v in data["fields"].items()})

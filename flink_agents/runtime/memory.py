@@ -5,21 +5,29 @@ it is one JSON object in keyed state. Each action works on a
 ``StagedMemory``: reads see the action's own writes, the first write copies the
 map (copy-on-write), and the copy replaces the base only when the action
 finishes (``commit``); a failed action's writes are simply dropped.
+
+Values are kept encoded by the typed codec (``runtime.codec``): ``set``
+encodes, ``get`` decodes. So the flat map is plain JSON wherever it lives
+(the local runner's dict, Flink keyed state, a journaled memory diff), what
+an action reads back is what it stored, with its type (an ``IntEnum`` stays
+an ``IntEnum``, a tuple a tuple), on both runners and after a restore, and
+a value the codec cannot carry is a ``TypeError`` naming its memory path at
+``set``.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Dict, List
 
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.memory_reference import MemoryRef
-from flink_agents.runtime.values import check_json_like
+from flink_agents.runtime.codec import decode, encode
 
 __all__ = ["MemoryNode", "StagedMemory", "OBJECT", "apply_diff"]
 
 # Marks a path that holds a nested object. JSON-serializable so the flat map
-# goes into keyed state as is.
+# goes into keyed state as is; no encoded value equals it (the codec escapes
+# a dict whose keys start with "$").
 OBJECT: Dict[str, int] = {"$memory_object": 1}
 # The runtime's own entries (chat loop state, sub-agent sessions); not listed
 # among a memory's fields.
@@ -92,14 +100,20 @@ class MemoryNode(MemoryObject):
         value = data[full]
         if value == OBJECT:
             return MemoryNode(self._memory, full)
-        # Hand out a copy: mutating it must not bypass set() (and staging).
-        return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
+        # A fresh object: mutating it cannot bypass set() (and staging).
+        return decode(value)
 
     def set(self, path: str, value: Any) -> MemoryRef:
+        """Store ``value`` (encoded by ``runtime.codec``) at ``path``.
+
+        Raises:
+            TypeError: The codec cannot carry ``value`` (the message names the
+                memory path, e.g. ``short_term_memory.order.items[2]``, and
+                the type).
+            ValueError: ``path`` is invalid or runs through a value.
+        """
         full = _join(self._prefix, path)
-        stored = check_json_like(value, f"{self._memory.label}.{full}")
-        if stored == OBJECT:
-            raise TypeError(f"memory value at {full!r} equals the reserved object marker")
+        stored = encode(value, f"{self._memory.label}.{full}")
         data = self._memory.writable()
         self._ensure_parents(data, full)
         if data.get(full) == OBJECT:

@@ -44,7 +44,7 @@ import json
 import re
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
-from flink_agents.runtime.values import MODEL_TAG
+from flink_agents.runtime.codec import plain_json
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry
 
 __all__ = ["PROGRESS_OPTION", "RunProgress", "records_of"]
@@ -57,14 +57,8 @@ Record = Dict[str, Any]
 
 
 def _plain(value: Any) -> Any:
-    """A journaled value as plain JSON (pydantic model tags removed)."""
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        if MODEL_TAG in value and "data" in value and len(value) == 2:
-            return _plain(value["data"])
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+    """A journaled value as plain JSON (codec tags removed, ``runtime.codec``)."""
+    return plain_json(value)
 
 
 def _outcome_fields(payload: str) -> Dict[str, Any]:

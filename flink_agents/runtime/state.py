@@ -3,6 +3,18 @@
 One ``KeyState`` per key lives in one Flink ``ValueState`` (as JSON, with a
 schema version) or, on the local runner, in a dict. The schema is versioned:
 ``from_json`` refuses a version it does not know instead of misreading it.
+
+Values go through the typed codec (``runtime.codec``). Version 2 (this
+release) writes queued input records and steering messages encoded by it,
+and short-term memory as the flat map ``runtime.memory`` keeps (values
+already encoded). Version 1 (earlier releases) wrote records in an untyped
+form (enums as their values, UUIDs as text) and memory values raw; it is
+still read: records as they were written then, memory values re-encoded.
+
+Both runners admit each input record through the codec when it is queued
+(``admit``): the run sees what a restore would read back, and a record the
+codec refuses fails at once with an ``InputRecordError`` naming key, record
+and field path.
 """
 
 from __future__ import annotations
@@ -11,12 +23,28 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from flink_agents.runtime.errors import StateSchemaError
-from flink_agents.runtime.values import decode_value, encode_value
+from flink_agents.runtime.codec import EncodeError, decode, encode
+from flink_agents.runtime.errors import InputRecordError, StateSchemaError
+from flink_agents.runtime.memory import OBJECT
+from flink_agents.runtime.values import decode_value as decode_v1
 
-__all__ = ["KeyState", "PendingRecord", "STATE_SCHEMA_VERSION"]
+__all__ = ["KeyState", "PendingRecord", "STATE_SCHEMA_VERSION", "admit"]
 
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2
+_READABLE_VERSIONS = (1, STATE_SCHEMA_VERSION)
+
+
+def admit(key: Any, seq: int, value: Any, what: str = "input record") -> Any:
+    """``value`` as keyed state gives it back (``decode(encode(value))``).
+
+    Raises:
+        InputRecordError: The codec cannot carry a part of ``value``; names
+            ``key``, ``seq`` and the part's path (``record.items[2]``).
+    """
+    try:
+        return decode(encode(value, "record"))
+    except EncodeError as refused:
+        raise InputRecordError(what, key, seq, refused.path, refused.reason) from None
 
 
 @dataclass
@@ -65,46 +93,67 @@ class KeyState:
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
-        out (a driver that keeps it in its own state)."""
+        out (a driver that keeps it in its own state, see ``memory_json``).
+
+        Raises:
+            TypeError: A queued record or steering message the codec cannot
+                carry (not admitted through ``admit``).
+        """
         return json.dumps(
             {
                 "v": STATE_SCHEMA_VERSION,
                 "journal_id": self.journal_id,
                 "next_seq": self.next_seq,
                 "pending": [
-                    {"seq": p.seq, "value": encode_value(p.value), "ts": p.timestamp_ms} for p in self.pending
+                    {"seq": p.seq, "value": encode(p.value, f"record #{p.seq}"), "ts": p.timestamp_ms}
+                    for p in self.pending
                 ],
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
                 # Written only when set: most keys have neither, and this
                 # state is written for every record.
                 **({"callbacks": self.callback_deadlines} if self.callback_deadlines else {}),
-                **({"steering": [[seq, encode_value(m)] for seq, m in self.steering]} if self.steering else {}),
+                **({"steering": [[seq, encode(m, f"steering message #{seq}")] for seq, m in self.steering]} if self.steering else {}),
                 **({"next_steering_seq": self.next_steering_seq} if self.next_steering_seq else {}),
             },
             separators=(",", ":"),
         )
 
+    def memory_json(self) -> str:
+        """Short-term memory alone, as JSON (read back by ``from_json``)."""
+        return json.dumps(self.short_term_memory, separators=(",", ":"), ensure_ascii=False)
+
     @staticmethod
-    def from_json(text: str) -> "KeyState":
-        """Read state written by ``to_json``.
+    def from_json(text: str, memory_json: str | None = None) -> "KeyState":
+        """Read state written by ``to_json`` (schema version 1 or 2).
+
+        Args:
+            text: What ``to_json`` wrote.
+            memory_json: What ``memory_json`` wrote, for state written with
+                ``include_memory=False``; None: memory from ``text`` (or empty).
 
         Raises:
             StateSchemaError: Unknown schema version.
         """
         data = json.loads(text)
-        if data.get("v") != STATE_SCHEMA_VERSION:
+        version = data.get("v")
+        if version not in _READABLE_VERSIONS:
             raise StateSchemaError(
-                f"keyed state schema version {data.get('v')!r} is not supported "
-                f"(this release reads {STATE_SCHEMA_VERSION})"
+                f"keyed state schema version {version!r} is not supported "
+                f"(this release reads {', '.join(map(str, _READABLE_VERSIONS))})"
             )
+        read = decode if version == STATE_SCHEMA_VERSION else decode_v1
+        memory = json.loads(memory_json) if memory_json is not None else data["stm"]
+        memory = memory or {}
+        if version == 1:  # raw values then: encode them as memory keeps them now
+            memory = {path: v if v == OBJECT else encode(v, path) for path, v in memory.items()}
         return KeyState(
             journal_id=data["journal_id"],
             next_seq=data["next_seq"],
-            pending=[PendingRecord(p["seq"], decode_value(p["value"]), p.get("ts")) for p in data["pending"]],
-            short_term_memory=data["stm"] or {},
+            pending=[PendingRecord(p["seq"], read(p["value"]), p.get("ts")) for p in data["pending"]],
+            short_term_memory=memory,
             runs_finished=data["runs_finished"],
             callback_deadlines=data.get("callbacks") or [],  # absent before callbacks existed
-            steering=[[seq, decode_value(message)] for seq, message in data.get("steering") or []],
+            steering=[[seq, read(message)] for seq, message in data.get("steering") or []],
             next_steering_seq=data.get("next_steering_seq", 0),
         )

@@ -6,7 +6,6 @@ stored: Flink scopes keyed state to the operator's current key.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Tuple
 
 from flink_agents.runtime.driver import KeyedDriver
@@ -18,7 +17,8 @@ __all__ = ["FlinkDriver"]
 class FlinkDriver(KeyedDriver):
     """Maps the engine's per-key state onto two ``ValueState[str]`` (JSON):
     the key's queue and sequence numbers, and its short-term memory, which is
-    separate so that a state TTL can apply to memory alone.
+    separate so that a state TTL can apply to memory alone. Both hold values
+    encoded by the typed codec (``runtime.state``, ``runtime.memory``).
 
     The state object is cached between ``load`` and ``store`` within one
     callback; memory is written only when a run changed it (commits replace
@@ -53,9 +53,8 @@ class FlinkDriver(KeyedDriver):
             text = self._key_state.value()
             if text is None:
                 return None
-            self._cached = KeyState.from_json(text)
-            memory = self._memory_state.value()
-            self._cached.short_term_memory = {} if memory is None else json.loads(memory)
+            # Memory may be absent alone: expired by its state TTL.
+            self._cached = KeyState.from_json(text, self._memory_state.value() or "{}")
             self._stored_memory = self._cached.short_term_memory
         return self._cached
 
@@ -64,7 +63,7 @@ class FlinkDriver(KeyedDriver):
         self._cached = state
         self._key_state.update(state.to_json(include_memory=False))
         if state.short_term_memory is not self._stored_memory:
-            self._memory_state.update(json.dumps(state.short_term_memory, separators=(",", ":")))
+            self._memory_state.update(state.memory_json())
             self._stored_memory = state.short_term_memory
 
     def emit(self, key: Any, output: Any) -> None:

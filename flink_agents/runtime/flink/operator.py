@@ -26,6 +26,13 @@ Mapping onto Flink:
 - model and tool calls are journaled, keyed by the key's journal id (in its
   state), so a replay after a failover does not call again; records pending
   in a restored state are resubmitted by the key's restored timers;
+- each input record is admitted through the typed codec when it arrives
+  (``runtime.state.admit``): the run sees what a restore would read back,
+  and a record the codec refuses fails the job with an error naming key,
+  record and field path; classes of the job's main script that the plan
+  reaches (it travels to the worker pickled by value) are registered for
+  the codec when the operator opens (``runtime.codec_classes``), so events
+  and values of those classes read back after a restart;
 - a callback's deadline is a processing-time timer of its key, kept with
   the callback's id in keyed state (``KeyState.callback_deadlines``): when it
   fires, the callback times out (``CallbackHub.expire``) unless a completion
@@ -48,11 +55,12 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.codec_classes import register_plan_classes
 from flink_agents.runtime.context import key_text
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.state import KeyState, PendingRecord, admit
 from flink_agents.runtime.steering import SteeringQueueFull, steering_error
 
 __all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
@@ -109,6 +117,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        register_plan_classes(self._plan)
         ttl_s = self._config.get(MEMORY_TTL_OPTION)
         self._driver = FlinkDriver(
             runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
@@ -136,6 +145,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
         timestamp = ctx.timestamp()
         # PyFlink reports "no timestamp" as Long.MIN_VALUE.
+        value = admit(key, state.next_seq, value)
         record = PendingRecord(state.next_seq, value, None if timestamp in (None, NO_TIMESTAMP) else timestamp)
         state.pending.append(record)
         state.next_seq += 1
@@ -155,6 +165,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
     def _steer(self, key: Any, message: Any) -> Iterable[Any]:
         assert self._engine is not None and self._driver is not None and self._runner is not None
         state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
+        message = admit(key, state.next_steering_seq, message, "steering message")
         try:
             self._engine.accept_steering(key, state, message)
         except SteeringQueueFull as full:

@@ -1,0 +1,404 @@
+"""The typed codec: every value that crosses a journal, a checkpoint or keyed
+state, as JSON that reads back as the same value, with its type.
+
+JSON values pass through (``None``, ``bool``, ``int``, finite ``float``,
+``str``, ``list``, dicts with ``str`` keys). Other values become one-key
+tagged dicts (a few tags carry more keys beside the tag, which comes first):
+
+=================================  ============================================
+value                              encoded
+=================================  ============================================
+``tuple`` / ``set`` / ``frozenset``  ``{"$tuple"|"$set"|"$frozenset": [...]}``
+                                   (set elements sorted by their encoding)
+``bytes``                          ``{"$bytes": base64}``
+``float`` nan, inf, -inf           ``{"$float": "nan"|"inf"|"-inf"}``
+``datetime`` / ``date`` / ``time``   ``{"$datetime": iso, ["zone": key],
+                                   ["tzname": name], ["fold": 1]}`` (likewise
+                                   ``$date``, ``$time``): fixed offsets and
+                                   ``zoneinfo`` zones kept
+``timedelta``                      ``{"$timedelta": [days, seconds, microseconds]}``
+``Decimal`` / ``UUID``             ``{"$decimal"|"$uuid": text}``
+``Enum`` member (also StrEnum,     ``{"$enum": "module:qualname", "value": v}``
+IntEnum, Flag)
+pydantic model                     ``{"$pydantic": "module:qualname", "fields":
+                                   {...}, ["extra": {...}], ["set": [...]]}``,
+                                   fields through this codec (``Any`` fields
+                                   keep their types); rebuilt without
+                                   validation, private attributes at defaults
+dataclass instance                 ``{"$dataclass": "module:qualname", "fields": {...}}``
+exception                          ``{"$exception": {"type", "message", "args",
+                                   "attrs"}}`` (``codec_exceptions``)
+dict with a non-str key            ``{"$map": [[key, value], ...]}``
+dict with a key starting ``$``     ``{"$dict": {...}}`` (so no data reads as a tag)
+=================================  ============================================
+
+Anything else (and a subclass of a built-in type that is not an enum, such as
+a ``Counter`` or a namedtuple) is refused with a ``TypeError`` naming the
+path of the value and its type: it could not come back as it was.
+The legacy form of pydantic models, ``{"$model": ..., "data": ...}``, still
+reads (validated against the class). Output is deterministic: equal values
+encode to equal JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import json
+import math
+import uuid
+from decimal import Decimal
+from enum import Enum
+from typing import Any, Callable, Dict, List
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel
+
+from flink_agents.runtime.codec_classes import class_name, resolve_class
+
+__all__ = ["EncodeError", "decode", "dumps", "encode", "loads", "plain_json", "round_trip"]
+
+_NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class EncodeError(TypeError):
+    """A value the codec refuses.
+
+    Attributes:
+        path: Where the value is (``"short_term_memory.order.items[2]"``).
+        reason: What is wrong with it (its type, and why).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class Refused(Exception):
+    """A value the codec cannot carry; ``path`` is filled on the way out."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.segments: List[str] = []
+
+
+def encode(value: Any, path: str = "value") -> Any:
+    """``value`` as JSON-able data (see the module docstring).
+
+    Args:
+        value: Any value.
+        path: What ``value`` is, for errors (``"short_term_memory.order"``).
+
+    Returns:
+        Plain JSON data: dicts with str keys, lists, str, int, finite float,
+        bool, None.
+
+    Raises:
+        EncodeError: A part of ``value`` cannot be encoded; the message names
+            its path and type (a ``TypeError``).
+    """
+    try:
+        return _enc(value)
+    except Refused as refused:
+        raise EncodeError(path + "".join(reversed(refused.segments)), refused.what) from None
+    except RecursionError:
+        raise EncodeError(path, "is nested too deeply (or holds itself)") from None
+
+
+def decode(data: Any) -> Any:
+    """Inverse of ``encode``.
+
+    Raises:
+        ValueError: An unknown tag.
+        ImportError, AttributeError: A class named in the data cannot be found.
+    """
+    kind = type(data)
+    if kind is list:
+        return [decode(v) for v in data]
+    if kind is dict:
+        for key in data:
+            if key[:1] == "$":
+                return _decode_tagged(key, data)
+            break
+        return {k: decode(v) for k, v in data.items()}
+    return data
+
+
+def dumps(value: Any, path: str = "value") -> str:
+    """``encode(value)`` as compact JSON text.
+
+    Raises:
+        TypeError: As ``encode``.
+    """
+    return json.dumps(encode(value, path), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def loads(text: str) -> Any:
+    """Inverse of ``dumps``."""
+    return decode(json.loads(text))
+
+
+def round_trip(value: Any, path: str = "value") -> Any:
+    """``decode(encode(value))``: what a reader of the encoded value gets.
+
+    Raises:
+        TypeError: As ``encode``.
+    """
+    return decode(encode(value, path))
+
+
+# --- encoding ---------------------------------------------------------------------
+
+
+def _enc(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if kind is list:
+        out = []
+        for i, item in enumerate(value):
+            try:
+                out.append(_enc(item))
+            except Refused as refused:
+                refused.segments.append(f"[{i}]")
+                raise
+        return out
+    if kind is dict:
+        return _enc_dict(value)
+    encoder = _ENCODERS.get(kind)
+    if encoder is not None:
+        return encoder(value)
+    if isinstance(value, Enum):
+        return {"$enum": _name(kind), "value": _enc_part(value.value, ".value")}
+    if isinstance(value, BaseModel):
+        return _enc_model(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {"$dataclass": _name(kind), "fields": _enc_dict(fields)}
+    if isinstance(value, BaseException):
+        from flink_agents.runtime.codec_exceptions import encode_exception
+
+        return {"$exception": encode_exception(value, _enc_part)}
+    raise Refused(
+        f"is a {kind.__module__}.{kind.__qualname__}, which the codec cannot carry with its type "
+        "(supported: JSON values, tuple, set, frozenset, bytes, datetime, date, time, timedelta, "
+        "Decimal, UUID, Enum, pydantic models, dataclasses, exceptions, dicts with any such keys)"
+    )
+
+
+def _enc_part(value: Any, segment: str) -> Any:
+    try:
+        return _enc(value)
+    except Refused as refused:
+        refused.segments.append(segment)
+        raise
+
+
+def _name(cls: type) -> str:
+    try:
+        return class_name(cls)
+    except TypeError as exc:
+        raise Refused(f"is a {cls.__qualname__}: {exc}") from None
+
+
+def _enc_dict(value: Dict[Any, Any]) -> Any:
+    plain = True
+    for key in value:
+        if type(key) is not str or key[:1] == "$":
+            plain = False
+            break
+    if plain:
+        out = {}
+        for key, item in value.items():
+            try:
+                out[key] = _enc(item)
+            except Refused as refused:
+                refused.segments.append(f".{key}")
+                raise
+        return out
+    if all(type(key) is str for key in value):
+        return {"$dict": {key: _enc_part(item, f".{key}") for key, item in value.items()}}
+    return {"$map": [[_enc_part(k, f"[{k!r}] (key)"), _enc_part(v, f"[{k!r}]")] for k, v in value.items()]}
+
+
+def _enc_items(tag: str) -> Callable[[Any], Any]:
+    def encode_items(value: Any) -> Any:
+        items = [_enc_part(item, f"[{i}]") for i, item in enumerate(value)]
+        if tag != "$tuple":  # sets: order by encoding, so equal sets encode equally
+            items.sort(key=lambda item: json.dumps(item, sort_keys=True))
+        return {tag: items}
+
+    return encode_items
+
+
+def _enc_model(value: BaseModel) -> Any:
+    cls = type(value)
+    state = value.__dict__
+    names = cls.model_fields
+    out: Dict[str, Any] = {
+        "$pydantic": _name(cls),
+        "fields": _enc_dict({name: state[name] for name in names if name in state}),
+    }
+    extra = value.__pydantic_extra__
+    if extra:
+        out["extra"] = _enc_dict(extra)
+    fields_set = value.model_fields_set
+    if fields_set != names.keys() | (extra or {}).keys():
+        out["set"] = sorted(fields_set)
+    return out
+
+
+def _tz_fields(tz: Any, what: str) -> Dict[str, Any]:
+    """How a value's time zone is written beside its ISO text."""
+    if tz is None or tz is dt.timezone.utc:
+        return {}
+    if type(tz) is dt.timezone:
+        name = tz.tzname(None)
+        return {} if name == dt.timezone(tz.utcoffset(None)).tzname(None) else {"tzname": name}
+    if type(tz) is ZoneInfo and tz.key is not None:
+        return {"zone": tz.key}
+    raise Refused(f"is a {what} with time zone {tz!r} ({type(tz).__name__}); the codec keeps "
+                  "fixed offsets (datetime.timezone) and zoneinfo.ZoneInfo zones")
+
+
+def _enc_datetime(value: dt.datetime) -> Any:
+    extra = _tz_fields(value.tzinfo, "datetime")
+    text = (value.replace(tzinfo=None) if "zone" in extra else value).isoformat()
+    out = {"$datetime": text, **extra}
+    if value.fold:
+        out["fold"] = 1
+    return out
+
+
+def _enc_time(value: dt.time) -> Any:
+    extra = _tz_fields(value.tzinfo, "time")
+    text = (value.replace(tzinfo=None) if "zone" in extra else value).isoformat()
+    out = {"$time": text, **extra}
+    if value.fold:
+        out["fold"] = 1
+    return out
+
+
+_ENCODERS: Dict[type, Callable[[Any], Any]] = {
+    tuple: _enc_items("$tuple"),
+    set: _enc_items("$set"),
+    frozenset: _enc_items("$frozenset"),
+    bytes: lambda v: {"$bytes": base64.b64encode(v).decode("ascii")},
+    dt.datetime: _enc_datetime,
+    dt.date: lambda v: {"$date": v.isoformat()},
+    dt.time: _enc_time,
+    dt.timedelta: lambda v: {"$timedelta": [v.days, v.seconds, v.microseconds]},
+    Decimal: lambda v: {"$decimal": str(v)},
+    uuid.UUID: lambda v: {"$uuid": str(v)},
+}
+
+
+# --- decoding ---------------------------------------------------------------------
+
+
+def _with_tz(value: Any, data: Dict[str, Any]) -> Any:
+    if "zone" in data:
+        value = value.replace(tzinfo=ZoneInfo(data["zone"]))
+    elif "tzname" in data:
+        value = value.replace(tzinfo=dt.timezone(value.utcoffset(), data["tzname"]))
+    return value.replace(fold=1) if data.get("fold") else value
+
+
+def _dec_model(data: Dict[str, Any]) -> Any:
+    cls = resolve_class(data["$pydantic"])
+    values = decode(data["fields"])
+    if "extra" in data:
+        values.update(decode(data["extra"]))
+    fields_set = set(data["set"]) if "set" in data else None
+    return cls.model_construct(_fields_set=fields_set, **values)
+
+
+def _dec_dataclass(data: Dict[str, Any]) -> Any:
+    cls = resolve_class(data["$dataclass"])
+    obj = cls.__new__(cls)
+    for name, value in decode(data["fields"]).items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _dec_exception(data: Dict[str, Any]) -> Any:
+    from flink_agents.runtime.codec_exceptions import decode_exception
+
+    return decode_exception(data["$exception"], decode)
+
+
+_DECODERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
+    "$tuple": lambda d: tuple(decode(v) for v in d["$tuple"]),
+    "$set": lambda d: {decode(v) for v in d["$set"]},
+    "$frozenset": lambda d: frozenset(decode(v) for v in d["$frozenset"]),
+    "$bytes": lambda d: base64.b64decode(d["$bytes"]),
+    "$float": lambda d: _NOT_FINITE[d["$float"]],
+    "$datetime": lambda d: _with_tz(dt.datetime.fromisoformat(d["$datetime"]), d),
+    "$date": lambda d: dt.date.fromisoformat(d["$date"]),
+    "$time": lambda d: _with_tz(dt.time.fromisoformat(d["$time"]), d),
+    "$timedelta": lambda d: dt.timedelta(*d["$timedelta"]),
+    "$decimal": lambda d: Decimal(d["$decimal"]),
+    "$uuid": lambda d: uuid.UUID(d["$uuid"]),
+    "$enum": lambda d: resolve_class(d["$enum"])(decode(d["value"])),
+    "$pydantic": _dec_model,
+    "$model": lambda d: resolve_class(d["$model"]).model_validate(d["data"]),  # the legacy form
+    "$dataclass": _dec_dataclass,
+    "$exception": _dec_exception,
+    "$dict": lambda d: {k: decode(v) for k, v in d["$dict"].items()},
+    "$map": lambda d: {decode(k): decode(v) for k, v in d["$map"]},
+}
+
+
+def _decode_tagged(tag: str, data: Dict[str, Any]) -> Any:
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        raise ValueError(f"unknown codec tag {tag!r} in {json.dumps(data)[:200]}")
+    return decoder(data)
+
+
+# --- a plain view, for people ----------------------------------------------------
+
+
+def plain_json(data: Any) -> Any:
+    """Encoded ``data`` as plain JSON for display (progress records, logs):
+    models and dataclasses as their fields, tuples and sets as lists, enums
+    as their values, other tagged scalars as text, exceptions as
+    ``"Type: message"``, non-str keys as text."""
+    if isinstance(data, list):
+        return [plain_json(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    tag = next(iter(data), "")
+    if tag[:1] != "$":
+        return {k: plain_json(v) for k, v in data.items()}
+    if tag in ("$tuple", "$set", "$frozenset"):
+        return [plain_json(v) for v in data[tag]]
+    if tag in ("$pydantic", "$dataclass"):
+        return {**plain_json(data["fields"]), **plain_json(data.get("extra", {}))}
+    if tag == "$model":
+        return plain_json(data["data"])
+    if tag == "$enum":
+        return plain_json(data["value"])
+    if tag == "$dict":
+        return {k: plain_json(v) for k, v in data[tag].items()}
+    if tag == "$map":
+        return {_plain_key(plain_json(k)): plain_json(v) for k, v in data[tag]}
+    if tag == "$exception":
+        error = data[tag]
+        return f"{error['type'].rpartition(':')[2]}: {error['message']}"
+    value = data[tag]
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _plain_key(key: Any) -> str:
+    return key if isinstance(key, str) else json.dumps(key)
+
+
+from flink_agents.runtime.codec_exceptions import decode_outcome, encode_outcome  # noqa: E402  (re-exported)
+
+__all__ += ["decode_outcome", "encode_outcome"]

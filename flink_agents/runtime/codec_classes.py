@@ -1,0 +1,231 @@
+"""Classes by name, for the codec: ``"module:qualname"`` both ways.
+
+The codec writes a class (of an event, a pydantic model, a dataclass, an enum
+or an exception) as ``"module:qualname"`` and finds it again when reading.
+Most classes are found by importing their module. Classes that travelled to
+a Flink Python worker by value (defined in the job's main script,
+``__main__``, or in a module registered with
+``cloudpickle.register_pickle_by_value``) cannot be imported there: the
+worker's ``__main__`` is PyFlink's, not the script. For them this module
+keeps a registry, consulted before importing, which
+``register_reachable_classes`` fills from everything the agent's plan holds
+(action and tool functions with what they reference, the event classes
+actions listen to, resource classes), when the operator opens, so it is
+filled again on every worker after a restart.
+
+``class_name`` refuses, at write time, a class that could not be found by its
+name when read (one defined inside a function, or a main-script class the
+registry does not know), so a run never fails later, on replay, because of
+it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import threading
+import types
+import typing
+from typing import Any, Dict, Iterable, Set
+
+__all__ = ["class_name", "register_class", "register_plan_classes", "register_reachable_classes", "resolve_class"]
+
+_REGISTRY: Dict[str, type] = {}  # "module:qualname" -> class, for classes not importable by name
+_NAMES: Dict[type, str] = {}  # classes checked to be found again by their name
+_LOCK = threading.Lock()
+# Modules whose objects the walk never descends into: their classes import by name.
+_LIBRARY_PREFIXES = ("flink_agents.", "pydantic", "typing", "builtins", "collections", "enum", "abc", "asyncio")
+
+
+def _name_of(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import(name: str) -> Any:
+    module, _, qualname = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_class(name: str) -> Any:
+    """The class named ``"module:qualname"``: from the registry, else imported.
+
+    Raises:
+        ImportError, AttributeError: No such class here.
+    """
+    found = _REGISTRY.get(name)
+    return found if found is not None else _import(name)
+
+
+def register_class(cls: type) -> None:
+    """Make ``cls`` findable by its name in this process (a class that came
+    by value and cannot be imported here)."""
+    with _LOCK:
+        _REGISTRY[_name_of(cls)] = cls
+
+
+def class_name(cls: type) -> str:
+    """``"module:qualname"`` of ``cls``, checked to find ``cls`` again.
+
+    Raises:
+        TypeError: ``cls`` cannot be found by that name: it is defined inside
+            a function, or in the job's main script and the agent does not
+            reach it (the message says what to do).
+    """
+    known = _NAMES.get(cls)
+    if known is not None:
+        return known
+    name = _name_of(cls)
+    if "<locals>" in cls.__qualname__:
+        raise TypeError(
+            f"class {cls.__qualname__} (module {cls.__module__}) is defined inside a function, so it "
+            "cannot be found by name when a journal or a checkpoint is read; define it at module level"
+        )
+    try:
+        found = resolve_class(name)
+    except (ImportError, AttributeError):
+        found = None
+    if found is not cls:
+        where = "the job's main script (__main__)" if cls.__module__ == "__main__" else f"module {cls.__module__}"
+        raise TypeError(
+            f"class {cls.__qualname__} of {where} cannot be found by name where this job runs, so a "
+            "restart could not read it back; use it in one of the agent's actions (or its tools), "
+            "where the runtime finds it, or move it into a module shipped with the job "
+            "(e.g. StreamExecutionEnvironment.add_python_file)"
+        )
+    with _LOCK:
+        _NAMES[cls] = name
+    return name
+
+
+def _is_library(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module.startswith(_LIBRARY_PREFIXES)
+
+
+def _not_importable(cls: type) -> bool:
+    try:
+        return _import(_name_of(cls)) is not cls
+    except Exception:  # importing a user module may fail in any way: then it cannot be found either
+        return True
+
+
+def _annotation_classes(annotation: Any) -> Iterable[Any]:
+    yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _annotation_classes(arg)
+
+
+class _Walk:
+    """Everything reachable from functions and classes, registering the
+    classes that cannot be imported by name."""
+
+    def __init__(self) -> None:
+        self.seen: Set[int] = set()
+        self.registered = 0
+
+    def visit(self, obj: Any) -> None:
+        if id(obj) in self.seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+            return
+        self.seen.add(id(obj))
+        if isinstance(obj, (staticmethod, classmethod)):
+            self.visit(obj.__func__)
+        elif isinstance(obj, types.MethodType):
+            self.visit(obj.__func__)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj)
+        elif isinstance(obj, type):
+            self._class(obj)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            for item in obj:
+                self.visit(item)
+        elif isinstance(obj, dict):
+            for item in obj.values():
+                self.visit(item)
+        elif typing.get_origin(obj) is not None:
+            for arg in _annotation_classes(obj):
+                if arg is not obj:
+                    self.visit(arg)
+        elif not isinstance(obj, types.ModuleType):
+            self.visit(type(obj))  # a global holding an instance: its class
+
+    def _function(self, fn: types.FunctionType) -> None:
+        if _is_library(fn):
+            return
+        self._code(fn.__code__, fn.__globals__)
+        for cell in fn.__closure__ or ():
+            try:
+                self.visit(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        self.visit(fn.__defaults__)
+        self.visit(fn.__kwdefaults__)
+        self.visit(getattr(fn, "__annotations__", None))
+        self.visit(getattr(fn, "__wrapped__", None))
+
+    def _code(self, code: types.CodeType, namespace: Dict[str, Any]) -> None:
+        for name in code.co_names:
+            if name in namespace:
+                self.visit(namespace[name])
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                self._code(const, namespace)
+
+    def _class(self, cls: type) -> None:
+        if _is_library(cls) or cls.__module__ == "builtins":
+            return
+        if "<locals>" not in cls.__qualname__ and _not_importable(cls):
+            register_class(cls)
+            self.registered += 1
+        for base in cls.__mro__[1:]:
+            self.visit(base)
+        for member in list(vars(cls).values()):
+            self.visit(member)
+        fields = getattr(cls, "model_fields", None)
+        if isinstance(fields, dict):
+            for field in fields.values():
+                for arg in _annotation_classes(getattr(field, "annotation", None)):
+                    self.visit(arg)
+        if dataclasses.is_dataclass(cls):
+            for field in dataclasses.fields(cls):
+                for arg in _annotation_classes(field.type):
+                    self.visit(arg)
+
+
+def register_reachable_classes(roots: Iterable[Any]) -> int:
+    """Register every class reachable from ``roots`` (functions, classes,
+    containers of them) that cannot be imported by its name here.
+
+    Returns:
+        How many classes were registered.
+    """
+    walk = _Walk()
+    for root in roots:
+        walk.visit(root)
+    return walk.registered
+
+
+
+def register_plan_classes(plan: Any) -> int:
+    """``register_reachable_classes`` from everything an ``AgentPlan`` (and
+    its sub-agents' plans) holds: action and tool functions, and the event
+    classes actions listen to. Call it where the plan was unpickled (a
+    Flink worker), before any state or journal is read.
+
+    Returns:
+        How many classes were registered.
+    """
+    roots: list = []
+
+    def add(p: Any) -> None:
+        roots.extend(p.event_classes)
+        functions = [spec.function for spec in p.actions.values()]
+        functions += [spec.function for by_name in p.resources.values() for spec in by_name.values()]
+        roots.extend(f.loaded for f in functions if f is not None and f.loaded is not None)
+        for child in p.children.values():
+            add(child)
+
+    add(plan)
+    return register_reachable_classes(roots)

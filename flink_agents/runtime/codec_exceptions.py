@@ -1,0 +1,210 @@
+"""Exceptions through the codec, and the journal's call outcomes.
+
+An exception is written as its type (``module:qualname``), ``args`` (through
+the codec), ``str()`` and instance attributes (``__dict__``: the codec
+carries what it can; an attribute it cannot, such as an HTTP response
+object, is left out). It is rebuilt as ``cls(*args)`` if that gives the same
+``args`` and ``str()``, else as ``cls.__new__`` with ``args`` set (so
+``json.JSONDecodeError(msg, doc, pos)``, ``KeyError("sku-1")`` and an
+exception whose ``__init__`` takes other arguments than its ``args`` come
+back as themselves), then its attributes are restored. Encoding rebuilds it
+at once and refuses, with a ``TypeError`` naming the type, one that does not
+come back with the same type, ``args`` and ``str()``: an action learns it on
+the first run, not on a replay. Tracebacks, ``__cause__`` and
+``__context__`` are not kept.
+
+A call outcome (``encode_outcome``) is ``{"c": 2, "ok": value}`` or
+``{"c": 2, "error": {"type", "message", "args", "attrs"}}``; payloads without
+``"c"`` are the earlier form (``{"ok": ...}`` / ``{"error": {"type",
+"message"}}``) and still read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict
+
+from flink_agents.runtime import codec
+from flink_agents.runtime.codec_classes import resolve_class
+from flink_agents.runtime.errors import ReplayedError
+from flink_agents.runtime.values import decode_value as decode_legacy_value
+
+__all__ = ["CODEC_VERSION", "decode_exception", "decode_outcome", "encode_exception", "encode_outcome"]
+
+CODEC_VERSION = 2  # marks payloads written by this codec ("c")
+
+
+def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any]) -> Dict[str, Any]:
+    """The data of ``exc`` (inside the codec's ``$exception`` tag).
+
+    Raises:
+        codec.Refused: ``exc`` cannot be written so that it reads back as
+            itself (type not found by name, ``args`` the codec cannot carry,
+            or a rebuilt instance differs).
+    """
+    cls = type(exc)
+    try:
+        message = str(exc)
+    except Exception as broken:  # a user __str__ that raises
+        raise codec.Refused(f"is a {cls.__qualname__} whose str() raises {broken!r}") from None
+    data = {
+        "type": codec._name(cls),
+        "message": message,
+        "args": [encode_part(arg, f".args[{i}]") for i, arg in enumerate(exc.args)],
+        "attrs": codec._enc_dict(_encodable_attributes(exc)),
+    }
+    reason = _rebuild_difference(exc, data)
+    if reason:
+        raise codec.Refused(
+            f"is a {cls.__module__}.{cls.__qualname__} exception that cannot be rebuilt as itself "
+            f"for a replay ({reason}); raise an exception whose args rebuild it "
+            "(e.g. call super().__init__ with the constructor's arguments)"
+        )
+    return data
+
+
+def _encodable_attributes(exc: BaseException) -> Dict[str, Any]:
+    kept = {}
+    for name, value in getattr(exc, "__dict__", {}).items():
+        try:
+            codec._enc(value)
+        except codec.Refused:
+            continue  # documented: attributes the codec cannot carry are left out
+        kept[name] = value
+    return kept
+
+
+def _rebuild_difference(exc: BaseException, data: Dict[str, Any]) -> str:
+    """Why ``data`` does not rebuild ``exc`` ("" if it does)."""
+    try:
+        rebuilt = decode_exception(data, codec.decode)
+    except Exception as failed:  # a user __init__ or __new__ may raise anything
+        return f"rebuilding it raised {failed!r}"
+    if type(rebuilt) is not type(exc):
+        return f"it comes back as {type(rebuilt).__qualname__}"
+    message = _message(rebuilt)
+    if message != data["message"]:
+        return f"its message comes back as {message!r} instead of {data['message']!r}"
+    try:
+        same_args = codec._enc(rebuilt.args) == codec._enc(exc.args)
+    except codec.Refused:
+        same_args = False
+    return "" if same_args else "its args come back different"
+
+
+def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> BaseException:
+    """The exception written by ``encode_exception``.
+
+    Raises:
+        ImportError, AttributeError: Its class cannot be found.
+    """
+    cls = resolve_class(data["type"])
+    args = tuple(decode(arg) for arg in data["args"])
+    attrs = decode(data["attrs"])
+    exc = _construct(cls, args, attrs)
+    if exc is None or _message(exc) != data["message"]:
+        exc = _restore(cls, args, attrs)
+    return exc
+
+
+def _message(exc: BaseException) -> str | None:
+    """``str(exc)``; None if its ``__str__`` raises (an attribute left out)."""
+    try:
+        return str(exc)
+    except Exception:  # a user __str__ reading an attribute that was left out
+        return None
+
+
+def _construct(cls: type, args: tuple, attrs: Dict[str, Any]) -> BaseException | None:
+    """``cls(*args)`` with ``attrs`` set, if that gives an instance of ``cls``
+    with these ``args``; else None."""
+    try:
+        exc = cls(*args)
+    except Exception:  # its __init__ takes other arguments: restored instead
+        return None
+    if type(exc) is not cls or exc.args != args:
+        return None
+    exc.__dict__.update(attrs)
+    return exc
+
+
+def _restore(cls: type, args: tuple, attrs: Dict[str, Any]) -> BaseException:
+    """An instance of ``cls`` made without ``__init__`` (as pickle does)."""
+    try:
+        exc = cls.__new__(cls, *args)
+    except Exception:  # a __new__ of its own with other arguments
+        exc = BaseException.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(attrs)
+    return exc
+
+
+def encode_outcome(result: Any = None, error: BaseException | None = None, *, call: str) -> str:
+    """A journaled call's outcome as JSON text: its result, or the exception it raised.
+
+    Args:
+        result: What the call returned (ignored if ``error`` is given).
+        error: What the call raised.
+        call: The call, for errors (its function id or step and ordinal).
+
+    Returns:
+        ``{"c": 2, "ok": <encoded result>}`` or ``{"c": 2, "error": {...}}``.
+
+    Raises:
+        TypeError: The result cannot be read back with its type, or the
+            exception cannot be rebuilt as itself; the message names ``call``
+            and the offending path and type (raised from ``error``).
+    """
+    if error is None:
+        try:
+            return json.dumps({"c": CODEC_VERSION, "ok": codec.encode(result, "result")}, separators=(",", ":"))
+        except TypeError as exc:
+            raise TypeError(f"call {call} returned a value the journal cannot keep with its type: {exc}") from None
+    try:
+        data = codec.encode(error, "exception")
+    except TypeError as exc:
+        raise TypeError(
+            f"call {call} raised {type(error).__qualname__}: {error}; it cannot be journaled so that a "
+            f"replay raises it again: {exc}"
+        ) from error
+    return json.dumps({"c": CODEC_VERSION, "error": data["$exception"]}, separators=(",", ":"))
+
+
+def decode_outcome(payload: str) -> Any:
+    """The result written by ``encode_outcome`` (or the earlier form).
+
+    Returns:
+        The call's result.
+
+    Raises:
+        BaseException: The exception the call raised, rebuilt (same type,
+            ``args`` and ``str()``).
+        ReplayedError: The exception's class is gone (the code changed
+            since it was journaled), or an earlier-form exception cannot be
+            rebuilt from its message.
+    """
+    data = json.loads(payload)
+    if "c" not in data:
+        return _decode_legacy(data)
+    if "ok" in data:
+        return codec.decode(data["ok"])
+    error = data["error"]
+    try:
+        exc = decode_exception(error, codec.decode)
+    except (ImportError, AttributeError):
+        raise ReplayedError(error["type"], error["message"]) from None
+    raise exc
+
+
+def _decode_legacy(data: Dict[str, Any]) -> Any:
+    if "ok" in data:
+        return decode_legacy_value(data["ok"])
+    error = data["error"]
+    rebuilt: Any = None
+    try:
+        rebuilt = resolve_class(error["type"])(error["message"])
+    except Exception:  # the class is gone or takes other arguments
+        rebuilt = None
+    if isinstance(rebuilt, Exception):
+        raise rebuilt
+    raise ReplayedError(error["type"], error["message"])
