@@ -430,3 +430,34 @@ def test_the_plan_warns_when_an_action_is_annotated_to_return_a_value() -> None:
         warnings.simplefilter("always")
         AgentPlan.from_agent(Agent().add_action("fan", [InputEvent], returns_output))
     assert any("'fan'" in str(w.message) and "send_event" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_journal_write_of_a_retried_action_never_sends_the_email_twice(mode: str) -> None:
+    FLAKY["failures_left"] = 1
+    reference = InMemoryJournalStore()
+    expected = _process(email_then_fetch_async, reference, **RETRY).outputs
+    writes = reference.writes
+    assert writes == 2  # the email's result before the fetch starts; the run's end
+
+    for k in range(1, writes + 1):
+        CALLS.clear()
+        FLAKY["failures_left"] = 1
+        store = InMemoryJournalStore()
+        email_durable_at_crash: List[bool] = []
+
+        def crash(entries: Any, k: int = k, store: InMemoryJournalStore = store) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                email_durable_at_crash.append(any("emailed" in p for p in _journaled_results(store)))
+                raise Crash(f"crash {mode} {k}")
+
+        setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
+        with pytest.raises(Crash):
+            _process(email_then_fetch_async, store, **RETRY)
+        setattr(store, "after_append" if mode == "after_write" else "before_append", None)
+        assert _process(email_then_fetch_async, store, **RETRY).outputs == expected, f"crash {mode} {k}"
+        # Journaled before the crash: sent once in all, across the crashed run,
+        # its retry and the recovery; else its write was the one lost, and it
+        # may be sent once more.
+        sent = CALLS[("email", "ops@example.com")]
+        assert sent == 1 if email_durable_at_crash[0] else sent <= 2, f"crash {mode} {k}: sent {sent} times"
