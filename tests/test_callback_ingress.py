@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -29,11 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 NOW_S = 1_700_000_000.25  # the ingress clock in these tests
 CLI_LINE = re.compile(r"^serving callbacks on http://127\.0\.0\.1:(\d+) \(journal: (.+)\)$")
-
-needs_sqlite_callbacks = pytest.mark.skipif(
-    not hasattr(SQLiteJournalStore, "register"), reason="SQLiteJournalStore has no callback port yet"
-)
-
 
 # --- helpers --------------------------------------------------------------------------
 
@@ -105,7 +99,7 @@ class SpyStore(InMemoryJournalStore):
         return super().complete(*args, **kwargs)
 
 
-@pytest.fixture(params=["memory", pytest.param("sqlite", marks=needs_sqlite_callbacks)])
+@pytest.fixture(params=["memory", "sqlite"])
 def store(request, tmp_path):
     if request.param == "memory":
         yield SpyStore()
@@ -312,7 +306,6 @@ def test_a_failing_store_is_503_with_a_logged_traceback(caplog):
 # --- durability -----------------------------------------------------------------------
 
 
-@needs_sqlite_callbacks
 def test_a_202_is_visible_to_a_fresh_sqlite_store_on_the_same_file(tmp_path):
     path = tmp_path / "journal.db"
     serving = SQLiteJournalStore(path)
@@ -379,7 +372,6 @@ def _first_line(process: subprocess.Popen, timeout_s: float) -> str:
     return process.stdout.readline().decode().rstrip("\n")
 
 
-@needs_sqlite_callbacks
 def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_path):
     path = tmp_path / "journal.db"  # created by --create: the ingress starts before the job
     process = subprocess.Popen(
@@ -407,10 +399,9 @@ def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_p
             b"from the command",
         )
         store.close()
-        started = time.monotonic()
         process.terminate()
+        # A clean exit (0) on SIGTERM, within 5 s (TimeoutExpired otherwise).
         assert process.wait(timeout=5) == 0
-        assert time.monotonic() - started < 5
         stderr = process.stderr.read().decode()
         assert "Traceback" not in stderr, stderr
     finally:
