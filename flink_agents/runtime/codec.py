@@ -57,7 +57,9 @@ from pydantic import BaseModel
 
 from flink_agents.runtime.codec_classes import class_name, resolve_class
 
-__all__ = ["EncodeError", "decode", "dumps", "encode", "loads", "plain_json", "round_trip"]
+__all__ = [
+    "EncodeError", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
+]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -399,6 +401,16 @@ def _plain_key(key: Any) -> str:
     return key if isinstance(key, str) else json.dumps(key)
 
 
-from flink_agents.runtime.codec_exceptions import decode_outcome, encode_outcome  # noqa: E402  (re-exported)
 
-__all__ += ["decode_outcome", "encode_outcome"]
+def encode_outcome(result: Any = None, error: BaseException | None = None, *, call: str) -> str:
+    """A journaled call's outcome as JSON text; see ``codec_exceptions.encode_outcome``."""
+    from flink_agents.runtime import codec_exceptions
+
+    return codec_exceptions.encode_outcome(result, error, call=call)
+
+
+def decode_outcome(payload: str) -> Any:
+    """The result, or the rebuilt exception raised; see ``codec_exceptions.decode_outcome``."""
+    from flink_agents.runtime import codec_exceptions
+
+    return codec_exceptions.decode_outcome(payload)

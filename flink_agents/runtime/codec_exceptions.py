@@ -53,6 +53,9 @@ def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any])
         "args": [encode_part(arg, f".args[{i}]") for i, arg in enumerate(exc.args)],
         "attrs": codec._enc_dict(_encodable_attributes(exc)),
     }
+    keywords = _keyword_state(exc)
+    if keywords:
+        data["kw"] = codec._enc_dict(keywords)
     reason = _rebuild_difference(exc, data)
     if reason:
         raise codec.Refused(
@@ -61,6 +64,17 @@ def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any])
             "(e.g. call super().__init__ with the constructor's arguments)"
         )
     return data
+
+
+def _keyword_state(exc: BaseException) -> Dict[str, Any]:
+    """State of built-in exceptions kept outside ``args`` and ``__dict__``,
+    given to the constructor again: an ``OSError``'s file names, an
+    ``ImportError``'s module name and path."""
+    if isinstance(exc, OSError) and (exc.filename is not None or exc.filename2 is not None):
+        return {"filename": exc.filename, "filename2": exc.filename2}
+    if isinstance(exc, ImportError) and (exc.name is not None or exc.path is not None):
+        return {"name": exc.name, "path": exc.path}
+    return {}
 
 
 def _encodable_attributes(exc: BaseException) -> Dict[str, Any]:
@@ -101,6 +115,8 @@ def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> Base
     cls = resolve_class(data["type"])
     args = tuple(decode(arg) for arg in data["args"])
     attrs = decode(data["attrs"])
+    if "kw" in data:
+        return _construct_builtin(cls, args, attrs, decode(data["kw"]))
     exc = _construct(cls, args, attrs)
     if exc is None or _message(exc) != data["message"]:
         exc = _restore(cls, args, attrs)
@@ -124,6 +140,16 @@ def _construct(cls: type, args: tuple, attrs: Dict[str, Any]) -> BaseException |
         return None
     if type(exc) is not cls or exc.args != args:
         return None
+    exc.__dict__.update(attrs)
+    return exc
+
+
+def _construct_builtin(cls: type, args: tuple, attrs: Dict[str, Any], keywords: Dict[str, Any]) -> BaseException:
+    """An ``OSError`` with file names or an ``ImportError`` with name/path."""
+    if issubclass(cls, OSError):
+        exc = cls(*args[:2], keywords["filename"], None, keywords["filename2"])
+    else:
+        exc = cls(*args, **keywords)
     exc.__dict__.update(attrs)
     return exc
 

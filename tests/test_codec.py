@@ -1,0 +1,369 @@
+"""The typed codec (``runtime.codec``): values come back with their types,
+or are refused at write time naming where they are; exceptions come back as
+themselves; earlier payloads still read."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import uuid
+from collections import Counter, OrderedDict, namedtuple
+from decimal import Decimal
+from enum import Enum, Flag, IntEnum, StrEnum
+from typing import Any, Dict, List, Tuple
+from zoneinfo import ZoneInfo
+
+import pytest
+from pydantic import BaseModel
+
+from flink_agents.api.events.event import Event, OutputEvent
+from flink_agents.runtime.codec import EncodeError, decode, dumps, encode, loads, plain_json, round_trip
+from flink_agents.runtime.codec_exceptions import decode_outcome, encode_outcome
+from flink_agents.runtime.errors import ReplayedError
+from flink_agents.runtime.event_codec import decode_event, encode_event
+
+
+class Tier(StrEnum):
+    GOLD = "gold"
+
+
+class Priority(IntEnum):
+    HIGH = 1
+
+
+class Perm(Flag):
+    R = 1
+    W = 2
+
+
+class Sku(Enum):
+    PAIR = ("a", 1)
+
+
+class Line(BaseModel):
+    sku: str
+    extra: Any = None
+
+
+class Order(BaseModel):
+    lines: List[Line]
+    meta: Any = None
+    pair: Tuple[int, int] = (0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    amount: Decimal
+    currency: Any = "EUR"
+
+
+class Step(Event):
+    payload: Any = None
+
+
+class PriceError(Exception):
+    """A user exception whose __init__ takes two arguments."""
+
+    def __init__(self, sku: str, price: float) -> None:
+        super().__init__(f"{sku} costs {price}")
+        self.sku = sku
+        self.price = price
+
+
+class RetryAfter(Exception):
+    """args are the constructor's arguments; str() is its own."""
+
+    def __init__(self, seconds: int, reason: str) -> None:
+        super().__init__(seconds, reason)
+
+    def __str__(self) -> str:
+        return f"retry after {self.args[0]} s: {self.args[1]}"
+
+
+class Opaque:
+    pass
+
+
+class HidesItsState(Exception):
+    def __init__(self, thing: Any) -> None:
+        super().__init__("hidden")
+        self.thing = thing
+
+    def __str__(self) -> str:
+        return f"holds {self.thing!r}"
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+ROUND_TRIPS = [
+    {1: 9.5, 2: "x"},
+    (1, "a", (2, 3)),
+    {3, 1, 2},
+    frozenset({"a", "b"}),
+    b"\x00\xffraw",
+    dt.datetime(2024, 3, 31, 2, 30, tzinfo=BERLIN),
+    dt.datetime(2024, 10, 27, 2, 30, tzinfo=BERLIN, fold=1),
+    dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=-5), "EST")),
+    dt.datetime(2024, 1, 2, 3, 4),
+    dt.date(2024, 2, 29),
+    dt.time(23, 59, 59, 999999, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+    dt.timedelta(days=-2, seconds=5, microseconds=7),
+    Decimal("1.10"),
+    Decimal("-0"),
+    uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    Tier.GOLD,
+    Priority.HIGH,
+    Perm.R | Perm.W,
+    Sku.PAIR,
+    Order(lines=[Line(sku="a", extra={1: Tier.GOLD})], meta=(1, {2}), pair=(3, 4)),
+    Price(Decimal("9.99"), currency=("EUR", 2)),
+    {"$set": [1], "$model": "x", "plain": {"$tuple": 1}},
+    {Tier.GOLD: [Priority.HIGH], (1, 2): None},
+    [math.inf, -math.inf],
+    {"nested": [{"deep": (b"x", dt.date(2020, 1, 1))}]},
+    Step(payload={"when": dt.datetime(2024, 1, 1)}),
+]
+
+
+@pytest.mark.parametrize("value", ROUND_TRIPS, ids=lambda v: type(v).__name__)
+def test_a_value_reads_back_equal_and_of_the_same_types(value: Any) -> None:
+    back = loads(dumps(value))
+
+    assert back == value
+    assert _types(back) == _types(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        assert back.tzinfo == value.tzinfo and back.fold == value.fold and back.utcoffset() == value.utcoffset()
+
+
+def _types(value: Any) -> Any:
+    """The type tree of ``value`` (so 1 vs True vs 1.0, tuple vs list, enum vs str differ)."""
+    if isinstance(value, dict):
+        return (type(value), [(_types(k), _types(v)) for k, v in value.items()])
+    if isinstance(value, (list, tuple)):
+        return (type(value), [_types(v) for v in value])
+    if isinstance(value, (set, frozenset)):
+        return (type(value), sorted(repr(_types(v)) for v in value))
+    if isinstance(value, BaseModel):
+        return (type(value), _types(dict(value.__dict__)), _types(value.__pydantic_extra__ or {}))
+    if dataclasses.is_dataclass(value):
+        return (type(value), _types(dataclasses.asdict(value)))
+    return type(value)
+
+
+def test_a_nan_reads_back_as_nan() -> None:
+    assert math.isnan(loads(dumps(float("nan"))))
+
+
+def test_the_issue_example_keeps_int_keys_tuples_enums_and_uuids() -> None:
+    value = {"prices": {1: 9.5}, "pair": (1, 2), "tier": Tier.GOLD, "id": uuid.UUID(int=7)}
+
+    back = loads(dumps(value))
+
+    assert back["prices"][1] == 9.5
+    assert isinstance(back["pair"], tuple)
+    assert back["tier"] is Tier.GOLD
+    assert isinstance(back["id"], uuid.UUID)
+
+
+def test_an_any_field_of_a_model_keeps_its_type_and_nothing_is_validated_again() -> None:
+    order = Order(lines=[Line(sku="a")], meta={"when": dt.date(2024, 1, 1), "ids": (1, 2)})
+
+    back = round_trip(order)
+
+    assert isinstance(back.meta["when"], dt.date) and isinstance(back.meta["ids"], tuple)
+    assert back.model_fields_set == order.model_fields_set
+
+
+def test_a_model_keeps_which_fields_were_set_and_its_extras() -> None:
+    step = Step(payload=1, note=(1, 2))
+
+    back = round_trip(step)
+
+    assert back.model_extra == {"note": (1, 2)}
+    assert back.model_fields_set == step.model_fields_set
+    assert round_trip(Line(sku="a")).model_dump(exclude_unset=True) == {"sku": "a"}
+
+
+def test_equal_sets_encode_equally_whatever_their_order() -> None:
+    a = {("b", 2), ("a", 1), 3}
+    b = {3, ("a", 1), ("b", 2)}
+
+    assert dumps(a) == dumps(b)
+    assert dumps({"s": frozenset(range(50))}) == dumps({"s": frozenset(reversed(range(50)))})
+
+
+def test_a_dict_whose_keys_look_like_tags_cannot_be_mistaken_for_one() -> None:
+    mongo_update = {"$set": {"qty": 1}, "$inc": {"n": 2}}
+
+    assert loads(dumps(mongo_update)) == mongo_update
+    assert loads(dumps({"$memory_object": 1})) == {"$memory_object": 1}
+
+
+@pytest.mark.parametrize(
+    "value, where, type_name",
+    [
+        (Opaque(), "value", "Opaque"),
+        ({"a": [1, Opaque()]}, r"value\.a\[1\]", "Opaque"),
+        ({1: Opaque()}, r"value\[1\]", "Opaque"),
+        (Counter(a=1), "value", "Counter"),
+        (OrderedDict(a=1), "value", "OrderedDict"),
+        (namedtuple("P", "x")(1), "value", "P"),
+        (bytearray(b"x"), "value", "bytearray"),
+        (dt.datetime(2024, 1, 1, tzinfo=ZoneInfo.no_cache("UTC").__class__("UTC")), None, None),
+        ((lambda: 1), "value", "function"),
+    ],
+)
+def test_a_value_that_cannot_come_back_as_it_was_is_refused_naming_path_and_type(value: Any, where: Any, type_name: Any) -> None:
+    if where is None:  # a ZoneInfo is fine: the control case
+        assert round_trip(value) == value
+        return
+    with pytest.raises(TypeError, match=rf"^{where} is a .*{type_name}") as refused:
+        encode(value)
+
+    assert isinstance(refused.value, EncodeError)
+
+
+def test_a_class_defined_inside_a_function_is_refused_at_write_time() -> None:
+    class Local(BaseModel):
+        x: int = 1
+
+    with pytest.raises(TypeError, match="Local.*defined inside a function"):
+        encode({"v": Local()})
+
+
+def test_the_earlier_model_form_still_reads() -> None:
+    legacy = {"$model": f"{Line.__module__}:Line", "data": {"sku": "a", "extra": None}}
+
+    assert decode(legacy) == Line(sku="a")
+
+
+def test_plain_json_shows_values_for_people() -> None:
+    shown = plain_json(encode({"order": Order(lines=[Line(sku="a")]), "tier": Tier.GOLD, 1: (2, 3)}))
+
+    assert shown == {"order": {"lines": [{"sku": "a", "extra": None}], "meta": None, "pair": [0, 0]},
+                     "tier": "gold", "1": [2, 3]}
+
+
+# --- events ---------------------------------------------------------------------------
+
+
+def test_an_event_reads_back_with_its_class_ids_and_typed_fields() -> None:
+    event = OutputEvent(output={"tier": Tier.GOLD, "pair": (1, 2), 3: b"x"})
+    event.id = uuid.UUID(int=3)
+
+    back = decode_event(json.loads(json.dumps(encode_event(event))))
+
+    assert type(back) is OutputEvent and back == event
+    assert back.output["tier"] is Tier.GOLD and isinstance(back.output["pair"], tuple)
+
+
+def test_an_event_field_the_codec_refuses_names_the_event_and_field() -> None:
+    with pytest.raises(TypeError, match=r"event Step\.payload\.x is a collections\.Counter"):
+        encode_event(Step(payload={"x": Counter(a=1)}))
+
+
+def test_an_event_completion_of_the_earlier_form_still_reads() -> None:
+    legacy = {"type": "flink_agents.api.events.event:OutputEvent",
+              "fields": {"id": "00000000-0000-0000-0000-000000000003", "output": {"a": [1, 2]}}}
+
+    back = decode_event(legacy)
+
+    assert back.id == uuid.UUID(int=3) and back.output == {"a": [1, 2]}
+
+
+# --- exceptions and call outcomes -------------------------------------------------------
+
+
+def _raised(payload: str) -> BaseException:
+    with pytest.raises(BaseException) as raised:
+        decode_outcome(payload)
+    return raised.value
+
+
+def _json_error() -> json.JSONDecodeError:
+    try:
+        json.loads('{"a": ')
+    except json.JSONDecodeError as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _json_error(),
+        KeyError("sku-1"),
+        PriceError("sku-1", 9.5),
+        RetryAfter(30, "rate limited"),
+        ConnectionError("reset"),
+        FileNotFoundError(2, "No such file", "/x"),
+        TimeoutError(),
+        ImportError("no module x", name="x", path="/x.py"),
+        ExceptionGroup("two", [ValueError("a"), KeyError("b")]),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_an_exception_reads_back_as_itself(error: BaseException) -> None:
+    back = _raised(encode_outcome(error=error, call="lookup"))
+
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+    assert repr(back.args) == repr(error.args)
+    assert {k: v for k, v in vars(back).items()} == {k: v for k, v in vars(error).items()}
+
+
+def test_the_issue_exceptions_are_caught_by_their_own_except_branches() -> None:
+    caught = []
+    for error in (_json_error(), KeyError("sku-1"), PriceError("sku-1", 9.5)):
+        try:
+            decode_outcome(encode_outcome(error=error, call="c"))
+        except json.JSONDecodeError as exc:
+            caught.append(("json", exc.pos, exc.doc))
+        except KeyError as exc:
+            caught.append(("key", str(exc)))
+        except PriceError as exc:
+            caught.append(("price", exc.sku, exc.price))
+
+    assert caught == [("json", 6, '{"a": '), ("key", "'sku-1'"), ("price", "sku-1", 9.5)]
+
+
+def test_an_exception_that_cannot_be_rebuilt_is_refused_when_raised_naming_call_and_type() -> None:
+    error = HidesItsState(Opaque())
+
+    with pytest.raises(TypeError, match=r"call lookup raised HidesItsState.*cannot be rebuilt") as refused:
+        encode_outcome(error=error, call="lookup")
+
+    assert refused.value.__cause__ is error
+
+
+def test_an_attribute_the_codec_cannot_carry_is_left_out_when_type_args_and_message_survive() -> None:
+    error = ConnectionError("reset")
+    error.response = Opaque()  # e.g. an HTTP client's response object
+    error.status = 503
+
+    back = _raised(encode_outcome(error=error, call="c"))
+
+    assert str(back) == "reset" and back.status == 503 and not hasattr(back, "response")
+
+
+def test_a_result_that_cannot_be_kept_is_refused_naming_the_call_and_path() -> None:
+    with pytest.raises(TypeError, match=r"call lookup#2 returned .*result\.rows\[0\] is a .*Opaque"):
+        encode_outcome({"rows": [Opaque()]}, call="lookup#2")
+
+
+def test_earlier_payloads_still_replay() -> None:
+    assert decode_outcome(json.dumps({"ok": {"a": [1, 2]}})) == {"a": [1, 2]}
+    assert decode_outcome(json.dumps({"ok": {"$model": f"{Line.__module__}:Line", "data": {"sku": "a"}}})) == Line(sku="a")
+    back = _raised(json.dumps({"error": {"type": "builtins:ValueError", "message": "bad"}}))
+    assert type(back) is ValueError and str(back) == "bad"
+    gone = _raised(json.dumps({"error": {"type": "nowhere.module:Gone", "message": "bad"}}))
+    assert isinstance(gone, ReplayedError) and gone.type_name == "nowhere.module:Gone"
+
+
+def test_a_result_reads_back_typed_through_an_outcome() -> None:
+    value: Dict[Any, Any] = {1: 9.5, "t": (1, 2), "e": Priority.HIGH}
+
+    assert _types(decode_outcome(encode_outcome(value, call="c"))) == _types(value)
