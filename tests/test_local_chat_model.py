@@ -32,6 +32,9 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
 )
 
 DAMAGED = {"id": "B01", "review": "The box was crushed and the shoes arrived damaged."}
+# "crushed" near "box" and "damaged" near "arrived": shipping damage; the
+# total, damaged -2 + DAMAGE_WEIGHT -2.5 = -4.5, gives tanh(-1.5) = -0.91 -> 1.69.
+DAMAGED_VERDICT = {"score": 1, "reasons": ["reports shipping damage"]}
 
 
 def _user(content: Any) -> ChatMessage:
@@ -47,19 +50,28 @@ def _verdict(reply: ChatMessage) -> Dict[str, Any]:
     return verdict
 
 
+# Expected scores worked out by hand from the lexicon's weights and
+# ``score = floor(3 + 2 * tanh(total / 3) + 0.5)``, clamped to 1..5.
 @pytest.mark.parametrize(
-    "review, scores",
+    "review, score",
     [
-        ("Love these shoes! So comfortable and true to size.", {5}),
-        ("Great shoes, very lightweight.", {4, 5}),
-        ("Terrible quality, they fell apart after a week. Very disappointed.", {1}),
-        ("Too small and they hurt my feet.", {1, 2}),
-        ("Arrived on Tuesday. Black.", {3}),
-        ("", {3}),
+        # love 3 + so*comfortable 1.4*2.5 + true_to_size 2.5 = 9.0
+        ("Love these shoes! So comfortable and true to size.", 5),
+        # great 2.5 + very*lightweight 1.5*2 = 5.5: tanh(1.83) = 0.95 -> 5.40
+        ("Great shoes, very lightweight.", 5),
+        # terrible -3 + fell_apart -3 + very*disappointed 1.5*-2.5 = -9.75
+        ("Terrible quality, they fell apart after a week. Very disappointed.", 1),
+        # too_small -2 + hurt -2 = -4: tanh(-1.33) = -0.87 -> 1.76
+        ("Too small and they hurt my feet.", 1),
+        # great 2.5 alone: tanh(0.83) = 0.68 -> 4.86
+        ("Great.", 4),
+        # no lexicon term: total 0
+        ("Arrived on Tuesday. Black.", 3),
+        ("", 3),
     ],
 )
-def test_scores(review, scores):
-    assert _verdict(local_reply([_user({"id": "x", "review": review})]))["score"] in scores
+def test_scores(review, score):
+    assert _verdict(local_reply([_user({"id": "x", "review": review})]))["score"] == score
 
 
 def test_reasons():
@@ -110,9 +122,8 @@ def test_shipping_damage_calls_the_tool_then_answers():
         call_reply,
         ChatMessage(role=MessageRole.TOOL, content="notified", extra_args={"tool_call_id": LOCAL_CALL_ID}),
     ]
-    verdict = _verdict(local_reply(conversation, [NOTIFY]))
-    assert verdict["reasons"][0] == "reports shipping damage"
-    assert verdict["score"] <= 2
+    # damaged -2 (counted as damage, no aspect) + DAMAGE_WEIGHT -2.5 = -4.5 -> 1
+    assert _verdict(local_reply(conversation, [NOTIFY])) == DAMAGED_VERDICT
 
     # A new user turn about another damaged delivery calls the tool again.
     again = local_reply(conversation + [_user({"id": "B02", "review": "Arrived broken."})], [NOTIFY])
@@ -120,8 +131,7 @@ def test_shipping_damage_calls_the_tool_then_answers():
 
 
 def test_damage_without_the_tool_answers_directly():
-    verdict = _verdict(local_reply([_user(DAMAGED)]))
-    assert "reports shipping damage" in verdict["reasons"]
+    assert _verdict(local_reply([_user(DAMAGED)])) == DAMAGED_VERDICT
     other = FunctionTool.from_callable(lambda text: text, name="echo")
     assert not local_reply([_user(DAMAGED)], [other]).tool_calls
 
@@ -146,17 +156,28 @@ def test_read_input():
 
 def test_uses_the_last_user_message():
     conversation = [_user("Terrible, awful, broken."), ChatMessage(role=MessageRole.ASSISTANT, content="..."), _user("Perfect!")]
-    assert _verdict(local_reply(conversation))["score"] == 5
+    # perfect 3 alone: tanh(1) = 0.76 -> 5.02
+    assert _verdict(local_reply(conversation)) == {"score": 5, "reasons": ["expresses overall satisfaction"]}
 
 
 def test_deterministic_and_async():
     conversation = [_user(DAMAGED)]
     connection = LocalChatModelConnection()
-    first = connection.chat(conversation, [NOTIFY], model="local", temperature=0.7)
-    assert all(connection.chat(conversation, [NOTIFY]) == first for _ in range(5))
-    assert asyncio.run(connection.achat(conversation, [NOTIFY])) == first
+    call = ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=[{
+        "id": LOCAL_CALL_ID,
+        "type": "function",
+        "function": {"name": "notify_shipping_manager", "arguments": DAMAGED},
+        "original_id": LOCAL_CALL_ID,
+    }])
+    # Model settings change nothing; every call, sync or async, gives the same reply.
+    assert connection.chat(conversation, [NOTIFY], model="local", temperature=0.7) == call
+    assert [connection.chat(conversation, [NOTIFY]) for _ in range(5)] == [call] * 5
+    assert asyncio.run(connection.achat(conversation, [NOTIFY])) == call
+    # love 3, then "but": x0.7 before it (2.1), x1.3 after it (bit_tight -1 -> -1.3):
+    # total 0.8, tanh(0.27) = 0.26 -> 4.02; the review's number changes nothing.
     reviews = [{"id": str(n), "review": f"review {n}: love it, but a bit tight"} for n in range(20)]
-    assert [local_reply([_user(r)]).content for r in reviews] == [local_reply([_user(r)]).content for r in reviews]
+    verdict = {"score": 4, "reasons": ["expresses overall satisfaction", "complains about sizing"]}
+    assert [json.loads(local_reply([_user(r)]).content) for r in reviews] == [verdict] * 20
 
 
 def test_lexicon_size():
@@ -214,9 +235,12 @@ def test_runs_through_the_local_runner():
     env.execute()
 
     by_key = {key: value for entry in out for key, value in entry.items()}
-    assert by_key["B00"]["score"] == 5
-    assert by_key["B01"]["reasons"][0] == "reports shipping damage"
-    assert by_key["B02"]["score"] <= 2
+    assert by_key == {
+        # love 3 + so*comfortable 1.4*2.5 = 6.5 -> 5; comfort (3.5) outweighs general (3)
+        "B00": {"score": 5, "reasons": ["praises comfort", "expresses overall satisfaction"]},
+        # after the tool call and its result
+        "B01": DAMAGED_VERDICT,
+        # too_small -2 + returned -1.5 = -3.5: tanh(-1.17) = -0.82 -> 1.85
+        "B02": {"score": 1, "reasons": ["complains about sizing", "expresses overall dissatisfaction"]},
+    }
     assert NOTIFIED == [DAMAGED]
-    expected = {r["key"]: json.loads(local_reply([_user(r["value"])]).content) for r in records}
-    assert by_key == expected
