@@ -54,10 +54,6 @@ def _records(keys: int, per_key: int) -> List[dict]:
     return [{"key": f"k{k:02d}", "n": n} for n in range(per_key) for k in range(keys)]
 
 
-def _span_s(server: ScriptedChatServer) -> float:
-    return max(end for _, end in server.spans) - min(start for start, _ in server.spans)
-
-
 def _run_local(records: List[dict], agent: Agent, **config: Any) -> List[dict]:
     env = AgentsExecutionEnvironment.get_execution_environment(**config)
     listed = env.from_list([{"key": r["key"], "value": r} for r in records]).apply(agent).to_list()
@@ -72,20 +68,34 @@ def _assert_per_key_order(records: List[dict], outputs: List[dict]) -> None:
         assert ns == sorted(ns) == list(range(len(ns))), f"key {key} out of order: {ns}"
 
 
+def _assert_in_flight_at_once(server: ScriptedChatServer, count: int) -> None:
+    """The server held each request until ``count`` were in flight: they all
+    were, and never more (timings: tools/bench/concurrency.py)."""
+    assert (server.max_in_flight, server.hold_timed_out) == (count, False), (
+        f"at most {server.max_in_flight} model calls in flight at once, {count} expected"
+    )
+    assert server.in_flight == 0
+
+
 def test_local_runner_overlaps_keys(slow_server):
+    # Every key's call is held until all 20 are in flight: keys run one after
+    # another would never get there.
+    slow_server.hold_until_in_flight(20)
     records = _records(keys=20, per_key=1)
     outputs = _run_local(records, slow_model_agent(slow_server.base_url))
     _assert_per_key_order(records, outputs)
-    # 20 calls of 300 ms in sequence take 6 s; overlapped, about one latency.
-    assert _span_s(slow_server) < 8 * LATENCY_S
-    assert slow_server.max_in_flight > 1
+    _assert_in_flight_at_once(slow_server, 20)
 
 
 def test_local_runner_keeps_per_key_order_and_its_bound(slow_server):
+    # Held until 4 are in flight (the bound is reached), then 300 ms each:
+    # a fifth run would overlap them and show in max_in_flight.
+    slow_server.hold_until_in_flight(4)
     records = _records(keys=8, per_key=5)
     outputs = _run_local(records, slow_model_agent(slow_server.base_url), max_concurrent_runs=4)
     _assert_per_key_order(records, outputs)
-    assert 1 < slow_server.max_in_flight <= 4
+    _assert_in_flight_at_once(slow_server, 4)
+    assert len(slow_server.requests) == 40
 
 
 def _run_on_flink(records: List[dict], agent: Agent, tmp_path, **config: Any) -> List[dict]:
@@ -109,17 +119,19 @@ def _run_on_flink(records: List[dict], agent: Agent, tmp_path, **config: Any) ->
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_flink_subtask_overlaps_keys_and_waits_for_them_at_end_of_input(slow_server, tmp_path):
+    slow_server.hold_until_in_flight(20)
     records = _records(keys=20, per_key=1)
     outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path)
     _assert_per_key_order(records, outputs)
-    assert _span_s(slow_server) < 8 * LATENCY_S
-    assert slow_server.max_in_flight > 1
+    _assert_in_flight_at_once(slow_server, 20)
 
 
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_flink_subtask_keeps_per_key_order_and_its_bound(slow_server, tmp_path):
     records = _records(keys=8, per_key=5)
+    slow_server.hold_until_in_flight(4)
     outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path, max_concurrent_runs=4)
     _assert_per_key_order(records, outputs)
-    assert 1 < slow_server.max_in_flight <= 4
+    _assert_in_flight_at_once(slow_server, 4)
+    assert len(slow_server.requests) == 40

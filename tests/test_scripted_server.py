@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -156,8 +155,12 @@ def test_ollama_chat_dialect(scripted_chat_server):
     assert status == 500 and "#2" in body["error"]["message"]
 
 
-def test_latency_overlaps_across_threads():
-    with ScriptedChatServer(latency_s=0.5) as server:
+def test_requests_overlap_across_threads():
+    """Four client threads are served at once: each request is held until
+    all four are in flight (a server serving one at a time never gets there).
+    The timing: tools/bench/overlap.py."""
+    with ScriptedChatServer(latency_s=0.05) as server:
+        server.hold_until_in_flight(4, timeout_s=10)
         server.set_reply_fn(lambda req, i: {"role": "assistant", "content": str(i)})
         client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
         results: list[str] = []
@@ -167,11 +170,23 @@ def test_latency_overlaps_across_threads():
             results.append(out.choices[0].message.content)
 
         threads = [threading.Thread(target=call) for _ in range(4)]
-        start = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        elapsed = time.monotonic() - start
     assert sorted(results) == ["0", "1", "2", "3"]
-    assert elapsed < 1.5, f"requests did not overlap: {elapsed:.2f}s"
+    assert (server.max_in_flight, server.hold_timed_out, server.in_flight) == (4, False, 0)
+    # Entry and exit times the server noted: every request entered before any left.
+    assert len(server.spans) == 4
+    assert max(start for start, _ in server.spans) < min(end for _, end in server.spans)
+
+
+def test_a_hold_that_is_never_reached_times_out_and_says_so():
+    with ScriptedChatServer() as server:
+        server.hold_until_in_flight(2, timeout_s=0.2)
+        server.replies += [{"role": "assistant", "content": "one"}, {"role": "assistant", "content": "two"}]
+        client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        msgs = [{"role": "user", "content": "x"}]
+        answers = [client.chat.completions.create(model="m", messages=msgs).choices[0].message.content for _ in range(2)]
+    assert answers == ["one", "two"]
+    assert (server.max_in_flight, server.hold_timed_out) == (1, True)

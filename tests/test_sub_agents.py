@@ -21,23 +21,41 @@ from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.plan.errors import PlanError
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 MODEL_CALLS: Counter = Counter()
+# Model calls inside ``achat`` now, and the most at once (reset per test).
+IN_FLIGHT = {"now": 0, "max": 0}
+HOLD_TIMEOUT_S = 10.0
 
 
 class SlowEcho(BaseChatModelConnection):
-    """Answers after ``delay_s`` with the last message's text, upper-cased."""
+    """Answers after ``delay_s`` with the last message's text, upper-cased.
+
+    With ``hold_until_in_flight`` = n, each call first waits until n calls
+    were inside ``achat`` at once (or ``HOLD_TIMEOUT_S`` passed): calls that
+    overlap finish at once; calls run one after another never reach n, and
+    ``IN_FLIGHT["max"]`` tells."""
 
     delay_s: float = 0.0
+    hold_until_in_flight: int = 0
 
     def chat(self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any) -> ChatMessage:
         raise NotImplementedError("async only")
 
     async def achat(self, messages, tools=None, **kwargs) -> ChatMessage:
         MODEL_CALLS[messages[-1].content] += 1
-        await asyncio.sleep(self.delay_s)
+        IN_FLIGHT["now"] += 1
+        IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
+        try:
+            deadline = time.monotonic() + HOLD_TIMEOUT_S
+            while IN_FLIGHT["max"] < self.hold_until_in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(self.delay_s)
+        finally:
+            IN_FLIGHT["now"] -= 1
         return ChatMessage(role=MessageRole.ASSISTANT, content=messages[-1].content.upper())
 
 
@@ -45,8 +63,9 @@ class EchoSetup(BaseChatModelSetup):
     pass
 
 
-def _with_model(agent: Agent, delay_s: float = 0.0) -> Agent:
-    agent.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(clazz=SlowEcho, delay_s=delay_s))
+def _with_model(agent: Agent, delay_s: float = 0.0, hold_until_in_flight: int = 0) -> Agent:
+    agent.add_resource("conn", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(
+        clazz=SlowEcho, delay_s=delay_s, hold_until_in_flight=hold_until_in_flight))
     agent.add_resource("model", ResourceType.CHAT_MODEL, ResourceDescriptor(clazz=EchoSetup, connection="conn"))
     return agent
 
@@ -62,12 +81,12 @@ def answer(event: ChatResponseEvent, ctx: Any) -> None:
     ctx.send_event(OutputEvent(output={"calls": ctx.short_term_memory.get("calls")}))
 
 
-def summarizer(delay_s: float = 0.0) -> Agent:
+def summarizer(delay_s: float = 0.0, hold_until_in_flight: int = 0) -> Agent:
     """The child: asks the model, outputs the answer and its call count."""
     agent = Agent()
     agent.add_action("ask_model", [InputEvent], ask_model)
     agent.add_action("answer", [ChatResponseEvent], answer)
-    return _with_model(agent, delay_s)
+    return _with_model(agent, delay_s, hold_until_in_flight)
 
 
 def failing_child() -> Agent:
@@ -101,6 +120,7 @@ def _run(agent: Agent, values: List[Any], store: InMemoryJournalStore | None = N
 @pytest.fixture(autouse=True)
 def _reset():
     MODEL_CALLS.clear()
+    IN_FLIGHT.update(now=0, max=0)
 
 
 # -- compile ------------------------------------------------------------------
@@ -228,11 +248,11 @@ def test_gathered_children_run_concurrently():
         results = await asyncio.gather(*(handle.submit(ctx, f"part {i}") for i in range(3)))
         ctx.send_event(OutputEvent(output=[r.result[0] for r in results]))
 
-    started = time.monotonic()
-    [out] = _run(parent_calling(summarizer(delay_s=0.3), fan_out), ["x"])
-    elapsed = time.monotonic() - started
+    # Each child's model call is held until all three are in flight: run one
+    # after another, they would never be (the timing: tools/bench/overlap.py).
+    [out] = _run(parent_calling(summarizer(hold_until_in_flight=3), fan_out), ["x"])
     assert out == ["PART 0", "PART 1", "PART 2"]
-    assert elapsed < 2 * 0.3, f"three 300 ms children took {elapsed:.2f} s"
+    assert IN_FLIGHT == {"now": 0, "max": 3}, "the gathered children's model calls did not overlap"
 
 
 class Crash(BaseException):
@@ -267,8 +287,11 @@ def test_a_sync_action_calling_a_child_gets_a_clear_error():
     def sync_call(event: InputEvent, ctx: Any) -> None:
         ctx.get_resource("summarizer", ResourceType.AGENT).submit(ctx, "x")
 
-    with pytest.raises(Exception, match="is not async: a sub-agent call must be awaited"):
+    with pytest.raises(ActionFailed) as failed:
         _run(parent_calling(summarizer(), sync_call), ["x"])
+    assert isinstance(failed.value.cause, RuntimeError)
+    assert "is not async: a sub-agent call must be awaited" in str(failed.value.cause)
+    assert MODEL_CALLS == Counter(), "the child ran"
 
 
 def test_sub_agents_through_the_local_runner():
@@ -293,4 +316,6 @@ def test_the_triage_job_with_sub_agents_on_the_mini_cluster_matches_the_local_ru
     negative = [o for o in on_flink if o["negative"]]
     assert negative, "the sample has negative reviews"
     assert all(o["children_ok"] and o["reply"] and o["category"] for o in negative)
-    assert all(o["reply"] is None for o in on_flink if not o["negative"])
+    positive = [o for o in on_flink if not o["negative"]]
+    assert positive, "the sample has reviews that are not negative"
+    assert all(o["reply"] is None for o in positive)

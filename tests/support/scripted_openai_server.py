@@ -228,6 +228,11 @@ class ScriptedChatServer:
         self.max_in_flight = 0
         self.spans: list[tuple[float, float]] = []
         self._span_starts = threading.local()
+        # hold_until_in_flight: requests wait until this many were in flight.
+        self._in_flight_changed = threading.Condition(self._lock)
+        self._hold_until = 0
+        self._hold_timeout_s = 30.0
+        self.hold_timed_out = False
 
     # -- configuration ----------------------------------------------------------
     def set_reply_fn(self, reply_fn: ReplyFn | None) -> None:
@@ -237,6 +242,24 @@ class ScriptedChatServer:
         """
         with self._lock:
             self._reply_fn = reply_fn
+
+    def hold_until_in_flight(self, count: int, timeout_s: float = 30.0) -> "ScriptedChatServer":
+        """Hold every request (before its latency) until ``count`` requests
+        were in flight at once; from then on let every request through.
+
+        Overlap becomes a count instead of a clock: requests sent one after
+        another never reach ``count``; the first one is then let through after
+        ``timeout_s``, ``hold_timed_out`` turns true, and ``max_in_flight``
+        stays below ``count``.
+
+        Returns:
+            The server (for chaining).
+        """
+        with self._in_flight_changed:
+            self._hold_until = count
+            self._hold_timeout_s = timeout_s
+            self.hold_timed_out = False
+        return self
 
     @property
     def base_url(self) -> str:
@@ -258,9 +281,19 @@ class ScriptedChatServer:
 
     def _enter(self) -> None:
         self._span_starts.value = time.monotonic()
-        with self._lock:
+        with self._in_flight_changed:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if not self._hold_until:
+                return
+            self._in_flight_changed.notify_all()
+            opened = self._in_flight_changed.wait_for(
+                lambda: not self._hold_until or self.max_in_flight >= self._hold_until, timeout=self._hold_timeout_s
+            )
+            if not opened:
+                self.hold_timed_out = True
+            self._hold_until = 0  # open for good
+            self._in_flight_changed.notify_all()
 
     def _leave(self) -> None:
         with self._lock:
