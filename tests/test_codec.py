@@ -367,3 +367,42 @@ def test_a_result_reads_back_typed_through_an_outcome() -> None:
     value: Dict[Any, Any] = {1: 9.5, "t": (1, 2), "e": Priority.HIGH}
 
     assert _types(decode_outcome(encode_outcome(value, call="c"))) == _types(value)
+
+
+# --- classes of the job's main script (runtime.codec_classes) ---------------------------
+
+
+def _as_shipped_from_a_main_script(name: str, base: type = BaseModel) -> type:
+    """A class as a Flink worker gets one that cloudpickle shipped by value
+    from the job's script: module ``__main__``, absent from this ``__main__``."""
+    cls = type(name, (base,), {"__module__": "__main__", "__qualname__": name, "__annotations__": {"x": int}})
+    assert not hasattr(__import__("__main__"), name)
+    return cls
+
+
+def test_a_main_script_class_the_agent_does_not_reach_is_refused_on_the_first_run_naming_it() -> None:
+    Unreached = _as_shipped_from_a_main_script("Unreached")
+
+    with pytest.raises(TypeError, match=r"record\.v is a Unreached: class Unreached of the job's main script "
+                                         r"\(__main__\) cannot be found by name.*actions"):
+        encode({"v": Unreached(x=1)}, "record")
+
+
+def test_main_script_classes_reached_from_the_plan_are_registered_and_read_back() -> None:
+    from flink_agents.api.agents.agent import Agent
+    from flink_agents.plan.agent_plan import AgentPlan
+    from flink_agents.runtime.codec_classes import register_plan_classes
+
+    Detail = _as_shipped_from_a_main_script("ShippedDetail")
+    Signal = _as_shipped_from_a_main_script("ShippedSignal", Event)
+    namespace = {"Detail": Detail}
+    exec("def act(event, ctx):\n    ctx.send_event(Detail(x=1))\n", namespace)  # noqa: S102
+    act = namespace["act"]
+    act.__module__ = "__main__"
+    agent = Agent().add_action("act", [Signal], act)
+
+    assert register_plan_classes(AgentPlan.from_agent(agent)) == 2
+
+    assert round_trip(Detail(x=2)) == Detail(x=2)
+    assert type(decode_event(encode_event(Signal(x=3)))) is Signal
+

@@ -181,8 +181,9 @@ class _Walk:
             self.registered += 1
         for base in cls.__mro__[1:]:
             self.visit(base)
-        for member in list(vars(cls).values()):
-            self.visit(member)
+        for name, member in list(vars(cls).items()):
+            if not name.startswith(("__", "_abc_")):  # not the class machinery (pydantic's, abc's)
+                self.visit(member)
         fields = getattr(cls, "model_fields", None)
         if isinstance(fields, dict):
             for field in fields.values():
