@@ -1,53 +1,30 @@
-"""Checkpoint-stable values: what memory, keyed state and events may hold.
+"""The earlier, untyped value form, kept for two uses only.
 
-Values must be JSON-like: None, bool, int, float, str, and lists, tuples and
-str-keyed dicts of them. ``check_json_like`` copies a value while checking it,
-so later mutation of the caller's object cannot change stored state.
-Pydantic models in event fields and inputs are encoded with a type tag
-(``{"$model": "module:qualname", "data": {...}}``) so they come back as models
-after a restore.
+- Reading what earlier releases wrote (keyed state of schema version 1,
+  journal payloads and step completions without the codec's ``"c"`` mark):
+  ``decode_value``.
+- A canonical JSON form of keys and call arguments for ids and digests
+  (``encode_value``): enums as their values, UUIDs as text, tuples as lists,
+  pydantic models tagged ``{"$model": "module:qualname", "data": {...}}``.
+  Changing it would change the ids and digests of journals already written.
+
+Everything that is stored and read back goes through the typed codec,
+``runtime.codec``.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 import uuid
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["MODEL_TAG", "check_json_like", "decode_value", "encode_value"]
+__all__ = ["MODEL_TAG", "decode_value", "encode_value"]
 
 _SCALARS = (str, int, float, bool, type(None))
 MODEL_TAG = "$model"  # marks a pydantic model in encoded values
-
-
-def check_json_like(value: Any, path: str) -> Any:
-    """A copy of ``value`` if it is JSON-like.
-
-    Raises:
-        TypeError: Some part is not JSON-like; the message names its path.
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TypeError(f"memory value at {path!r} is {value!r}, which JSON cannot hold")
-    if isinstance(value, _SCALARS):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [check_json_like(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"memory value at {path!r} has a non-str key {k!r}")
-            out[k] = check_json_like(v, f"{path}.{k}")
-        return out
-    raise TypeError(
-        f"memory value at {path!r} is a {type(value).__name__}, which is not "
-        "checkpoint-stable; store JSON-like values (None, bool, int, float, str, "
-        "list, dict with str keys), e.g. model.model_dump(mode='json')"
-    )
 
 
 def encode_value(value: Any) -> Any:
