@@ -40,7 +40,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import hashlib
-import importlib
 import json
 import logging
 from typing import Any, Awaitable, Callable, Dict, List, Tuple
@@ -48,8 +47,9 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 from pydantic import BaseModel
 
 from flink_agents.runtime.call_position import is_under
-from flink_agents.runtime.errors import NondeterminismError, ReplayedError
-from flink_agents.runtime.values import decode_value, encode_value
+from flink_agents.runtime.codec import decode_outcome, encode_outcome
+from flink_agents.runtime.errors import NondeterminismError
+from flink_agents.runtime.values import encode_value
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 
 __all__ = ["RunJournal", "args_digest", "function_id_of"]
@@ -84,35 +84,6 @@ def function_id_of(fn: Callable[..., Any]) -> str:
     """``module:qualname`` of ``fn``."""
     fn = getattr(fn, "__func__", fn)
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def _encode_outcome(result: Any = None, error: BaseException | None = None) -> str:
-    if error is None:
-        try:
-            return json.dumps({"ok": encode_value(result)})
-        except TypeError as exc:
-            raise TypeError(f"a journaled call returned a value that is not JSON-serializable: {exc}") from exc
-    cls = type(error)
-    return json.dumps({"error": {"type": f"{cls.__module__}:{cls.__qualname__}", "message": str(error)}})
-
-
-def _decode_outcome(payload: str) -> Any:
-    data = json.loads(payload)
-    if "ok" in data:
-        return decode_value(data["ok"])
-    error = data["error"]
-    module, _, qualname = error["type"].partition(":")
-    rebuilt: BaseException | None = None
-    try:
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-        rebuilt = cls(error["message"])
-    except Exception:  # the class is gone or takes other arguments
-        rebuilt = None
-    if isinstance(rebuilt, Exception):
-        raise rebuilt
-    raise ReplayedError(error["type"], error["message"])
 
 
 class RunJournal:
@@ -307,16 +278,17 @@ class RunJournal:
         it yet, so it commits with the run's next write."""
         entry = self._replay(step, ordinal, function_id, "")
         if entry is not None:
-            return _decode_outcome(entry.payload)
+            return decode_outcome(entry.payload)
         value = produce()
-        self._buffer.append(JournalEntry(step, ordinal, function_id, "", _encode_outcome(value)))
+        self._buffer.append(JournalEntry(
+            step, ordinal, function_id, "", encode_outcome(value, call=_call_name(function_id, step, ordinal))))
         return value
 
     def call_sync(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any]) -> Any:
         """Replay or run a synchronous call."""
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
-            return _decode_outcome(entry.payload)
+            return decode_outcome(entry.payload)
         self.commit()
         self.calls_executed += 1
         try:
@@ -339,7 +311,7 @@ class RunJournal:
         """
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
-            return _decode_outcome(entry.payload)
+            return decode_outcome(entry.payload)
         await self.commit_async()
         self.calls_executed += 1
         self._in_flight += 1
@@ -369,12 +341,19 @@ class RunJournal:
         Raises:
             TypeError: The result cannot be journaled faithfully (names the call).
         """
-        payload = _encode_outcome(result)
+        payload = encode_outcome(result, call=_call_name(function_id, step, ordinal))
         self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
-        return _decode_outcome(payload)
+        return decode_outcome(payload)
 
     def _buffer_error(self, step: str, ordinal: int, function_id: str, digest: str, error: Exception) -> None:
-        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, _encode_outcome(error=error)))
+        """Buffer the exception a call raised (the caller re-raises it).
+
+        Raises:
+            TypeError: The exception cannot be rebuilt as itself on replay
+                (names the call; raised from ``error``).
+        """
+        payload = encode_outcome(error=error, call=_call_name(function_id, step, ordinal))
+        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
         self._buffered_errors.add((step, ordinal))
 
     def completion(self, step: str) -> Dict[str, Any] | None:
@@ -436,3 +415,8 @@ class RunJournal:
         if (RUN_STEP, RUN_END) not in self._journaled:
             self._buffer.append(JournalEntry(RUN_STEP, RUN_END, "", "", json.dumps({"outcome": outcome})))
         return True
+
+
+def _call_name(function_id: str, step: str, ordinal: int) -> str:
+    """How errors name a journaled call: ``fn at step #ordinal``."""
+    return f"{function_id} at {step} #{ordinal}"
