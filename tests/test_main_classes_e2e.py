@@ -35,4 +35,5 @@ def test_main_script_classes_read_back_on_a_restarted_worker(tmp_path: Path) -> 
     outputs = [json.loads(line) for line in (tmp_path / "outputs.jsonl").read_text().splitlines()]
     assert outputs and {json.dumps(o, sort_keys=True) for o in outputs} == {json.dumps({
         "sku": "sku-1", "event": "Step", "detail": "Detail", "tags": "tuple", "crash": "survived",
+        "greeting": "hello sku-1",
     }, sort_keys=True)}

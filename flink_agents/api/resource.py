@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Callable, Dict, Type
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 __all__ = [
     "Resource",
@@ -79,6 +79,10 @@ class ResourceDescriptor(BaseModel):
     target_module: str
     target_clazz: str
     arguments: Dict[str, Any] = Field(default_factory=dict)
+    # The class itself when one was given: it travels with a pickled plan,
+    # so a class defined in the job's main script (not importable by name
+    # on a worker) is still found there. Not part of the JSON form.
+    _class_object: Any = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -103,14 +107,18 @@ class ResourceDescriptor(BaseModel):
         super().__init__(
             target_module=target_module, target_clazz=target_clazz, arguments=merged
         )
+        if isinstance(clazz, type):
+            self._class_object = clazz
 
     @property
     def clazz(self) -> Type[Resource]:
-        """The resource class, imported on first use.
+        """The resource class: the one given, else imported by name.
 
         Raises:
             ImportError, AttributeError: The class cannot be found.
         """
+        if self._class_object is not None:
+            return self._class_object
         obj: Any = importlib.import_module(self.target_module)
         for part in self.target_clazz.split("."):
             obj = getattr(obj, part)

@@ -23,9 +23,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from flink_agents.api.agents.agent import Agent
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
 from flink_agents.api.decorators import action
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 
 
@@ -50,7 +53,19 @@ def crash_worker_once(marker: str, client_pid: int) -> str:
     os._exit(1)
 
 
+class GreetingConnection(BaseChatModelConnection):
+    """A resource class of the script: built on the worker from its descriptor."""
+
+    def chat(self, messages: Any, tools: Any = None, **kwargs: Any) -> ChatMessage:
+        return ChatMessage(role=MessageRole.ASSISTANT, content=f"hello {messages[-1].content}")
+
+
 class MainScriptAgent(Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_resource("greeter", ResourceType.CHAT_MODEL_CONNECTION,
+                          ResourceDescriptor(clazz=GreetingConnection))
+
     @action(InputEvent)
     @staticmethod
     def start(event: InputEvent, ctx: RunnerContext) -> None:
@@ -61,7 +76,9 @@ class MainScriptAgent(Agent):
     @staticmethod
     def finish(event: Step, ctx: RunnerContext) -> None:
         crash = ctx.durable_execute(crash_worker_once, event.note["marker"], event.note["client_pid"])
+        greeter = ctx.get_resource("greeter", ResourceType.CHAT_MODEL_CONNECTION)
         ctx.send_event(OutputEvent(output={
+            "greeting": greeter.chat([ChatMessage(content=event.detail.sku)]).content,
             "sku": event.detail.sku,
             "event": type(event).__name__,
             "detail": type(event.detail).__name__,
