@@ -57,7 +57,7 @@ def _maybe_crash(name: str) -> None:
 
 
 async def lookup(i: int) -> str:
-    await asyncio.sleep((3 - i) * 0.03)  # branch 2's lookup lands first
+    await asyncio.sleep((3 - i) * 0.06)  # branch 2's lookup lands first, well apart under load
     _maybe_crash(f"lookup_{i}")
     CALLS[("lookup", i)] += 1
     return f"L{i}"
