@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any, List, Sequence
 
 import pytest
@@ -24,6 +23,9 @@ from tests.support.chat_turn import ChatTurnAgent
 
 REQUESTS: List[List[ChatMessage]] = []
 TOOL_STARTED = threading.Event()
+# The slow tool returns once this is set: a test that steers while it runs
+# clears it, steers, then sets it (no sleep to race against).
+TOOL_RELEASED = threading.Event()
 
 
 class Crash(BaseException):
@@ -45,9 +47,9 @@ class SlowToolModel(BaseChatModelConnection):
 
 
 def slow() -> str:
-    """A tool that takes a while."""
+    """A tool that runs until ``TOOL_RELEASED`` (at most 30 s)."""
     TOOL_STARTED.set()
-    time.sleep(0.3)
+    assert TOOL_RELEASED.wait(30), "the slow tool was never released"
     return "slow result"
 
 
@@ -55,6 +57,7 @@ def slow() -> str:
 def _clear() -> None:
     REQUESTS.clear()
     TOOL_STARTED.clear()
+    TOOL_RELEASED.set()
 
 
 def _engine(store: InMemoryJournalStore) -> AgentEngine:
@@ -66,11 +69,15 @@ def _engine(store: InMemoryJournalStore) -> AgentEngine:
 
 def _run_steering_during_tools(engine: AgentEngine, driver: LocalDriver, messages: List[str]) -> None:
     async def go() -> None:
+        TOOL_RELEASED.clear()  # the tool runs until every message was sent
         run = asyncio.ensure_future(engine.process(driver, "k", "question"))
-        while not TOOL_STARTED.is_set():
-            await asyncio.sleep(0.005)
-        for message in messages:
-            engine.steer(driver, "k", message)
+        try:
+            while not TOOL_STARTED.is_set():
+                await asyncio.sleep(0.005)
+            for message in messages:
+                engine.steer(driver, "k", message)
+        finally:
+            TOOL_RELEASED.set()
         await run
 
     asyncio.run(go())
