@@ -154,9 +154,13 @@ def test_failover_while_waiting_does_not_file_the_claim_again(tmp_path: Path) ->
 
     async def crash_while_waiting() -> None:
         task = asyncio.ensure_future(_engine(store, inbox).process(driver, "A", review))
-        while not _filed(inbox):
+        # Parked on the callback: the filing's result is journaled (the run
+        # commits before it waits), not merely written to the inbox.
+        deadline = time.monotonic() + 30
+        while not any(e.function_id.endswith(":file_claim") for e in store.load_run("job", '"A"', 0).values()):
+            assert time.monotonic() < deadline, "the filing was never journaled"
             await asyncio.sleep(0.005)
-        await asyncio.sleep(0.1)  # parked on the callback
+        assert len(_filed(inbox)) == 1
         task.cancel()  # the worker dies; the record stays pending in state
         await asyncio.gather(task, return_exceptions=True)
 
