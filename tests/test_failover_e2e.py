@@ -211,6 +211,32 @@ def _agent_counters(rest_port: int, timeout_s: float = 5.0) -> Dict[int, Dict[st
         time.sleep(0.2)
 
 
+# A review written after every other output arrived, one per product: the
+# end-of-input marker that replaces "wait a moment, nothing more came".
+SENTINEL_REVIEW = "The last review of its product in this test: an end-of-input marker."
+
+
+def _take_end_of_input(job: Collected, input_dir: Path, seen: Counter, first_ts: int) -> List[Dict[str, Any]]:
+    """Append one sentinel review per product of ``seen`` (records of the
+    product so far) and take the next outputs: exactly the sentinels'.
+
+    Written once every earlier output arrived, each sentinel is its key's
+    last record, and a key's outputs leave the operator in record order over
+    one channel: an output of an earlier record still to come (a late
+    duplicate) would arrive before its key's sentinel, among the outputs
+    taken here. Each sentinel's ``reviews_seen`` counts the key's records
+    applied to state: exactly once each, plus the sentinel.
+    """
+    sentinels = [{"id": p, "review": SENTINEL_REVIEW, "ts": first_ts + n} for n, p in enumerate(sorted(seen))]
+    _write_jsonl(input_dir / "zz-end-of-input.jsonl", sentinels)
+    outputs = job.take(len(sentinels))
+    assert sorted((o["id"], o["ts"]) for o in outputs) == sorted((s["id"], s["ts"]) for s in sentinels), (
+        "an output arrived after the last record's (a duplicate?)"
+    )
+    assert {o["id"]: o["reviews_seen"] for o in outputs} == {p: n + 1 for p, n in seen.items()}
+    return outputs
+
+
 # --- 1. a worker crash mid-run ---------------------------------------------------------
 
 
@@ -270,11 +296,9 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
     try:
         outputs = job.take(N_REVIEWS)
         elapsed = time.monotonic() - started
-        # Nothing more comes, even once a later checkpoint made everything
-        # processed so far visible.
-        _checkpoint_after(checkpoints, job.arrivals[-1][0])
-        time.sleep(0.5)
-        assert job.unread() == [], "more outputs than inputs"
+        # Nothing more comes: the next outputs are the end-of-input markers'.
+        products = Counter(r["id"] for r in reviews)
+        _take_end_of_input(job, input_dir, products, first_ts=max(r["ts"] for r in reviews) + 1)
         counters = _agent_counters(rest_port)
     finally:
         job.close()
@@ -285,6 +309,10 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
     assert marker.is_file(), "crash_worker_once never ran"
     crashed_at = json.loads(marker.read_text())["crashed_at"]
     requests = sorted((model.times[i], _request_key(body)) for i, body in enumerate(scripted_chat_server.requests))
+    # The markers' requests: one each, after the test's records.
+    markers = [key for _, key in requests if key[1] == SENTINEL_REVIEW]
+    assert sorted(markers) == sorted((p, SENTINEL_REVIEW, 0) for p in products)
+    requests = [(t, key) for t, key in requests if key[1] != SENTINEL_REVIEW]
     after_crash = [crashed_at] + [t for t, _ in requests if t >= crashed_at]
     paused_at, restarted_at = max(zip(after_crash, after_crash[1:]), key=lambda pair: pair[1] - pair[0])
     assert restarted_at - paused_at >= 0.5, "requests did not pause after the crash: did the job restart?"
@@ -414,9 +442,9 @@ def test_restore_from_retained_checkpoint_continues_each_key(tmp_path: Path) -> 
     job = Collected(_agent_outputs(env, _review_stream(env, input_dir), ReviewAnalysisAgent(), **journal), "job-2")
     try:
         outputs_2 = job.take(len(second))
-        _checkpoint_after(checkpoints, job.arrivals[-1][0])
-        time.sleep(0.5)
-        assert job.unread() == [], "file 1 was read again"
+        # File 1 was not read again: the next outputs are the markers', and
+        # each product counts 20 + 15 records before its marker.
+        _take_end_of_input(job, input_dir, Counter(r["id"] for r in first + second), first_ts=second[-1]["ts"] + 1)
     finally:
         job.close()
 
@@ -499,9 +527,9 @@ def test_records_in_flight_at_a_checkpoint_finish_after_the_restore(
         })
         try:
             outputs_2 = second.take(len(reviews) - len(outputs_1), timeout_s=60)
-            _checkpoint_after(checkpoints, second.arrivals[-1][0])
-            time.sleep(0.5)
-            assert second.unread() == []
+            # Nothing more: the next outputs are the markers', each product's
+            # 10 records applied once before it.
+            _take_end_of_input(second, input_dir, Counter(r["id"] for r in reviews), first_ts=reviews[-1]["ts"] + 1)
         finally:
             second.close()
     finally:
