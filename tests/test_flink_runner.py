@@ -91,12 +91,18 @@ def test_failing_action_fails_the_job_naming_key_and_action(tmp_path) -> None:
         env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
     )
     stream = agents_env.from_datastream(env.from_collection(records), lambda r: r["k"]).apply(CountingAgent()).to_datastream()
-    with pytest.raises(Exception) as failure:
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(Py4JJavaError) as failure:
         with stream.execute_and_collect("failing") as collected:
             list(collected)
+    # Across the Java boundary the Python exception survives as its
+    # traceback's last line: the type's qualified name, then its message.
     message = str(failure.value)
-    assert "action 'on_input' failed on key 'key-3', record #2" in message
-    assert "poisoned record" in message
+    assert (
+        "flink_agents.runtime.errors.ActionFailed: action 'on_input' failed on key 'key-3', record #2: "
+        "ValueError: poisoned record"
+    ) in message
 
 
 def test_skip_strategy_routes_the_error_record_to_the_side_output(tmp_path) -> None:
