@@ -1,10 +1,11 @@
 """Journal stores: where the runtime's durable call results live.
 
 ``journal`` defines the port (``JournalStore``, ``JournalEntry``); the stores
-implement it: ``InMemoryJournalStore`` (tests, previews), ``SQLiteJournalStore``
-(the embedded default, one file per job) and ``PostgresJournalStore`` (a real
-cluster). ``callbacks`` defines the callback port (``CallbackStore``), which
-the same three stores implement beside the journal. ``open_journal_store`` picks one from a job's configuration.
+implement it: ``InMemoryJournalStore`` (tests, previews) and ``SQLJournalStore``
+over a database dialect, as ``SQLiteJournalStore`` (the embedded default, one
+file per job) and ``PostgresJournalStore`` (a real cluster). ``callbacks``
+defines the callback port (``CallbackStore``), which the same stores implement
+beside the journal. ``open_journal_store`` picks one from a job's configuration.
 Importing this package connects nothing and does not import ``psycopg``.
 """
 
@@ -33,6 +34,7 @@ from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.sql_store import SQLJournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "RESOLVED",
     "RUN_END",
     "RUN_STEP",
+    "SQLJournalStore",
     "SQLiteJournalStore",
     "TIMED_OUT",
     "UNKNOWN",

@@ -1,4 +1,4 @@
-"""SQL shared by the SQLite and PostgreSQL journal stores.
+"""SQL of the journal port, written once for every dialect (``SQLJournalStore``).
 
 One table, ``journal``, one row per entry, keyed by (journal id, key, record
 sequence number, step, ordinal), plus a partial index over the run-end markers
@@ -52,8 +52,9 @@ def create_table(integer: str, real: str) -> str:
     )
 
 
+RUN_END_INDEX = f"{TABLE}_run_end"
 CREATE_RUN_END_INDEX = (
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_run_end ON {TABLE} (committed_at)"
+    f"CREATE INDEX IF NOT EXISTS {RUN_END_INDEX} ON {TABLE} (committed_at)"
     f" WHERE {RUN_END_PREDICATE}"
 )
 

@@ -1,4 +1,4 @@
-"""SQL of the callback port, shared by the SQLite and PostgreSQL stores.
+"""SQL of the callback port, written once for every dialect (``SQLJournalStore``).
 
 One table, ``callbacks``, one row per callback: the id (primary key), the
 ``CallbackRef`` it belongs to (journal id, key, sequence number, step,
@@ -14,9 +14,9 @@ open (``CREATE ... IF NOT EXISTS``), without a version change.
 
 Statements use ``{p}`` where the driver's placeholder goes, as in ``_sql``.
 The operations below take a connection whose ``execute(sql, params)`` returns
-a cursor (``sqlite3`` and ``psycopg`` both qualify) and the placeholder; the
-caller holds the connection and, for the writes, one transaction around the
-call.
+a cursor (``sqlite3`` and ``psycopg`` both qualify) and the dialect's
+placeholder; the caller (``SQLJournalStore``) holds the connection and, for
+the writes, one transaction around the call.
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """The cluster journal store: PostgreSQL through psycopg 3.
 
+``PostgresJournalStore`` is ``SQLJournalStore`` (every operation, both ports)
+over ``PostgresDialect``, which holds what is PostgreSQL's own: ``%s``
+placeholders, ``ON CONFLICT ... DO UPDATE``, psycopg transactions, the
+connect timeout, the schema version in a ``journal_schema`` table, and the
+translation of a failed connect into ``JournalUnavailableError``.
+
 Layout: the ``journal`` table of ``_sql`` (``BIGINT`` sequence numbers and
 ordinals, ``DOUBLE PRECISION`` commit times) with its partial run-end index,
 the ``callbacks`` table of ``_sql_callbacks`` (the ``CallbackStore`` port;
@@ -26,33 +32,27 @@ store can be built and pickled) without it or a server.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict
 
-from flink_agents.stores import _sql, _sql_callbacks
-from flink_agents.stores._process_connection import ProcessLocalConnection
-from flink_agents.stores.callbacks import CallbackRecord, CallbackRef, CallbackStore, CompleteResult
+from flink_agents.stores import _sql
+from flink_agents.stores._dialect import Dialect
 from flink_agents.stores.errors import JournalSchemaError, JournalUnavailableError
-from flink_agents.stores.journal import JournalEntry, JournalStore
+from flink_agents.stores.sql_store import SQLJournalStore
 
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
 
-__all__ = ["PostgresJournalStore"]
+__all__ = ["PostgresDialect", "PostgresJournalStore", "describe_dsn"]
 
 _SCHEMA_TABLE = "journal_schema"
 # pg_advisory_xact_lock key serializing schema creation: "flinkJ" in ASCII.
 _SCHEMA_LOCK_ID = 0x666C696E6B4A
 
 
-class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
-    """A ``JournalStore`` on a PostgreSQL database, shared by a cluster's workers.
-
-    It is the job's ``CallbackStore`` too: callbacks live in the same database
-    (and schema), so the ingress finds them with the journal's DSN alone.
+class PostgresJournalStore(SQLJournalStore):
+    """A journal and callback store on a PostgreSQL database, shared by a
+    cluster's workers (see the module docstring).
 
     Args:
         dsn: A libpq connection string or URI, e.g.
@@ -67,202 +67,42 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
     def __init__(
         self, dsn: str, clock: Callable[[], float] = time.time, connect_timeout_s: int = 10
     ) -> None:
-        super().__init__()
-        self._dsn = dsn
-        self._clock = clock
-        self._connect_timeout_s = int(connect_timeout_s)
-        self._lock = threading.Lock()
-        self._connection: Optional["psycopg.Connection[Any]"] = None
-        self._pid = os.getpid()
+        super().__init__(PostgresDialect(dsn, connect_timeout_s), clock)
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL through psycopg 3, one connection per process.
+
+    Args:
+        dsn: A libpq connection string or URI.
+        connect_timeout_s: Seconds, unless the DSN sets ``connect_timeout``.
+    """
+
+    placeholder = "%s"
+    upsert = _sql.POSTGRES_UPSERT
+    integer, real, blob = "BIGINT", "DOUBLE PRECISION", "BYTEA"
+
+    def __init__(self, dsn: str, connect_timeout_s: int = 10) -> None:
+        self.dsn = dsn
+        self.connect_timeout_s = int(connect_timeout_s)
 
     def __repr__(self) -> str:
-        return f"PostgresJournalStore({describe_dsn(self._dsn)})"
+        return f"PostgresDialect({self.describe()})"
 
-    # --- the port ---------------------------------------------------------------
+    def describe(self) -> str:
+        """``host=... port=... dbname=... user=...``, never the password."""
+        return describe_dsn(self.dsn)
 
-    def load_run(self, journal_id: str, key: str, seq: int) -> Dict[Tuple[str, int], JournalEntry]:
-        """Every entry of one record's run, by (step, ordinal); ``{}`` if none.
+    def is_broken(self, connection: "psycopg.Connection[Any]") -> bool:
+        """Whether the connection closed (the server went away, say)."""
+        return bool(connection.closed)
 
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            JournalSchemaError: The tables are of another schema version.
-            psycopg.Error: The read failed.
-        """
-        with self._session() as connection:
-            selected = connection.execute(
-                _sql.statement(_sql.SELECT_RUN, "%s"), (journal_id, key, seq)
-            ).fetchall()
-        return _sql.entries_by_slot(selected)
+    def transaction(self, connection: "psycopg.Connection[Any]") -> ContextManager[Any]:
+        """psycopg's transaction block (``BEGIN`` ... ``COMMIT``/``ROLLBACK``)."""
+        return connection.transaction()
 
-    def append(self, journal_id: str, key: str, seq: int, entries: List[JournalEntry]) -> None:
-        """Write ``entries`` of one run in one transaction; an existing
-        (step, ordinal) is replaced. An empty list writes nothing and is not
-        counted.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            JournalSchemaError: The tables are of another schema version.
-            psycopg.Error: The write failed and was rolled back (e.g. a field
-                psycopg cannot adapt); nothing of it is stored. After a broken
-                connection the commit's fate is unknown.
-        """
-        entries = list(entries)
-        if not entries:
-            return
-        with self._session() as connection:
-            with connection.transaction():
-                rows = _sql.rows(journal_id, key, seq, entries, float(self._clock()))
-                with connection.cursor() as cursor:
-                    cursor.executemany(_sql.statement(_sql.POSTGRES_UPSERT, "%s"), rows)
-            self.writes += 1
-
-    def prune(self, finished_before_s: float) -> int:
-        """Delete every entry of runs whose ``RUN_END`` entry was committed
-        before ``finished_before_s`` (Unix seconds), in one statement.
-
-        Returns:
-            The number of entries deleted.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The delete failed and was rolled back.
-        """
-        with self._session() as connection:
-            with connection.transaction():
-                cursor = connection.execute(
-                    _sql.statement(_sql.PRUNE, "%s"), (float(finished_before_s),)
-                )
-                return max(cursor.rowcount, 0)
-
-    def count_entries(self) -> int:
-        """How many entries the table holds, over all journals and runs."""
-        with self._session() as connection:
-            row = connection.execute(_sql.COUNT).fetchone()
-        return int(row[0]) if row else 0
-
-    # --- the callback port ----------------------------------------------------------
-
-    def register(
-        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
-    ) -> CallbackRecord:
-        """Store a new ``PENDING`` callback for ``ref`` (times in Unix
-        milliseconds), unless ``ref`` has one already; one transaction.
-
-        Returns:
-            The callback of ``ref``: the new one, or the one registered before
-            (its id, purpose, deadline and state win over the arguments).
-
-        Raises:
-            ValueError: ``callback_id`` is registered for another ref (nothing
-                was written).
-            JournalUnavailableError: The server cannot be reached.
-            JournalSchemaError: The tables are of another schema version.
-            psycopg.Error: The write failed and was rolled back.
-        """
-        with self._session() as connection:
-            with connection.transaction():
-                return _sql_callbacks.register(
-                    connection, "%s", ref, callback_id, purpose, created_ms, deadline_ms
-                )
-
-    def complete(
-        self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
-    ) -> CompleteResult:
-        """Move a ``PENDING`` callback to ``state`` with ``body``, stamped
-        ``now_ms`` (Unix milliseconds), in one transaction whose conditional
-        ``UPDATE`` decides a race between processes (the loser waits for the
-        winner's row lock, then finds the row no longer pending).
-
-        Returns:
-            ``ACCEPTED`` with the updated callback; ``FINISHED`` with the
-            callback as it was (its state won), after adding one to its
-            ``late_completions`` if ``count_late``; ``UNKNOWN`` with None if
-            there is no such callback.
-
-        Raises:
-            ValueError: ``state`` is not one of ``FINAL_STATES`` (the database
-                is not touched).
-            TypeError: ``body`` is neither None nor bytes-like.
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The write failed and was rolled back. After a
-                broken connection the commit's fate is unknown: read the
-                callback back.
-        """
-        body = _sql_callbacks.checked_body(state, body)
-        with self._session() as connection:
-            with connection.transaction():
-                return _sql_callbacks.complete(
-                    connection, "%s", callback_id, state, body, now_ms, count_late
-                )
-
-    def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
-        """The callback, or None if unknown.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The read failed.
-        """
-        with self._session() as connection:
-            return _sql_callbacks.get(connection, "%s", callback_id)
-
-    def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
-        """Those of ``callback_ids`` that have left ``PENDING``, by id; unknown
-        ids are left out. One ``SELECT`` per 500 ids.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The read failed.
-        """
-        with self._session() as connection:
-            return _sql_callbacks.finished(connection, "%s", callback_ids)
-
-    def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
-        """Move every ``PENDING`` callback of one record's run (any step) to
-        ``CLOSED``, stamped ``now_ms`` (Unix milliseconds), in one transaction.
-
-        Returns:
-            How many callbacks it closed.
-
-        Raises:
-            JournalUnavailableError: The server cannot be reached.
-            psycopg.Error: The write failed and was rolled back.
-        """
-        with self._session() as connection:
-            with connection.transaction():
-                return _sql_callbacks.close_run(connection, "%s", journal_id, key, seq, now_ms)
-
-    def prune_callbacks(self, finished_before_s: float) -> int:
-        """Delete the callbacks of runs whose ``RUN_END`` was committed before
-        ``finished_before_s`` (Unix seconds), nested runs' included, in one
-        transaction (see ``CallbackStore.prune_callbacks``).
-
-        Returns:
-            How many callbacks it deleted.
-        """
-        with self._session() as connection:
-            with connection.transaction():
-                return _sql_callbacks.prune(connection, "%s", finished_before_s)
-
-    # --- connections --------------------------------------------------------------
-
-    @contextmanager
-    def _session(self) -> Iterator["psycopg.Connection[Any]"]:
-        """This process's connection, held under the store's lock; dropped if
-        it broke during the call."""
-        self._forget_inherited()
-        with self._lock:
-            if self._connection is None:
-                self._connection = self._connect()
-            connection = self._connection
-            try:
-                yield connection
-            finally:
-                if connection.closed:  # broken (server gone) or closed
-                    self._connection = None
-
-    def _connect(self) -> "psycopg.Connection[Any]":
-        """Connect in autocommit mode (transactions are explicit) and check
-        or create the schema.
+    def connect(self) -> "psycopg.Connection[Any]":
+        """Connect in autocommit mode and check or create the schema.
 
         Raises:
             ValueError: The DSN cannot be parsed.
@@ -271,21 +111,21 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
         """
         import psycopg  # lazily: the package imports without it
 
-        parts = _parse_dsn(self._dsn)
-        if self._dsn.strip() and not parts:
+        parts = _parse_dsn(self.dsn)
+        if self.dsn.strip() and not parts:
             raise ValueError(
                 "the PostgreSQL journal DSN is not a libpq connection string or URI "
                 "(not shown: it may hold a password)"
             )
         options: Dict[str, Any] = {}
         if "connect_timeout" not in parts:
-            options["connect_timeout"] = self._connect_timeout_s
+            options["connect_timeout"] = self.connect_timeout_s
         try:
-            connection = psycopg.connect(self._dsn, autocommit=True, **options)
+            connection = psycopg.connect(self.dsn, autocommit=True, **options)
         except psycopg.Error as error:
-            message = _without_password(str(error).strip(), self._dsn)
+            message = _without_password(str(error).strip(), self.dsn)
             raise JournalUnavailableError(
-                f"cannot connect to the PostgreSQL journal at {describe_dsn(self._dsn)}: {message}"
+                f"cannot connect to the PostgreSQL journal at {self.describe()}: {message}"
             ) from None  # the chained error's repr could carry the DSN
         try:
             self._ensure_schema(connection)
@@ -295,8 +135,9 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
         return connection
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
-        """Create the version-1 tables if missing (``callbacks`` too, in a
-        database that predates it), or check their version.
+        """Create the version-1 tables if missing (in a database an older
+        release wrote, what it lacks), or check their version; one transaction
+        under an advisory lock.
 
         Raises:
             JournalSchemaError: ``journal_schema`` holds another version.
@@ -313,15 +154,13 @@ class PostgresJournalStore(ProcessLocalConnection, JournalStore, CallbackStore):
                 )
             elif versions != [_sql.SCHEMA_VERSION]:
                 raise JournalSchemaError(
-                    f"the PostgreSQL journal at {describe_dsn(self._dsn)} has schema version(s) "
+                    f"the PostgreSQL journal at {self.describe()} has schema version(s) "
                     f"{versions} ({_SCHEMA_TABLE} table); this release reads version "
                     f"{_sql.SCHEMA_VERSION}. Point journal.postgres.dsn at another database "
                     "or schema, or migrate this one."
                 )
-            connection.execute(_sql.create_table("BIGINT", "DOUBLE PRECISION"))
-            connection.execute(_sql.CREATE_RUN_END_INDEX)
-            for sql in _sql_callbacks.create_statements("BIGINT", "BYTEA"):
-                connection.execute(sql)
+            for statement in self.schema():
+                connection.execute(statement)
 
 
 def describe_dsn(dsn: str) -> str:

@@ -1,0 +1,163 @@
+"""``SQLJournalStore`` over its dialects: one transaction per write and none
+per read, rollback on failure, broken connections dropped, the schema each
+dialect creates, and what a dialect may show of where it points.
+
+A recording dialect wraps the real SQLite or PostgreSQL dialect and logs
+what the store asks of it, so these tests see the store's calls while every
+statement still runs on a real database. The PostgreSQL cases skip without
+``FLINK_AGENTS_POSTGRES_DSN``, as in ``test_journal_stores.py``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, List
+
+import pytest
+
+from flink_agents.stores import CallbackRef, JournalEntry, SQLJournalStore
+from flink_agents.stores import _sql, _sql_callbacks
+from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
+from flink_agents.stores.postgres_store import PostgresDialect, PostgresJournalStore
+from flink_agents.stores.sqlite_store import SQLiteDialect
+from tests.support.journal_stores import FakeClock, entry, postgres_schema, run_end
+
+
+class Recording(Dialect):
+    """A dialect that logs the store's requests and delegates to ``inner``."""
+
+    def __init__(self, inner: Dialect) -> None:
+        self.inner = inner
+        self.placeholder, self.upsert = inner.placeholder, inner.upsert
+        self.integer, self.real, self.blob = inner.integer, inner.real, inner.blob
+        self.log: List[str] = []
+        self.broken_once = False
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def connect(self) -> Any:
+        self.log.append("connect")
+        return self.inner.connect()
+
+    def is_broken(self, connection: Any) -> bool:
+        broken, self.broken_once = self.broken_once, False
+        if broken:
+            connection.close()
+        return broken or self.inner.is_broken(connection)
+
+    @contextmanager
+    def transaction(self, connection: Any) -> Iterator[None]:
+        self.log.append("begin")
+        try:
+            with self.inner.transaction(connection):
+                yield
+        except BaseException:
+            self.log.append("rollback")
+            raise
+        self.log.append("commit")
+
+
+def driver_error(dialect: Recording) -> type:
+    """What a failed read or write raises: the driver's own error."""
+    if isinstance(dialect.inner, SQLiteDialect):
+        return sqlite3.Error
+    import psycopg
+
+    return psycopg.Error
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def dialect(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recording]:
+    if request.param == "sqlite":
+        yield Recording(SQLiteDialect(tmp_path / "journal.db"))
+    else:
+        with postgres_schema() as dsn:
+            yield Recording(PostgresDialect(dsn))
+
+
+def test_each_write_is_one_transaction_and_reads_take_none(dialect: Recording) -> None:
+    clock = FakeClock(100.0)
+    store = SQLJournalStore(dialect, clock=clock)
+    try:
+        store.append("job", "k", 0, [entry("a@0", 0), entry("a@0", 1)])
+        store.load_run("job", "k", 0)
+        store.register(CallbackRef("job", "k", 0, "a@0", 0), "cb-1", "p", 1, 2)
+        store.get_callback("cb-1")
+        store.complete("cb-1", "resolved", b"ok", 3)
+        store.finished_callbacks(["cb-1"])
+        store.append("job", "k", 0, [run_end()])
+        store.close_run("job", "k", 0, 4)
+        store.count_entries()
+        assert store.prune_callbacks(1e12) == 1 and store.prune(1e12) == 3
+        assert dialect.log == ["connect"] + ["begin", "commit"] * 7
+        assert store.writes == 2
+    finally:
+        store.close()
+
+
+def test_a_failed_write_rolls_back_and_the_connection_stays(dialect: Recording) -> None:
+    store = SQLJournalStore(dialect)
+    try:
+        bad = JournalEntry("a@0", 1, "f:g", "", {"not": "text"})  # type: ignore[arg-type]
+        with pytest.raises(driver_error(dialect)):
+            store.append("job", "k", 0, [entry("a@0", 0), bad])
+        store.append("job", "k", 0, [entry("a@0", 0)])
+        assert dialect.log == ["connect", "begin", "rollback", "begin", "commit"]
+        assert store.count_entries() == 1 and store.writes == 1
+    finally:
+        store.close()
+
+
+def test_a_broken_connection_is_dropped_and_the_next_call_reconnects(dialect: Recording) -> None:
+    store = SQLJournalStore(dialect)
+    try:
+        store.append("job", "k", 0, [entry("a@0", 0)])
+        dialect.broken_once = True  # the connection breaks during this read
+        store.count_entries()
+        assert store.load_run("job", "k", 0) == {("a@0", 0): entry("a@0", 0)}
+        assert dialect.log.count("connect") == 2
+    finally:
+        store.close()
+
+
+def test_schema_creates_every_object_once_and_again_is_a_no_op(dialect: Recording) -> None:
+    store = SQLJournalStore(dialect)
+    try:
+        store.count_entries()  # connect: creates the schema
+        with dialect.inner.transaction(store._connection):
+            for statement in dialect.schema():  # an up-to-date database: nothing happens
+                store._connection.execute(statement)
+        if isinstance(dialect.inner, SQLiteDialect):
+            found = "SELECT name FROM sqlite_master"
+        else:
+            found = "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+        names = {row[0] for row in store._connection.execute(found)}
+        assert set(SCHEMA_OBJECTS) <= names
+    finally:
+        store.close()
+
+
+def test_every_statement_takes_the_dialects_placeholder() -> None:
+    templates = [_sql.SELECT_RUN, _sql.PRUNE, _sql_callbacks.INSERT, _sql_callbacks.ACCEPT,
+                 _sql_callbacks.CLOSE_RUN, _sql_callbacks.PRUNE, _sql_callbacks.select_finished(3)]
+    for dialect in (SQLiteDialect(Path("j.db")), PostgresDialect("postgresql://u@h/db")):
+        for template in templates + [dialect.upsert]:
+            sql = dialect.sql(template)
+            assert "{p}" not in sql and sql.count(dialect.placeholder) == template.count("{p}")
+
+
+def test_dialects_pickle_and_show_no_password(tmp_path: Path) -> None:
+    dialect = PostgresDialect("postgresql://alice:s3cret-pw@db.example:5432/journal", 3)
+    copy = pickle.loads(pickle.dumps(dialect))
+    assert (copy.dsn, copy.connect_timeout_s) == (dialect.dsn, 3)
+    shown = [dialect.describe(), repr(dialect), repr(PostgresJournalStore(dialect.dsn))]
+    assert all("db.example" in text and "s3cret-pw" not in text for text in shown)
+    sqlite = SQLiteDialect(tmp_path / "j.db", busy_timeout_ms=5, synchronous="normal")
+    assert (sqlite.busy_timeout_ms, sqlite.synchronous) == (5, "NORMAL")
+    assert pickle.loads(pickle.dumps(sqlite)).path == tmp_path / "j.db"
+    with pytest.raises(ValueError, match="busy_timeout_ms"):
+        SQLiteDialect(tmp_path / "j.db", busy_timeout_ms=-1)
