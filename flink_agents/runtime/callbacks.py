@@ -195,6 +195,8 @@ class CallbackHub:
             (default 100).
         counters: The engine's counters.
         clock: Unix seconds; injectable for tests.
+        executors: Where store operations run (the engine's io pool,
+            ``runtime.executors``); None: ``asyncio.to_thread``.
     """
 
     def __init__(
@@ -203,8 +205,10 @@ class CallbackHub:
         config: Dict[str, Any],
         counters: RunCounters,
         clock: Callable[[], float] = time.time,
+        executors: Any = None,
     ) -> None:
         self._store = store
+        self._in_thread: Callable[..., Awaitable[Any]] = asyncio.to_thread if executors is None else executors.io
         base = config.get(BASE_URL_OPTION) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         self.base_url = str(base).rstrip("/")
         self._poll_s = float(config.get(POLL_INTERVAL_OPTION, _DEFAULT_POLL_INTERVAL_MS)) / 1000.0
@@ -243,7 +247,7 @@ class CallbackHub:
         now_ms = self._now_ms()
         timeout_ms = int(round(timeout * 1000))
         candidate = secrets.token_urlsafe(_ID_BYTES)
-        record = await asyncio.to_thread(
+        record = await self._in_thread(
             self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms
         )
         if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
@@ -264,7 +268,7 @@ class CallbackHub:
 
     async def wait_record(self, callback_id: str) -> CallbackRecord:
         """The callback once it has left ``PENDING`` (parks the run meanwhile)."""
-        record = await asyncio.to_thread(self._store.get_callback, callback_id)
+        record = await self._in_thread(self._store.get_callback, callback_id)
         if record is None:
             raise RuntimeError(f"callback {callback_id} is not in the store (pruned while its run waited?)")
         if record.state != PENDING:
@@ -291,14 +295,14 @@ class CallbackHub:
                 now_ms = self._now_ms()
                 for callback_id, waiting in list(self._waiting.items()):
                     if waiting.deadline_ms <= now_ms:
-                        result = await asyncio.to_thread(
+                        result = await self._in_thread(
                             self._store.complete, callback_id, TIMED_OUT, None, now_ms
                         )
                         if result.record is not None:
                             self._settled(result.record)
                 ids = list(self._waiting)
                 if ids:
-                    for record in (await asyncio.to_thread(self._store.finished_callbacks, ids)).values():
+                    for record in (await self._in_thread(self._store.finished_callbacks, ids)).values():
                         self._settled(record)
             except asyncio.CancelledError:
                 raise
@@ -320,7 +324,7 @@ class CallbackHub:
 
     async def cancel(self, callback_id: str) -> bool:
         """Cancel a callback unless it finished first. True if this won."""
-        result = await asyncio.to_thread(
+        result = await self._in_thread(
             self._store.complete, callback_id, CANCELLED, None, self._now_ms()
         )
         if result.record is not None:
@@ -330,14 +334,14 @@ class CallbackHub:
     async def cancel_for_run(self, ref_of_run: CallbackRef, callback_id: str) -> Optional[CallbackRecord]:
         """Cancel ``callback_id`` if it belongs to the given run's key and
         record (a model may name any id); None if it does not."""
-        record = await asyncio.to_thread(self._store.get_callback, callback_id)
+        record = await self._in_thread(self._store.get_callback, callback_id)
         if record is None or (record.ref.key, record.ref.seq) != (ref_of_run.key, ref_of_run.seq) or not (
             record.ref.journal_id == ref_of_run.journal_id
             or record.ref.journal_id.startswith(ref_of_run.journal_id + "/")
         ):
             return None
         await self.cancel(callback_id)
-        return await asyncio.to_thread(self._store.get_callback, callback_id)
+        return await self._in_thread(self._store.get_callback, callback_id)
 
     def has_open_callbacks(self, key_text: str) -> bool:
         """Whether a run of the key has a callback not yet finished (its run
@@ -381,10 +385,10 @@ class CallbackHub:
             self._finished.discard(record.callback_id)
         if open_records:
             now_ms = self._now_ms()
-            closed = await asyncio.to_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
+            closed = await self._in_thread(self._store.close_run, journal_id, key_text, seq, now_ms)
             for record in open_records:
                 if record.ref.journal_id != journal_id:  # a sub-agent run's ("<parent>/<call>")
-                    result = await asyncio.to_thread(self._store.complete, record.callback_id, CLOSED, None, now_ms)
+                    result = await self._in_thread(self._store.complete, record.callback_id, CLOSED, None, now_ms)
                     closed += result.outcome == ACCEPTED
             self._counters.callbacks_closed += closed
         return bool(records)

@@ -11,6 +11,7 @@ busy key wait in its state; different keys may run concurrently.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List
@@ -21,6 +22,7 @@ from flink_agents.runtime.callbacks import CallbackHub
 from flink_agents.runtime.context import RunIdentity, RunServices
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, RecordSkipped
+from flink_agents.runtime.executors import Executors
 from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
@@ -36,6 +38,8 @@ __all__ = ["AgentEngine", "RETENTION_OPTION", "PRUNE_INTERVAL_OPTION"]
 
 log = logging.getLogger(__name__)
 
+MAX_CONCURRENT_RUNS_OPTION = "max_concurrent_runs"
+DEFAULT_MAX_CONCURRENT_RUNS = 64
 RETENTION_OPTION = "journal.retention_s"
 PRUNE_INTERVAL_OPTION = "journal.prune_interval_s"
 _DEFAULT_RETENTION_S = 1800.0
@@ -80,12 +84,16 @@ class AgentEngine:
         self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
         self._last_prune = clock()
         self._resources = ResourceCache(plan)
+        # Blocking user calls on a pool sized to the run concurrency, store
+        # I/O on its own (runtime.executors).
+        self.executors = Executors(int(self.config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS)))
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
-            CallbackHub(self.store, self.config, self.counters, clock) if isinstance(self.store, CallbackStore) else None
+            CallbackHub(self.store, self.config, self.counters, clock, self.executors)
+            if isinstance(self.store, CallbackStore) else None
         )
         self._sub_agents = SubAgentRunner(
-            plan, self.store, self.config, self.counters, self._count_write, self.callbacks
+            plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors
         )
         self._running: set[Any] = set()
         self.progress_enabled = _flag(self.config.get(PROGRESS_OPTION))
@@ -221,9 +229,10 @@ class AgentEngine:
                 outputs.append(output)
                 inner_emit(output)
 
+        self.executors.install(asyncio.get_running_loop())
         journal = RunJournal(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
-            on_commit=None if progress is None else progress.committed,
+            on_commit=None if progress is None else progress.committed, executors=self.executors,
         )
         if progress is not None and journal.is_replay:
             progress.replayed(journal.journaled_entries())
@@ -313,6 +322,7 @@ class AgentEngine:
             self._resources.close()
             self._sub_agents.close()
         finally:
+            self.executors.close()
             if self._owns_store:
                 self.store.close()
 

@@ -97,13 +97,17 @@ class RunJournal:
         on_write: Called after each committed write (for counters).
         on_commit: Called with the entries of each committed write, after it
             landed (the progress stream, ``runtime.progress``).
+        executors: Where async writes run (the engine's io pool,
+            ``runtime.executors``); None: the loop's default executor.
     """
 
     def __init__(
         self, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None],
         on_commit: Callable[[List[JournalEntry]], None] | None = None,
+        executors: Any = None,
     ) -> None:
         self._store = store
+        self._executors = executors
         self._run = (journal_id, key_text, seq)
         self._on_write = on_write
         self._on_commit = on_commit
@@ -237,7 +241,10 @@ class RunJournal:
 
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         try:
-            loop.run_in_executor(None, contextvars.copy_context().run, write)
+            if self._executors is not None:
+                self._executors.io_future(write)
+            else:
+                loop.run_in_executor(None, contextvars.copy_context().run, write)
         except BaseException as exc:  # no worker thread (the executor shut down): nothing written
             written.set_exception(exc)
         return settled

@@ -86,16 +86,18 @@ class SubAgentRunner:
         counters: The engine's counters (children count in them too).
         on_write: Called after each journal write.
         callbacks: The engine's ``CallbackHub`` (children create callbacks too).
+        executors: The engine's thread pools (``runtime.executors``).
     """
 
     def __init__(self, root: AgentPlan, store: "JournalStore", config: Dict[str, Any],
-                 counters: "RunCounters", on_write: Any, callbacks: Any = None) -> None:
+                 counters: "RunCounters", on_write: Any, callbacks: Any = None, executors: Any = None) -> None:
         self._root = root
         self._store = store
         self._config = config
         self._counters = counters
         self._on_write = on_write
         self._callbacks = callbacks
+        self._executors = executors
         self._resources: Dict[str, ResourceCache] = {}
 
     def resources_of(self, child_key: str) -> ResourceCache:
@@ -122,7 +124,8 @@ class SubAgentRunner:
         if explicit_session:
             memory = parent.short_term_memory.get(session_path(session_id)) or {}
         state = KeyState(journal_id=run.journal_id, short_term_memory=memory)
-        journal = RunJournal(self._store, run.journal_id, run.key_text, run.seq, self._on_write)
+        journal = RunJournal(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
+                             executors=self._executors)
         outputs: list = []
         try:
             await run_record(
