@@ -315,3 +315,50 @@ def test_the_journal_keeps_finished_runs_thirty_minutes_and_prunes_at_most_once_
         assert store.count_entries() == 3 * entries
     finally:
         engine.close()
+
+
+# ---- all or nothing per record, for outputs as for memory (issue 13.1) ------------------------
+
+
+def output_then_step(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=f"early {event.input}"))
+    ctx.send_event(Step(note=event.input))
+
+
+@pytest.mark.parametrize("host", ["local", "key_runner"])
+@pytest.mark.parametrize("strategy", ["fail", "skip"])
+def test_a_failing_record_emits_none_of_its_outputs_on_either_host(host: str, strategy: str) -> None:
+    """The first action sends an output, the second raises: the record emits
+    nothing (its error record under skip), on the local runner's path and on
+    the Flink path's runner alike."""
+    agent = (Agent().add_action("first", [InputEvent], output_then_step)
+             .add_action("second", [Step], fail_on_bad, error_strategy=strategy))
+    engine = _engine(agent)
+    if host == "local":
+        driver = LocalDriver()
+        try:
+            if strategy == "fail":
+                with pytest.raises(ActionFailed):
+                    asyncio.run(engine.process(driver, "k", "bad"))
+            else:
+                asyncio.run(engine.process(driver, "k", "bad"))
+            asyncio.run(engine.process(driver, "k2", "good"))
+        finally:
+            engine.close()
+        outputs, errors = driver.outputs, driver.errors
+    else:
+        runner = KeyRunner(engine)
+        try:
+            for key, value in (("k", "bad"), ("k2", "good")):
+                state = KeyState(journal_id="job", next_seq=1, pending=[PendingRecord(0, value)])
+                runner.submit(key, state)
+                assert runner.wait_for(key, timeout_s=10)
+            bad, good = runner.take("k")[0], runner.take("k2")[0]
+        finally:
+            runner.close()
+            engine.close()
+        assert isinstance(bad.failure, ActionFailed) if strategy == "fail" else bad.failure is None
+        outputs = [{"k": o} for o in bad.outputs] + [{"k2": o} for o in good.outputs]
+        errors = bad.errors
+    assert outputs == [{"k2": "early good"}, {"k2": "good"}]
+    assert [e["action"] for e in errors] == (["second"] if strategy == "skip" else [])

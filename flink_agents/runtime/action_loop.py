@@ -8,7 +8,8 @@ last event.
 Each action invocation is a *step* named ``"<action>@<event index>"``. Its
 completion (sent events, memory writes) is journaled; on replay a completed
 step is not run again: its events and writes are re-applied from the journal.
-``OutputEvent`` outputs go to the driver as they are dequeued. An action's
+``OutputEvent`` outputs go to ``emit`` as they are dequeued (the engine
+holds them until the run finished: all or nothing per record). An action's
 memory writes become visible to later actions when it finishes and are
 dropped if it raises. Sensory memory lives for this run only.
 
@@ -85,7 +86,6 @@ async def run_record(
             counters.events += 1
             if isinstance(event, OutputEvent):
                 emit(event.output)
-                counters.outputs += 1
             actions = plan.actions_for(event.EVENT_TYPE)
             if not actions and not isinstance(event, OutputEvent):
                 counters.unhandled_events += 1

@@ -212,6 +212,11 @@ class AgentEngine:
         """Run one record of ``key`` against ``state`` (its short-term memory
         is updated in place; the pending queue is the caller's business).
 
+        All or nothing per record, for outputs as for memory: the record's
+        outputs go to ``emit`` only once its run finished; a run that fails
+        (``fail``) or is skipped (``skip``) emits none of them, whatever its
+        earlier actions sent.
+
         Args:
             emit_progress: Where the run's progress records go, one call per
                 publish (``runtime.progress``); None: no progress stream.
@@ -221,14 +226,7 @@ class AgentEngine:
         """
         run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
         progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
-        outputs: List[Any] = []
-        if progress is not None:
-            inner_emit = emit
-
-            def emit(output: Any) -> None:
-                outputs.append(output)
-                inner_emit(output)
-
+        outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
         journal = RunJournal(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
@@ -241,7 +239,7 @@ class AgentEngine:
         try:
             await run_record(
                 self.plan, run, state, record, journal, self._resources.get, self.config,
-                emit, self.counters, RunServices(
+                outputs.append, self.counters, RunServices(
                     self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None,
                     **({} if self._sleep is None else {"sleep": self._sleep}),
                 ),
@@ -278,6 +276,9 @@ class AgentEngine:
             await journal.finish_async("ok", force=await self._close_callbacks(run))
             if progress is not None and progress.commits == 0 and not journal.is_replay:
                 progress.ended_without_commit("ok", outputs)
+            for output in outputs:
+                emit(output)
+            self.counters.outputs += len(outputs)
         finally:
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
