@@ -18,7 +18,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.errors import ActionFailed, NondeterminismError
+from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, NondeterminismError
 from flink_agents.runtime.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.state import KeyState, PendingRecord
@@ -279,7 +279,11 @@ def test_a_failing_store_write_fails_the_record_and_starts_no_further_call() -> 
     store.before_append = disk_full
     with pytest.raises(ActionFailed) as failure:
         _process(_engine(Agent().add_action("two", [InputEvent], two_calls), store), ["r"])
-    assert isinstance(failure.value.cause, OSError) and failure.value.cause.errno == 28
+    # Internal: the store's error, wrapped so that no except Exception in an
+    # action could swallow it.
+    cause = failure.value.cause
+    assert isinstance(cause, JournalUnavailable) and not isinstance(cause, Exception)
+    assert isinstance(cause.__cause__, OSError) and cause.__cause__.errno == 28
     assert CALLS == Counter({("price", 1): 1})  # the second call did not start
     assert store.count_entries() == 0
 
@@ -362,3 +366,45 @@ def test_a_failing_record_emits_none_of_its_outputs_on_either_host(host: str, st
         errors = bad.errors
     assert outputs == [{"k2": "early good"}, {"k2": "good"}]
     assert [e["action"] for e in errors] == (["second"] if strategy == "skip" else [])
+
+
+# ---- store failures are internal: no action can swallow them (issue 13.4) -----------------------
+
+
+def swallowing(event: Event, ctx: Any) -> None:
+    """Wraps its journaled calls in except Exception, as user code does."""
+    try:
+        ctx.durable_execute(price, 1)
+        ctx.durable_execute(price, 2)  # its start commits the first result: the journal is locked
+    except Exception:  # noqa: BLE001 - the point of the test
+        pass
+    ctx.send_event(OutputEvent(output="went on"))
+
+
+@pytest.mark.parametrize("strategy", ["fail", "retry", "skip"])
+def test_a_locked_sqlite_journal_fails_the_record_even_inside_except_exception(tmp_path: Any, strategy: str) -> None:
+    import sqlite3
+
+    from flink_agents.stores.sqlite_store import SQLiteJournalStore
+
+    path = tmp_path / "journal.db"
+    store = SQLiteJournalStore(path, busy_timeout_ms=50)
+    assert store.count_entries() == 0  # the file exists, in WAL mode: reads go on under the lock
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another connection holds the write lock
+    agent = Agent().add_action("swallowing", [InputEvent], swallowing, error_strategy=strategy,
+                               **{"error_retry.initial_backoff_s": 0.001})
+    engine = _engine(agent, store)
+    driver = LocalDriver()
+    try:
+        with pytest.raises(ActionFailed) as failure:
+            asyncio.run(engine.process(driver, "k", "r"))
+    finally:
+        engine.close()
+        other.rollback()
+        other.close()
+        store.close()
+    assert isinstance(failure.value.cause, JournalUnavailable)
+    assert isinstance(failure.value.cause.__cause__, sqlite3.OperationalError)
+    assert driver.outputs == [] and driver.errors == []
+    assert CALLS == Counter({("price", 1): 1})  # nothing built on the result that was not durable

@@ -37,7 +37,10 @@ from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
 from flink_agents.runtime.call_position import enter_action, exit_action
 from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunIdentity, RunServices
 from flink_agents.runtime.error_policy import ErrorPolicy
-from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
+from flink_agents.runtime.errors import (
+    INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordSkipped,
+    classify,
+)
 from flink_agents.runtime.event_codec import decode_event, encode_event
 from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.memory import StagedMemory, apply_diff
@@ -151,11 +154,13 @@ async def _run_step(
                 raise ActionReturnedValue(spec.name, returned)
             counters.actions += 1
             return ctx
-        except NondeterminismError as exc:
-            raise ActionFailed(run.key, run.seq, spec.name, exc) from None
-        except Exception as exc:
+        except (Exception, NondeterminismError, JournalUnavailable) as exc:
             ctx.active = False  # orphaned calls of this attempt journal nothing
-            retry = attempt < policy.attempts_allowed and not isinstance(exc, ActionReturnedValue)
+            kind = classify(exc)  # runtime.errors: what a failure means, in one place
+            if kind == INTERNAL or isinstance(exc, NondeterminismError):
+                # Never retried or skipped: the record fails, a restart replays it.
+                raise ActionFailed(run.key, run.seq, spec.name, exc) from exc
+            retry = kind == RETRYABLE and attempt < policy.attempts_allowed
             if not retry:
                 journal.discard_failed(step)
                 failure = ActionFailed(run.key, run.seq, spec.name, exc)
@@ -175,18 +180,6 @@ async def _run_step(
         finally:
             ctx.active = False
             exit_action(scope)
-
-
-class ActionReturnedValue(TypeError):
-    """An action returned something other than ``None`` (never retried: a
-    retry would return it again)."""
-
-    def __init__(self, action: str, value: Any) -> None:
-        super().__init__(
-            f"action {action!r} returned a {type(value).__name__} ({value!r:.80}); actions return None: "
-            "send outputs and events with ctx.send_event(...), e.g. ctx.send_event(OutputEvent(output=...))"
-        )
-        self.action = action
 
 
 async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name: str, run: RunIdentity) -> Any:

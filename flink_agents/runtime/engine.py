@@ -21,7 +21,7 @@ from flink_agents.runtime.action_loop import run_record
 from flink_agents.runtime.callbacks import CallbackHub
 from flink_agents.runtime.context import RunIdentity, RunServices
 from flink_agents.runtime.driver import KeyedDriver
-from flink_agents.runtime.errors import ActionFailed, RecordSkipped
+from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
 from flink_agents.runtime.executors import Executors
 from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
@@ -263,7 +263,7 @@ class AgentEngine:
             # replays it instead of calling again. Its callbacks stay pending.
             try:
                 journal.commit()
-            except Exception as write_error:  # the record fails either way; say both
+            except (Exception, JournalUnavailable) as write_error:  # the record fails either way; say both
                 if write_error is not failure.cause:
                     log.warning("could not keep the journal of failed %s: %r", failure, write_error)
                     failure.add_note(f"keeping its journal failed too: {write_error!r}")

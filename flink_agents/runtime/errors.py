@@ -1,9 +1,22 @@
-"""Errors of the runtime, classified in one place.
+"""Errors of the runtime, classified in one place (``classify``).
 
-``ActionFailed`` is terminal for the record: an action raised. It carries the
-key, record sequence number and action name so that the job's failure names
-the record. Engine control signals (none yet) will derive from BaseException
-so that ``except Exception`` in user code cannot swallow them.
+Three kinds decide what happens when an action invocation ends in an error:
+
+- ``RETRYABLE``: an ordinary exception of user code (a tool, a model call,
+  the action itself); the action's error strategy applies (fail, retry with
+  backoff, skip).
+- ``TERMINAL``: a fault of the agent's code that a retry would repeat
+  (``NondeterminismError``, ``ActionReturnedValue``): the record fails, or
+  under ``skip`` goes to the error output, without retries.
+- ``INTERNAL``: the runtime itself cannot go on (``JournalUnavailable``: a
+  store write failed, so nothing may build on results that are not
+  durable): the record fails under every strategy, and the job's restart
+  replays it. Internal errors and ``NondeterminismError`` derive from
+  ``BaseException``, so an action's ``except Exception`` cannot swallow
+  them and go on as if its results were safe.
+
+``ActionFailed`` carries the key, record sequence number and action name so
+that the job's failure names the record. Matching is by type, never by text.
 """
 
 from __future__ import annotations
@@ -11,8 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "ActionFailed", "InputRecordError", "NondeterminismError", "RecordSkipped", "ReplayedError", "StateSchemaError",
+    "ActionFailed", "ActionReturnedValue", "INTERNAL", "InputRecordError", "JournalUnavailable", "NondeterminismError",
+    "RETRYABLE", "RecordSkipped", "ReplayedError", "StateSchemaError", "TERMINAL", "classify",
 ]
+
+RETRYABLE = "retryable"
+TERMINAL = "terminal"
+INTERNAL = "internal"
 
 
 class ActionFailed(RuntimeError):
@@ -83,3 +101,46 @@ class RecordSkipped(Exception):
         super().__init__(str(failure))
         self.failure = failure
         self.attempts = attempts
+
+
+class ActionReturnedValue(TypeError):
+    """An action returned something other than ``None``: its value would be
+    lost (terminal: a retry would return it again)."""
+
+    def __init__(self, action: str, value: Any) -> None:
+        super().__init__(
+            f"action {action!r} returned a {type(value).__name__} ({value!r:.80}); actions return None: "
+            "send outputs and events with ctx.send_event(...), e.g. ctx.send_event(OutputEvent(output=...))"
+        )
+        self.action = action
+
+
+class JournalUnavailable(BaseException):
+    """A journal write failed: the run cannot make its results durable.
+
+    A ``BaseException`` (internal): an action's ``except Exception`` around a
+    journaled call must not swallow it, or the action would go on, and its
+    record emit outputs, on results a failover could lose. The store's own
+    error is the ``__cause__``.
+
+    Attributes:
+        run: ``(journal id, key text, record seq)`` of the run.
+    """
+
+    def __init__(self, run: Any, cause: BaseException) -> None:
+        super().__init__(f"journal write of run {run} failed: {type(cause).__name__}: {cause}")
+        self.run = run
+
+
+def classify(error: BaseException) -> str:
+    """``RETRYABLE``, ``TERMINAL`` or ``INTERNAL`` (see the module docstring).
+
+    Anything that is not an ``Exception`` and not one of ours (a
+    ``KeyboardInterrupt``, a ``CancelledError``) is not classified here: it
+    propagates as is.
+    """
+    if isinstance(error, JournalUnavailable):
+        return INTERNAL
+    if isinstance(error, (NondeterminismError, ActionReturnedValue)):
+        return TERMINAL
+    return RETRYABLE

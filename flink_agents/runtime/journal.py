@@ -48,7 +48,7 @@ from pydantic import BaseModel
 
 from flink_agents.runtime.call_position import is_under
 from flink_agents.runtime.codec import decode_outcome, encode_outcome
-from flink_agents.runtime.errors import NondeterminismError
+from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.values import encode_value
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 
@@ -161,8 +161,8 @@ class RunJournal:
         try:
             self._store.append(*self._run, entries)
         except BaseException as exc:
-            self._write_failure = exc
-            raise
+            self._write_failure = self._unavailable(exc)
+            raise self._write_failure from exc
         self._landed(entries)
 
     async def commit_async(self) -> None:
@@ -199,8 +199,8 @@ class RunJournal:
             return
         error = pending.exception()
         if error is not None:
-            self._write_failure = error
-            raise error
+            self._write_failure = self._unavailable(error)
+            raise self._write_failure from error
 
     def _write_in_thread(self, entries: List[JournalEntry]) -> "asyncio.Future[None]":
         """Start the store write of ``entries`` on a worker thread.
@@ -229,8 +229,8 @@ class RunJournal:
             try:
                 done.result()
             except BaseException as exc:
-                self._write_failure = exc
-                settled.set_exception(exc)
+                self._write_failure = self._unavailable(exc)
+                settled.set_exception(self._write_failure)
                 return
             try:
                 self._landed(entries)
@@ -265,6 +265,16 @@ class RunJournal:
                             self._run, settled.exception())
             raise cancelled
         settled.result()
+
+    def _unavailable(self, error: BaseException) -> BaseException:
+        """A store's error as the runtime's internal ``JournalUnavailable``
+        (``runtime.errors``); other ``BaseException``s (a simulated crash,
+        a cancellation) as they are."""
+        if isinstance(error, Exception):
+            failure = JournalUnavailable(self._run, error)
+            failure.__cause__ = error
+            return failure
+        return error
 
     def _replay(self, step: str, ordinal: int, function_id: str, digest: str) -> JournalEntry | None:
         entry = self._journaled.get((step, ordinal))
