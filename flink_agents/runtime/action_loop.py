@@ -35,7 +35,8 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
 from flink_agents.runtime.call_position import enter_action, exit_action
-from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunIdentity, RunServices
+from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunServices
+from flink_agents.runtime.ids import RunIdentity
 from flink_agents.runtime.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import (
     INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordSkipped,

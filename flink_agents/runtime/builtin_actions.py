@@ -47,6 +47,7 @@ from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.conversation import TURN_START, begin_turn, end_turn
+from flink_agents.runtime.ids import tool_call_id
 
 __all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
 
@@ -132,12 +133,11 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
             f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
             f"({MAX_TOOL_ROUNDS_OPTION})"
         )
-    request_tag = conversation["request_id"].replace("-", "")[:12]
     calls = []
     for index, call in enumerate(reply.tool_calls):
         function = call.get("function", {})
         calls.append({
-            "id": f"{request_tag}-{conversation['round']}-{index}",
+            "id": tool_call_id(conversation["request_id"], conversation["round"], index),
             "type": "function",
             "function": {"name": function.get("name"), "arguments": function.get("arguments") or {}},
             "original_id": call.get("original_id", call.get("id")),

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List
 
@@ -15,43 +13,12 @@ from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.call_position import TaskScope, position
+from flink_agents.runtime.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
 from flink_agents.runtime.journal import RunJournal, args_digest, function_id_of
 from flink_agents.runtime.memory import MemoryNode, StagedMemory
-from flink_agents.runtime.values import encode_value
 from flink_agents.stores.callbacks import CallbackRef
 
-__all__ = ["ActionContext", "NO_SERVICES", "RunIdentity", "RunServices", "key_text"]
-
-# Namespace of the ids the runtime derives; fixed forever (ids are journaled).
-_ID_NAMESPACE = uuid.UUID("3f0b3f5e-6d1c-4d8e-9a57-6c1f4a7b9e21")
-
-
-def key_text(key: Any) -> str:
-    """A key as stable text (JSON where it has a JSON form, else repr)."""
-    try:
-        return json.dumps(encode_value(key), sort_keys=True, separators=(",", ":"))
-    except TypeError:
-        return repr(key)
-
-
-class RunIdentity:
-    """Who is running: journal id, key and record sequence number.
-
-    Ids derive from it, the step (action invocation) and an ordinal, never
-    from randomness or time, so a replay re-derives them.
-    """
-
-    __slots__ = ("journal_id", "key", "seq", "key_text")
-
-    def __init__(self, journal_id: str, key: Any, seq: int) -> None:
-        self.journal_id = journal_id
-        self.key = key
-        self.seq = seq
-        self.key_text = key_text(key)
-
-    def event_id(self, step: str, ordinal: int) -> uuid.UUID:
-        return uuid.uuid5(_ID_NAMESPACE, f"{self.journal_id}/{self.key_text}/{self.seq}/{step}/{ordinal}")
-
+__all__ = ["ActionContext", "NO_SERVICES", "RunServices"]
 
 async def _sleep(delay_s: float) -> None:
     await asyncio.sleep(delay_s)
@@ -209,8 +176,6 @@ class ActionContext(RunnerContext):
         Raises:
             RuntimeError: The action has returned, or is not async.
         """
-        from flink_agents.runtime.sub_agents import derive_call_id, session_path
-
         if not self.active:
             raise RuntimeError(
                 f"sub-agent {handle.name!r} submitted after action {self.action_name!r} returned; "
@@ -226,9 +191,7 @@ class ActionContext(RunnerContext):
         step, ordinal = self._next_position()
         id_step, id_ordinal = self._next_position("sub_agent")
         explicit = session_id is not None
-        call_id = call_id or derive_call_id(
-            self._run.journal_id, self._run.key_text, self._run.seq, id_step, handle.name, id_ordinal
-        )
+        call_id = call_id or sub_agent_call_id(self._run, id_step, handle.name, id_ordinal)
         session = session_id or call_id
         digest = args_digest(prompt, session_id, call_id)
 
@@ -284,7 +247,7 @@ class ActionContext(RunnerContext):
     def callback_ref(self, ordinal: int = 0, step: str | None = None) -> CallbackRef:
         """Runtime-internal: the ref of callback ``ordinal`` of ``step``
         (default: this action's own task)."""
-        return CallbackRef(self._run.journal_id, self._run.key_text, self._run.seq, step or self.step, ordinal)
+        return callback_ref(self._run, step or self.step, ordinal)
 
     @property
     def callbacks(self) -> Any:

@@ -19,7 +19,8 @@ from typing import Any, Awaitable, Callable, Dict, List
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
 from flink_agents.runtime.callbacks import CallbackHub
-from flink_agents.runtime.context import RunIdentity, RunServices
+from flink_agents.runtime.context import RunServices
+from flink_agents.runtime.ids import RunIdentity
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
 from flink_agents.runtime.executors import Executors

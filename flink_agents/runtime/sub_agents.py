@@ -4,7 +4,7 @@ durable child of the calling action.
 Identity. A call's ``call_id`` is a UUIDv5 of (journal id, key, record
 sequence, calling step with the submitting task's branch path, child
 resource name, ordinal of that task's sub-agent submits;
-``runtime.call_position``); ``session_id`` defaults to it. Both are derived
+``runtime.ids.sub_agent_call_id``); ``session_id`` defaults to it. Both are derived
 when ``submit`` is called, so a replay derives the same ids whatever order
 concurrent branches submit in.
 
@@ -23,13 +23,12 @@ parent. A failing child gives ``SubAgentResult(success=False)``.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from typing import TYPE_CHECKING, Any, Dict
 
 from flink_agents.api.agents.sub_agent import SubAgentHandle, SubAgentResult
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
+from flink_agents.runtime.ids import SESSIONS_PATH, RunIdentity, session_path, sub_agent_journal_id
 from flink_agents.runtime.resources import ResourceCache
 from flink_agents.runtime.state import KeyState, PendingRecord
 
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
     from flink_agents.stores.journal import JournalStore
 
 __all__ = ["SESSIONS_PATH", "SubAgentRunner", "LocalSubAgentHandle"]
-
-SESSIONS_PATH = "_flink_agents.sessions"
-_ID_NAMESPACE = uuid.UUID("9b4d3c1e-52f7-4c6a-8e0d-2a1f7b6c5d43")
 
 
 class LocalSubAgentHandle(SubAgentHandle):
@@ -64,16 +60,6 @@ class LocalSubAgentHandle(SubAgentHandle):
 
     def close(self) -> None:
         """Nothing to close: the runner closes the child's resources."""
-
-
-def derive_call_id(journal_id: str, key_text: str, seq: int, step: str, name: str, ordinal: int) -> str:
-    """The deterministic id of a sub-agent call (see the module docstring)."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{journal_id}/{key_text}/{seq}/{step}/{name}/{ordinal}"))
-
-
-def session_path(session_id: str) -> str:
-    """Where an explicit session's memory lives in the parent's short-term memory."""
-    return f"{SESSIONS_PATH}.{hashlib.sha256(session_id.encode('utf-8')).hexdigest()[:32]}"
 
 
 class SubAgentRunner:
@@ -115,11 +101,11 @@ class SubAgentRunner:
             the parent journals (the session memory is re-applied on replay).
         """
         from flink_agents.runtime.action_loop import run_record
-        from flink_agents.runtime.context import RunIdentity, RunServices
+        from flink_agents.runtime.context import RunServices
         from flink_agents.runtime.journal import RunJournal
 
         identity = parent.run_identity
-        run = RunIdentity(f"{identity.journal_id}/{call_id}", identity.key, identity.seq)
+        run = RunIdentity(sub_agent_journal_id(identity, call_id), identity.key, identity.seq)
         memory: Dict[str, Any] = {}
         if explicit_session:
             memory = parent.short_term_memory.get(session_path(session_id)) or {}

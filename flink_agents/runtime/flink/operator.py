@@ -56,7 +56,7 @@ from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.codec_classes import register_plan_classes
-from flink_agents.runtime.context import key_text
+from flink_agents.runtime.ids import key_text
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner

@@ -1,0 +1,34 @@
+"""Ids are derived in one module and never change between releases: they are
+journaled (event ids in step completions, sub-agent call ids in journal ids
+and call digests, callback refs in the callback store), so a run in flight
+at an upgrade must derive the same ones. Pinned to values written by hand
+from the earlier release's derivation."""
+
+from __future__ import annotations
+
+import uuid
+
+from flink_agents.runtime.ids import (
+    RunIdentity, callback_ref, event_id, key_text, session_path, sub_agent_call_id, sub_agent_journal_id, tool_call_id,
+)
+from flink_agents.stores.callbacks import CallbackRef
+
+RUN = RunIdentity("job", "k", 3)
+
+
+def test_event_ids_are_the_earlier_releases() -> None:
+    assert event_id(RUN, "act@0", 1) == uuid.UUID("c7940e97-e5da-50a2-8e0f-be3dbe962e2a")
+    assert RUN.event_id("act@0", 1) == event_id(RUN, "act@0", 1)
+
+
+def test_sub_agent_ids_are_the_earlier_releases_and_follow_the_branch() -> None:
+    assert sub_agent_call_id(RUN, "act@0/1", "child", 0) == "aeb921e8-e5de-5433-90e9-4321a67d9ebd"
+    assert sub_agent_call_id(RUN, "act@0/2", "child", 0) != sub_agent_call_id(RUN, "act@0/1", "child", 0)
+    assert sub_agent_journal_id(RUN, "abc") == "job/abc"
+    assert session_path("s1") == "_flink_agents.sessions.e8bc163c82eee18733288c7d4ac636db"
+
+
+def test_keys_as_text_callback_refs_and_tool_call_ids() -> None:
+    assert key_text("k") == '"k"' and key_text(("a", 1)) == '["a",1]' and key_text(7) == "7"
+    assert callback_ref(RUN, "act@0/1", 2) == CallbackRef("job", '"k"', 3, "act@0/1", 2)
+    assert tool_call_id("0b4e7c1a-9a5f-5d7e-8c1b-2f3a4b5c6d7e", 2, 1) == "0b4e7c1a9a5f-2-1"
