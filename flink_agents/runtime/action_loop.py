@@ -29,24 +29,22 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, Dict
+from typing import Any, Awaitable, Deque, Dict
 
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
-from flink_agents.api.resource import Resource, ResourceType
-from flink_agents.plan.agent_plan import ActionSpec, AgentPlan
+from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.call_position import enter_action, exit_action
-from flink_agents.runtime.context import NO_SERVICES, ActionContext, RunServices
-from flink_agents.runtime.ids import RunIdentity
+from flink_agents.runtime.context import ActionContext
 from flink_agents.runtime.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import (
     INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordSkipped,
     classify,
 )
 from flink_agents.runtime.event_codec import decode_event, encode_event
-from flink_agents.runtime.journal import RunJournal
+from flink_agents.runtime.ids import RunIdentity
 from flink_agents.runtime.memory import StagedMemory, apply_diff
-from flink_agents.runtime.metrics import RunCounters
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.run import Run
+from flink_agents.runtime.state import PendingRecord
 
 __all__ = ["run_record"]
 
@@ -55,29 +53,20 @@ log = logging.getLogger(__name__)
 INPUT_STEP = "_input"
 
 
-async def run_record(
-    plan: AgentPlan,
-    run: RunIdentity,
-    state: KeyState,
-    record: PendingRecord,
-    journal: RunJournal,
-    resources: Callable[[str, ResourceType], Resource],
-    job_config: Dict[str, Any],
-    emit: Callable[[Any], None],
-    counters: RunCounters,
-    services: RunServices = NO_SERVICES,
-) -> None:
-    """Run ``record`` to completion, updating ``state`` in place.
+async def run_record(run: Run, record: PendingRecord) -> None:
+    """Run ``record`` to completion, updating ``run.state`` in place.
 
     A run is all-or-nothing for short-term memory: if it fails,
-    ``state.short_term_memory`` is put back as it was when the record started.
+    ``run.state.short_term_memory`` is put back as it was when the record
+    started.
 
     Raises:
         ActionFailed: An action failed (after its retries) under ``fail``.
         RecordSkipped: An action failed under ``skip``.
     """
+    state, journal, counters, identity = run.state, run.journal, run.counters, run.identity
     first = InputEvent(input=record.value)
-    first.id = run.event_id(INPUT_STEP, 0)
+    first.id = identity.event_id(INPUT_STEP, 0)
     queue: Deque[Event] = deque([first])
     sensory: Dict[str, Any] = {}
     # Commits replace the map rather than mutate it, so this is a snapshot.
@@ -89,11 +78,11 @@ async def run_record(
             event = queue.popleft()
             counters.events += 1
             if isinstance(event, OutputEvent):
-                emit(event.output)
-            actions = plan.actions_for(event.EVENT_TYPE)
+                run.emit(event.output)
+            actions = run.plan.actions_for(event.EVENT_TYPE)
             if not actions and not isinstance(event, OutputEvent):
                 counters.unhandled_events += 1
-                log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, run.key, run.seq)
+                log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, identity.key, identity.seq)
             for spec in actions:
                 step = f"{spec.name}@{event_index}"
                 done = journal.completion(step)
@@ -103,9 +92,7 @@ async def run_record(
                     state.short_term_memory = apply_diff(state.short_term_memory, done["stm"])
                     queue.extend(decode_event(e) for e in done["events"])
                     continue
-                ctx = await _run_step(
-                    plan, spec, step, event, run, sensory, state, journal, resources, job_config, counters, services,
-                )
+                ctx = await _run_step(run, spec, step, event, sensory)
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
                 journal.complete(step, {
@@ -120,64 +107,51 @@ async def run_record(
         raise
 
 
-async def _run_step(
-    plan: AgentPlan,
-    spec: ActionSpec,
-    step: str,
-    event: Event,
-    run: RunIdentity,
-    sensory: Dict[str, Any],
-    state: KeyState,
-    journal: RunJournal,
-    resources: Callable[[str, ResourceType], Resource],
-    job_config: Dict[str, Any],
-    counters: RunCounters,
-    services: RunServices,
-) -> ActionContext:
+async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory: Dict[str, Any]) -> ActionContext:
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
-    policy = ErrorPolicy.for_action(spec.config, job_config, spec.function.is_async, spec.name)
+    identity = run.identity
+    policy = ErrorPolicy.for_action(spec.config, run.config, spec.function.is_async, spec.name)
     attempt = 0
     while True:
         attempt += 1
         ctx = ActionContext(
-            run, step, spec.name, spec.config,
+            run, step, spec,
             StagedMemory(sensory, "sensory_memory"),
-            StagedMemory(state.short_term_memory, "short_term_memory"),
-            resources, job_config, journal, spec.function.is_async, services,
+            StagedMemory(run.state.short_term_memory, "short_term_memory"),
         )
         scope = enter_action(ctx)
         try:
             returned = spec.function.resolve()(event, ctx)
             if inspect.isawaitable(returned):
-                returned = await _within_timeout(returned, policy.timeout_s, spec.name, run)
+                returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
-            counters.actions += 1
+            run.counters.actions += 1
             return ctx
         except (Exception, NondeterminismError, JournalUnavailable) as exc:
             ctx.active = False  # orphaned calls of this attempt journal nothing
             kind = classify(exc)  # runtime.errors: what a failure means, in one place
             if kind == INTERNAL or isinstance(exc, NondeterminismError):
                 # Never retried or skipped: the record fails, a restart replays it.
-                raise ActionFailed(run.key, run.seq, spec.name, exc) from exc
+                raise ActionFailed(identity.key, identity.seq, spec.name, exc) from exc
             retry = kind == RETRYABLE and attempt < policy.attempts_allowed
             if not retry:
-                journal.discard_failed(step)
-                failure = ActionFailed(run.key, run.seq, spec.name, exc)
+                run.journal.discard_failed(step)
+                failure = ActionFailed(identity.key, identity.seq, spec.name, exc)
                 if policy.strategy == "skip":
                     raise RecordSkipped(failure, attempt) from exc
                 raise failure from exc
             # The attempt's completed calls become durable and replay into
             # the next attempt; its failed calls run again.
-            await journal.prepare_retry(step)
+            await run.journal.prepare_retry(step)
             delay_s = policy.backoff_s(attempt)
-            counters.action_retries += 1
+            run.counters.action_retries += 1
             log.warning(
                 "action %r failed on key %r, record #%d (attempt %d of %d), retrying in %.2f s: %r",
-                spec.name, run.key, run.seq, attempt, policy.attempts_allowed, delay_s, exc,
+                spec.name, identity.key, identity.seq, attempt, policy.attempts_allowed, delay_s, exc,
             )
-            await services.sleep(delay_s)
+            await run.clock.sleep(delay_s)
         finally:
             ctx.active = False
             exit_action(scope)

@@ -37,7 +37,6 @@ import logging
 import os
 import secrets
 import threading
-import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from flink_agents.api.callbacks import (
@@ -50,6 +49,7 @@ from flink_agents.api.callbacks import (
 )
 from flink_agents.runtime.errors import NondeterminismError
 from flink_agents.runtime.metrics import RunCounters
+from flink_agents.runtime.run import Clock
 from flink_agents.runtime.run_slots import parked
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -194,7 +194,8 @@ class CallbackHub:
             ``http://127.0.0.1:8089``) and ``callbacks.poll_interval_ms``
             (default 100).
         counters: The engine's counters.
-        clock: Unix seconds; injectable for tests.
+        clock: Time (``runtime.run.Clock``, or a callable giving Unix
+            seconds); the poller sleeps through it too.
         executors: Where store operations run (the engine's io pool,
             ``runtime.executors``); None: ``asyncio.to_thread``.
     """
@@ -204,7 +205,7 @@ class CallbackHub:
         store: CallbackStore,
         config: Dict[str, Any],
         counters: RunCounters,
-        clock: Callable[[], float] = time.time,
+        clock: Any = None,
         executors: Any = None,
     ) -> None:
         self._store = store
@@ -213,7 +214,7 @@ class CallbackHub:
         self.base_url = str(base).rstrip("/")
         self._poll_s = float(config.get(POLL_INTERVAL_OPTION, _DEFAULT_POLL_INTERVAL_MS)) / 1000.0
         self._counters = counters
-        self._clock = clock
+        self._clock = Clock.of(clock)
         self._waiting: Dict[str, _Waiting] = {}
         self._poller: Optional["asyncio.Task[None]"] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -225,7 +226,7 @@ class CallbackHub:
         self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return self._clock.now_ms()
 
     # -- create --------------------------------------------------------------
 
@@ -290,7 +291,7 @@ class CallbackHub:
     async def _poll(self) -> None:
         """Settle waited-for callbacks from the store; time out overdue ones."""
         while self._waiting:
-            await asyncio.sleep(self._poll_s)
+            await self._clock.sleep(self._poll_s)
             try:
                 now_ms = self._now_ms()
                 for callback_id, waiting in list(self._waiting.items()):

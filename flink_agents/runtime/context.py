@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.callbacks import Callback
@@ -12,32 +11,15 @@ from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.call_position import TaskScope, position
 from flink_agents.runtime.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
-from flink_agents.runtime.journal import RunJournal, args_digest, function_id_of
+from flink_agents.runtime.journal import args_digest, function_id_of
 from flink_agents.runtime.memory import MemoryNode, StagedMemory
+from flink_agents.runtime.run import Run
 from flink_agents.stores.callbacks import CallbackRef
 
-__all__ = ["ActionContext", "NO_SERVICES", "RunServices"]
-
-async def _sleep(delay_s: float) -> None:
-    await asyncio.sleep(delay_s)
-
-
-@dataclass(frozen=True)
-class RunServices:
-    """What a run's actions reach beyond their own step, each None where the
-    host has none: the sub-agent runner, the ``CallbackHub`` and the key's
-    steering mailbox; and ``sleep(delay_s)``, how the run waits (retry
-    backoff), which tests replace to take no time."""
-
-    sub_agents: Any = None
-    callbacks: Any = None
-    steering: Any = None
-    sleep: Callable[[float], Awaitable[None]] = _sleep
-
-
-NO_SERVICES = RunServices()
+__all__ = ["ActionContext"]
 
 
 class ActionContext(RunnerContext):
@@ -49,37 +31,31 @@ class ActionContext(RunnerContext):
     submits, steering takes) and callbacks get positions that follow the
     program's structure: per task of the action, in the order that task makes
     them (``runtime.call_position``), never in completion order.
+
+    Args:
+        run: The record's run (``runtime.run.Run``).
+        step: This invocation's step (``"<action>@<event index>"``).
+        spec: The action.
+        sensory: The action's staged sensory memory.
+        short_term: The action's staged short-term memory.
     """
 
-    def __init__(
-        self,
-        run: RunIdentity,
-        step: str,
-        action_name: str,
-        action_config: Dict[str, Any],
-        sensory: StagedMemory,
-        short_term: StagedMemory,
-        resources: Callable[[str, ResourceType], Resource],
-        job_config: Dict[str, Any],
-        journal: RunJournal,
-        is_async: bool = False,
-        services: RunServices = NO_SERVICES,
-    ) -> None:
-        self._run = run
+    def __init__(self, run: Run, step: str, spec: ActionSpec, sensory: StagedMemory, short_term: StagedMemory) -> None:
+        self.runtime_run = run
+        self._run = run.identity
         self.step = step
-        self.action_name = action_name
-        self._action_config = action_config
+        self.action_name = spec.name
+        self._action_config = spec.config
         self.sensory = sensory
         self.short_term = short_term
-        self._resources = resources
-        self._job_config = job_config
-        self._journal = journal
+        self._resources = run.resources
+        self._job_config = run.config
+        self._journal = run.journal
         self.root_scope = TaskScope(self)  # the action's own task (runtime.call_position)
-        self._is_async = is_async
-        self._sub_agents = services.sub_agents
-        self._callbacks = services.callbacks
-        self._steering = services.steering
-        self.services = services
+        self._is_async = spec.function.is_async
+        self._sub_agents = run.services.sub_agents
+        self._callbacks = run.services.callbacks
+        self._steering = run.services.steering
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
 

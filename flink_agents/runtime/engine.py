@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
 from flink_agents.runtime.callbacks import CallbackHub
-from flink_agents.runtime.context import RunServices
 from flink_agents.runtime.ids import RunIdentity
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
@@ -28,6 +26,7 @@ from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
 from flink_agents.runtime.resources import ResourceCache
+from flink_agents.runtime.run import Clock, Run, RunServices
 from flink_agents.runtime.state import KeyState, PendingRecord
 from flink_agents.runtime.steering import MAX_STEERING_QUEUE, STEERING_OPTION, SteeringMailbox, SteeringQueueFull
 from flink_agents.runtime.sub_agents import SubAgentRunner
@@ -57,8 +56,9 @@ class AgentEngine:
         job_id: Journal namespace of keys this engine sees first.
         store: The journal store; default from ``config`` (``journal.store``,
             in-memory if unset).
-        clock: Unix seconds; injectable for tests.
-        sleep: ``await sleep(delay_s)``: how runs wait (retry backoff);
+        clock: Time for runs, callbacks and pruning (``runtime.run.Clock``),
+            or a callable giving Unix seconds; injectable for tests.
+        sleep: ``await sleep(delay_s)`` for the clock (retry backoff);
             injectable for tests.
     """
 
@@ -68,7 +68,7 @@ class AgentEngine:
         config: Dict[str, Any] | None = None,
         job_id: str = "job",
         store: JournalStore | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.plan = plan
@@ -79,22 +79,22 @@ class AgentEngine:
         # An engine built directly (tests, embedding) journals in memory unless
         # told otherwise; the Flink runner asks for SQLite by default.
         self.store = store if store is not None else open_journal_store({"journal.store": "memory", **self.config})
-        self._clock = clock
-        self._sleep = sleep
+        self.clock = Clock.of(clock, sleep)
         self._retention_s = float(self.config.get(RETENTION_OPTION, _DEFAULT_RETENTION_S))
         self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
-        self._last_prune = clock()
+        self._last_prune = self.clock.now()
         self._resources = ResourceCache(plan)
         # Blocking user calls on a pool sized to the run concurrency, store
         # I/O on its own (runtime.executors).
         self.executors = Executors(int(self.config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS)))
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
-            CallbackHub(self.store, self.config, self.counters, clock, self.executors)
+            CallbackHub(self.store, self.config, self.counters, self.clock, self.executors)
             if isinstance(self.store, CallbackStore) else None
         )
         self._sub_agents = SubAgentRunner(
-            plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors
+            plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors,
+            self.clock,
         )
         self._running: set[Any] = set()
         self.progress_enabled = _flag(self.config.get(PROGRESS_OPTION))
@@ -225,7 +225,7 @@ class AgentEngine:
         Raises:
             ActionFailed: An action failed under the ``fail`` strategy.
         """
-        run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
+        identity = run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
         progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
@@ -238,13 +238,12 @@ class AgentEngine:
         self.counters.in_flight += 1
         self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
         try:
-            await run_record(
-                self.plan, run, state, record, journal, self._resources.get, self.config,
-                outputs.append, self.counters, RunServices(
-                    self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None,
-                    **({} if self._sleep is None else {"sleep": self._sleep}),
-                ),
-            )
+            await run_record(Run(
+                self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
+                outputs.append,
+                RunServices(self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None),
+                self.clock,
+            ), record)
         except RecordSkipped as skipped:
             failure = skipped.failure
             self.counters.records_skipped += 1
@@ -307,7 +306,7 @@ class AgentEngine:
         self.counters.journal_writes += 1
 
     def _maybe_prune(self) -> None:
-        now = self._clock()
+        now = self.clock.now()
         if now - self._last_prune < self._prune_interval_s:
             return
         self._last_prune = now

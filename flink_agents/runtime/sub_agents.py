@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from flink_agents.api.agents.sub_agent import SubAgentHandle, SubAgentResult
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.errors import ActionFailed, NondeterminismError, RecordSkipped
+from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, NondeterminismError, RecordSkipped
 from flink_agents.runtime.ids import SESSIONS_PATH, RunIdentity, session_path, sub_agent_journal_id
 from flink_agents.runtime.resources import ResourceCache
+from flink_agents.runtime.run import SYSTEM_CLOCK, Run, RunServices
 from flink_agents.runtime.state import KeyState, PendingRecord
 
 if TYPE_CHECKING:
@@ -73,10 +74,12 @@ class SubAgentRunner:
         on_write: Called after each journal write.
         callbacks: The engine's ``CallbackHub`` (children create callbacks too).
         executors: The engine's thread pools (``runtime.executors``).
+        clock: The engine's clock (``runtime.run.Clock``).
     """
 
     def __init__(self, root: AgentPlan, store: "JournalStore", config: Dict[str, Any],
-                 counters: "RunCounters", on_write: Any, callbacks: Any = None, executors: Any = None) -> None:
+                 counters: "RunCounters", on_write: Any, callbacks: Any = None, executors: Any = None,
+                 clock: Any = None) -> None:
         self._root = root
         self._store = store
         self._config = config
@@ -84,6 +87,7 @@ class SubAgentRunner:
         self._on_write = on_write
         self._callbacks = callbacks
         self._executors = executors
+        self._clock = clock or SYSTEM_CLOCK
         self._resources: Dict[str, ResourceCache] = {}
 
     def resources_of(self, child_key: str) -> ResourceCache:
@@ -101,7 +105,6 @@ class SubAgentRunner:
             the parent journals (the session memory is re-applied on replay).
         """
         from flink_agents.runtime.action_loop import run_record
-        from flink_agents.runtime.context import RunServices
         from flink_agents.runtime.journal import RunJournal
 
         identity = parent.run_identity
@@ -114,16 +117,16 @@ class SubAgentRunner:
                              executors=self._executors)
         outputs: list = []
         try:
-            await run_record(
-                self._root.children[handle.child_key], run, state, PendingRecord(run.seq, prompt), journal,
-                self.resources_of(handle.child_key).get, self._config, outputs.append, self._counters,
-                # No steering inside a child; the parent's sleep (retry backoff).
-                RunServices(sub_agents=self, callbacks=self._callbacks, sleep=parent.services.sleep),
-            )
+            await run_record(Run(
+                self._root.children[handle.child_key], run, state, journal,
+                self.resources_of(handle.child_key).get, self._config, self._counters, outputs.append,
+                RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
+                self._clock,
+            ), PendingRecord(run.seq, prompt))
         except (ActionFailed, RecordSkipped) as exc:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc
-            if isinstance(failure.cause, NondeterminismError):
-                raise
+            if isinstance(failure.cause, (NondeterminismError, JournalUnavailable)):
+                raise  # not the child's failure: the parent's record fails
             await journal.settle_async()
             cause = failure.cause
             result = SubAgentResult(
