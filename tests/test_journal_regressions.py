@@ -178,6 +178,5 @@ def test_closing_a_key_runner_before_its_loop_runs_stops_the_thread():
     engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("a", [InputEvent], lambda e, c: None)), {},
                          store=InMemoryJournalStore())
     runner = LateLoop(engine)
-    started = time.monotonic()
     runner.close()
-    assert not runner._thread.is_alive() and time.monotonic() - started < 1
+    assert not runner._thread.is_alive(), "close() returned with the runner thread still running"

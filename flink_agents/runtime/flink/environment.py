@@ -178,9 +178,12 @@ def _single_element_bundles(env: StreamExecutionEnvironment) -> None:
     and a checkpoint does not wait for those of the bundle it flushes: the
     checkpoint misses them, and a job restored from it never fires them. The
     agent operator registers its polling timer in nearly every callback, and
-    that timer is what resubmits a restored key's pending records; with
-    bundles of one element every registration is applied before the next
-    checkpoint barrier is processed.
+    that timer is what resubmits a restored key's pending records. With
+    bundles of one element, a registration made in ``process_element`` is
+    applied before the next barrier; one made in ``on_timer`` can still miss
+    a barrier already waiting (flink-python applies queued registrations only
+    when the watermark advances, not before a snapshot), so the operator also
+    keeps a second polling timer ahead (``AgentOperatorFunction._schedule``).
     """
     from pyflink.util.java_utils import get_j_env_configuration
 

@@ -285,7 +285,14 @@ class AgentOperatorFunction(KeyedProcessFunction):
     def _schedule(self, timers: Any, timestamp_ms: int | None, parked: bool = False) -> None:
         now = timers.current_processing_time()
         interval = self._parked_poll_interval_ms if parked else self._poll_interval_ms
-        timers.register_processing_time_timer((now // interval + 1) * interval)
+        next_poll = (now // interval + 1) * interval
+        timers.register_processing_time_timer(next_poll)
+        # And the one after: a registration made in on_timer may miss a
+        # checkpoint barrier already waiting (flink-python applies it later),
+        # and the previous poll's second timer is then what the checkpoint
+        # holds, so a restored key is still polled. Flink dedups equal timers;
+        # the cost is at most one extra poll, which releases an idle key.
+        timers.register_processing_time_timer(next_poll + interval)
         timers.register_event_time_timer(END_OF_TIME_MS)
         if timestamp_ms is not None:
             timers.register_event_time_timer(timestamp_ms)
