@@ -18,10 +18,11 @@ from typing import Any, Awaitable, Callable, Dict, List
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.action_loop import run_record
 from flink_agents.runtime.callbacks import CallbackHub
-from flink_agents.runtime.ids import RunIdentity
+from flink_agents.runtime.completion import Completion, apply_completions
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
 from flink_agents.runtime.executors import Executors
+from flink_agents.runtime.ids import RunIdentity
 from flink_agents.runtime.journal import RunJournal
 from flink_agents.runtime.metrics import RunCounters
 from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
@@ -171,35 +172,43 @@ class AgentEngine:
         self._mailboxes.pop(key, None)
 
     async def _drain(self, driver: KeyedDriver, key: Any) -> None:
+        """Run the key's pending records one by one, each against a copy of
+        the key's state, and apply each finished one with the step every
+        host uses (``runtime.completion.apply_completions``)."""
         while True:
             state = driver.load(key)
             if state is None or not state.pending:
                 return
-            record = state.pending[0]
             self.refill_steering(key, state)
-            await self._run(driver, key, state, record)
-            # Records that arrived during the run were stored by ``process``
-            # into the state as it was before the run; a driver that
-            # serializes state hands out copies, so take them from there.
-            latest = driver.load(key)
-            if latest is not None and latest is not state:
-                state.pending = latest.pending
-                state.next_seq = latest.next_seq
-                state.steering = latest.steering
-                state.next_steering_seq = latest.next_steering_seq
-            state.pending.pop(0)
-            state.runs_finished += 1
-            taken = self.steering_taken_through(key)
-            state.steering = [m for m in state.steering if m[0] > taken]
-            driver.store(key, state)
+            work = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory)
+            completion = await self.run_to_completion(
+                key, work, state.pending[0], driver.emit_progress if self.progress_enabled else None
+            )
+            # Records that arrived during the run were stored by ``process``;
+            # a driver that serializes state hands out copies: load it again.
+            latest = driver.load(key) or state
+            emissions = apply_completions(key, latest, [completion])
+            driver.store(key, latest)
+            for is_error, value in emissions:
+                (driver.emit_error if is_error else driver.emit)(key, value)
 
-    async def _run(self, driver: KeyedDriver, key: Any, state: KeyState, record: PendingRecord) -> None:
-        await self.run_one(
-            key, state, record,
-            lambda output: driver.emit(key, output),
-            lambda error: driver.emit_error(key, error),
-            driver.emit_progress if self.progress_enabled else None,
-        )
+    async def run_to_completion(
+        self, key: Any, state: KeyState, record: PendingRecord,
+        emit_progress: Callable[[List[Dict[str, Any]]], None] | None = None,
+    ) -> Completion:
+        """Run ``record`` against ``state`` (the run's own copy of the key's
+        state; its short-term memory is updated in place) and describe the
+        outcome for ``apply_completions``. A failure is kept in the
+        completion, not raised; a ``BaseException`` that is not an
+        ``Exception`` (cancellation, a simulated crash) propagates."""
+        completion = Completion(record.seq, state.short_term_memory)
+        try:
+            await self.run_one(key, state, record, completion.outputs.append, completion.errors.append, emit_progress)
+        except Exception as exc:
+            completion.failure = exc
+        completion.short_term_memory = state.short_term_memory
+        completion.steering_taken_through = self.steering_taken_through(key)
+        return completion
 
     async def run_one(
         self,

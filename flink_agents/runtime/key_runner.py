@@ -23,36 +23,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List
 
+from flink_agents.runtime.completion import Completion
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.run_slots import RunSlots
 from flink_agents.runtime.state import KeyState, PendingRecord
 
 __all__ = ["Completion", "KeyRunner"]
-
-
-@dataclass
-class Completion:
-    """A finished record of one key, waiting to be applied.
-
-    Attributes:
-        seq: The record's sequence number (the head of the key's pending queue).
-        short_term_memory: The key's memory after the run.
-        outputs: ``OutputEvent`` outputs, in order.
-        errors: Error records (``skip`` strategy).
-        failure: The exception that failed the record (``fail`` strategy).
-        steering_taken_through: The key's highest steering seq taken by its
-            runs so far (those messages leave the key's state).
-    """
-
-    seq: int
-    short_term_memory: Dict[str, Any]
-    outputs: List[Any] = field(default_factory=list)
-    errors: List[Dict[str, Any]] = field(default_factory=list)
-    failure: BaseException | None = None
-    steering_taken_through: int = -1
 
 
 class _Worker:
@@ -233,17 +211,14 @@ class KeyRunner:
                     self._changed.notify_all()
                     return
                 record = worker.queue.popleft()
-            completion = Completion(record.seq, worker.state.short_term_memory)
             async with self._slots.hold():
                 try:
-                    await self._engine.run_one(
-                        key, worker.state, record, completion.outputs.append, completion.errors.append,
+                    completion = await self._engine.run_to_completion(
+                        key, worker.state, record,
                         self._progress_sink(worker) if self._engine.progress_enabled else None,
                     )
                 except BaseException as exc:  # handed to the host, which fails the job
-                    completion.failure = exc
-            completion.short_term_memory = worker.state.short_term_memory
-            completion.steering_taken_through = self._engine.steering_taken_through(key)
+                    completion = Completion(record.seq, worker.state.short_term_memory, failure=exc)
             with self._changed:
                 worker.completions.append(completion)
                 self._backlog -= 1

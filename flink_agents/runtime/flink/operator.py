@@ -57,6 +57,7 @@ from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.codec_classes import register_plan_classes
 from flink_agents.runtime.ids import key_text
+from flink_agents.runtime.completion import apply_completions
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.key_runner import KeyRunner
@@ -308,25 +309,15 @@ class AgentOperatorFunction(KeyedProcessFunction):
             return
         state = self._driver.load(key)
         assert state is not None  # a completion implies a submitted record
-        for completion in completions:
-            if completion.failure is not None:
-                raise completion.failure
-            head = state.pending.pop(0)
-            if head.seq != completion.seq:
-                raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head.seq} was expected")
-            state.short_term_memory = completion.short_term_memory
-            state.runs_finished += 1
-            if state.steering:
-                state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
-            if state.callback_deadlines:  # the run's callbacks are closed now
-                state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
-                known = self._deadlines.get(key, {})
-                for callback_id in [c for c, (_, seq) in known.items() if seq == completion.seq]:
-                    del known[callback_id]
-            yield from completion.outputs
-            for error in completion.errors:
-                yield ERROR_OUTPUT, error
+        emissions = apply_completions(key, state, completions)  # the step every host applies with
         self._driver.store(key, state)
+        known = self._deadlines.get(key)
+        if known:  # the finished runs' callbacks are closed now
+            finished = {completion.seq for completion in completions}
+            for callback_id in [c for c, (_, seq) in known.items() if seq in finished]:
+                del known[callback_id]
+        for is_error, value in emissions:
+            yield (ERROR_OUTPUT, value) if is_error else value
 
     def _report_metrics(self) -> None:
         assert self._engine is not None

@@ -1,0 +1,75 @@
+"""A finished record, and the one step that applies it to its key's state.
+
+Every host (the Flink operator, the local runner, ``AgentEngine.process``)
+runs a record against a copy of the key's state and gets a ``Completion``;
+applying it is the same everywhere (``apply_completions``): the record
+leaves the key's pending queue, the key's short-term memory becomes the
+run's, the steering messages the run took leave the key's state, and the
+record's outputs and error records are handed back, in order, for the host
+to emit. All or nothing per record: a failed record raises here, before
+anything of it is applied or emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Tuple
+
+from flink_agents.runtime.state import KeyState
+
+__all__ = ["Completion", "Emission", "apply_completions"]
+
+Emission = Tuple[bool, Any]  # (is an error record, value)
+
+
+@dataclass
+class Completion:
+    """A finished record of one key, waiting to be applied.
+
+    Attributes:
+        seq: The record's sequence number (the head of the key's pending queue).
+        short_term_memory: The key's memory after the run.
+        outputs: ``OutputEvent`` outputs, in order (none if the record failed
+            or was skipped).
+        errors: Error records (``skip`` strategy).
+        failure: The exception that failed the record (``fail`` strategy).
+        steering_taken_through: The key's highest steering seq taken by its
+            runs so far (those messages leave the key's state).
+    """
+
+    seq: int
+    short_term_memory: Dict[str, Any]
+    outputs: List[Any] = field(default_factory=list)
+    errors: List[Dict[str, Any]] = field(default_factory=list)
+    failure: BaseException | None = None
+    steering_taken_through: int = -1
+
+
+def apply_completions(key: Any, state: KeyState, completions: Iterable[Completion]) -> List[Emission]:
+    """Apply ``completions`` (in order) to ``state``; what to emit, in order.
+
+    The caller stores ``state`` afterwards and emits the returned values.
+
+    Raises:
+        BaseException: A completion's ``failure`` (the job fails with it;
+            the failed record and those after it stay pending).
+        RuntimeError: A completion is not for the head of the pending queue
+            (a runtime bug: records of a key finish in order).
+    """
+    emissions: List[Emission] = []
+    for completion in completions:
+        if completion.failure is not None:
+            raise completion.failure
+        if not state.pending or state.pending[0].seq != completion.seq:
+            head = state.pending[0].seq if state.pending else None
+            raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head} was expected")
+        state.pending.pop(0)
+        state.short_term_memory = completion.short_term_memory
+        state.runs_finished += 1
+        if state.steering:
+            state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
+        if state.callback_deadlines:  # the run's callbacks are closed now
+            state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
+        emissions.extend((False, output) for output in completion.outputs)
+        emissions.extend((True, error) for error in completion.errors)
+    return emissions
