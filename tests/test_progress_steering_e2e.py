@@ -33,7 +33,12 @@ the Python workers), which records every request in the test process.
    key's records (a regression test of that defect).
 
 Both inputs of the timing-sensitive steering jobs are ``FileSource``s of the
-job's parallelism (one file: one split, read in order).
+job's parallelism (one file: one split, read in order). Those jobs end with
+end-of-run markers, not a pause: once the items the test waits for arrived,
+one marker record per key and then one steering message more than the queue
+holds per key; a key's marker output, ``run_finished`` and error record prove
+that every item of the key emitted before them arrived (a late duplicate
+would come before them), and the assertions exclude the markers.
 """
 
 from __future__ import annotations
@@ -234,6 +239,104 @@ def _finished_runs(items: List[Tuple[str, Any]]) -> set:
     return {(r["key"], r["seq"]) for r in _of(items, "progress") if r["kind"] == "run_finished"}
 
 
+# --- the end-of-run markers (the test process) -----------------------------------------
+#
+# Written once every item the test waits for arrived, a key's marker record is
+# its last record and its marker steering messages its last messages. A key's
+# items leave its operator subtask in the order they were emitted, one channel
+# per stream (outputs, progress, errors): an item of the key still to come (a
+# late duplicate) would arrive before the key's marker items, so once those
+# arrived, "nothing more" is proved, not waited for.
+
+MARKER = "#end"  # the task of a key's marker record: "<key>#end"
+MARKER_TEXT = "end-of-run marker"  # the text of a marker steering message starts so
+
+
+def _marker_task(key: str) -> str:
+    return key + MARKER
+
+
+def _is_marker_task(task: str) -> bool:
+    return task.endswith(MARKER)
+
+
+def _marker_messages(key: str) -> List[Dict[str, Any]]:
+    """One more than a key's steering queue holds: on an empty queue with no
+    turn running, exactly the last one is reported, as the key's marker error."""
+    return [{"key": key, "text": f"{MARKER_TEXT} {key} #{j}"} for j in range(MAX_STEERING_QUEUE + 1)]
+
+
+def _is_marker_error(error: Dict[str, Any]) -> bool:
+    return str(error["record"].get("text", "")).startswith(MARKER_TEXT)
+
+
+def _marker_runs(items: List[Tuple[str, Any]]) -> set:
+    """``(key, seq)`` of the marker records' runs (their ``output`` record names the task)."""
+    return {(r["key"], r["seq"]) for r in _of(items, "progress")
+            if r["kind"] == "output" and _is_marker_task(r["output"]["task"])}
+
+
+def _take_end_of_run(job: Collected, items: List[Tuple[str, Any]], main_dir: Path, steering_dir: Path,
+                     keys: List[str]) -> None:
+    """Write one marker record per key, take items until each marker's output
+    and its ``run_finished`` record arrived; then write each key's marker
+    steering messages (the marker runs ended: its queue is empty and no turn
+    runs) and take items until each key's marker error arrived.
+
+    Only keys with no steering message waiting may get a marker (the marker
+    turn would take it): the caller's assertions check that the marker turns
+    took none (``_without_markers``).
+    """
+    write_jsonl(main_dir / "zz-end-of-run.jsonl", [{"key": key, "task": _marker_task(key)} for key in keys])
+
+    def runs_done(got: List[Tuple[str, Any]]) -> bool:
+        outputs = {o["task"] for o in _of(got, "output")}
+        runs = _marker_runs(got)
+        return ({_marker_task(key) for key in keys} <= outputs and {key for key, _ in runs} >= set(keys)
+                and runs <= _finished_runs(got))
+
+    _take_until(job, items, runs_done, "the marker records' outputs and run_finished records")
+    last = {key: _marker_messages(key)[-1] for key in keys}
+    write_jsonl(steering_dir / "zz-end-of-run.jsonl", [m for key in keys for m in _marker_messages(key)])
+    _take_until(job, items, lambda got: all(any(e["record"] == m for e in _of(got, "error")) for m in last.values()),
+                "the marker steering messages' error records")
+
+
+def _without_markers(items: List[Tuple[str, Any]], requests: List[Dict[str, Any]], keys: List[str]
+                     ) -> Tuple[List[Tuple[str, Any]], List[Dict[str, Any]]]:
+    """The items and model requests that are not the markers', after checking
+    the markers' own: one output per key, one run per key that took no
+    steering message (its one plain model request, or its tool round, carries
+    none), one error per key (its last marker message's)."""
+    runs = _marker_runs(items)
+    markers = [(name, item) for name, item in items
+               if (name == "output" and _is_marker_task(item["task"]))
+               or (name == "progress" and (item["key"], item["seq"]) in runs)
+               or (name == "error" and _is_marker_error(item))]
+    assert sorted(o["task"] for o in _of(markers, "output")) == sorted(_marker_task(key) for key in keys)
+    assert sorted(key for key, _ in runs) == sorted(keys), runs
+    assert [r for r in _of(markers, "progress") if r["kind"] == "steering_consumed" and r["messages"]] == [], \
+        "a marker turn took a steering message meant for a real turn"
+    assert sorted((e["key"], e["record"]["text"]) for e in _of(markers, "error")) == sorted(
+        (key, _marker_messages(key)[-1]["text"]) for key in keys
+    ), "a marker steering message was reported other than the last of its key's"
+    marker_requests = [body for body in requests if _is_marker_task(_task_of(body))]
+    assert sorted({_task_of(body) for body in marker_requests}) == sorted(_marker_task(key) for key in keys)
+    assert all(_steering_in(body["messages"]) == [] for body in marker_requests), "a marker turn got steering"
+    marker_ids = {id(item) for _, item in markers}
+    rest = [(name, item) for name, item in items if id(item) not in marker_ids]
+    return rest, [body for body in requests if not _is_marker_task(_task_of(body))]
+
+
+def _assert_no_duplicates(items: List[Tuple[str, Any]]) -> None:
+    """No item arrived twice, and each run has one ``run_started`` and one ``run_finished``."""
+    texts = [json.dumps(item, sort_keys=True, default=str) for _, item in items]
+    assert len(texts) == len(set(texts)), [t for t in set(texts) if texts.count(t) > 1]
+    for run, records in _by_run(_of(items, "progress")).items():
+        kinds = [r["kind"] for r in records]
+        assert (kinds.count("run_started"), kinds.count("run_finished")) == (1, 1), (run, kinds)
+
+
 def _by_run(progress: List[Dict[str, Any]]) -> Dict[Tuple[str, int], List[Dict[str, Any]]]:
     runs: Dict[Tuple[str, int], List[Dict[str, Any]]] = defaultdict(list)
     for record in progress:
@@ -410,19 +513,25 @@ def test_steering_on_flink_reaches_one_model_request_of_its_key_in_order(
     try:
         _take_until(job, items, lambda got: len(_of(got, "output")) == len(records)
                     and len(_finished_runs(got)) == len(records), "all outputs and run_finished records")
-        time.sleep(0.3)
-        items.extend(_classify(item) for item in job.poll())
+        # Nothing more: the next items of a key are its markers'. Markers on
+        # the keys with records only: "nobody"'s message stays waiting (a
+        # marker turn would take it); those of a, b and c must all have been
+        # taken by now (asserted below, and the marker turns took none).
+        _take_end_of_run(job, items, main_dir, steering_dir, keys)
     finally:
         job.close()
     job_s = time.monotonic() - started
+    items, model_requests = _without_markers(items, scripted_chat_server.requests, keys)
+    _assert_no_duplicates(items)
 
     assert _of(items, "error") == []
     outputs_of = defaultdict(list)
     for output in _of(items, "output"):
         outputs_of[output["key"]].append(output["task"])
     assert dict(outputs_of) == {key: [f"{key}#0", f"{key}#1"] for key in keys}
+    assert sorted(_by_run(_of(items, "progress"))) == sorted((key, seq) for key in keys for seq in range(2))
 
-    by_task = _requests_by_task(scripted_chat_server.requests)
+    by_task = _requests_by_task(model_requests)
     assert sorted(by_task) == sorted(r["task"] for r in records)
     delivered: Dict[str, List[Dict[str, Any]]] = defaultdict(list)  # key -> messages, as first seen
     for task, requests in by_task.items():
@@ -479,7 +588,7 @@ def test_steering_on_flink_reaches_one_model_request_of_its_key_in_order(
             if record["kind"] == "steering_consumed" and record["messages"]:
                 reply = next(i for i, r in enumerate(run) if r["kind"] == "model_reply" and r["step"] == record["step"])
                 assert reply > index, (key, seq, record)
-    print(f"steering job: {job_s:.1f} s, {len(scripted_chat_server.requests)} model requests, "
+    print(f"steering job: {job_s:.1f} s, {len(model_requests)} model requests, "
           f"{max(len(rs) for rs in by_task.values())} at most in one turn")
 
 
@@ -534,11 +643,15 @@ def test_steering_queue_on_flink_holds_32_per_key_and_reports_the_rest(
         write_jsonl(main_dir / "3.jsonl", [{"key": "fresh", "task": "fresh#1"}])
         _take_until(job, items, lambda got: outputs_done("fresh#1")(got) and len(_finished_runs(got)) == 4,
                     "the output of fresh#1 and every run_finished record")
-        time.sleep(0.3)
-        items.extend(_classify(item) for item in job.poll())
+        # Nothing more: the next items of a key are its markers' (both keys'
+        # queues were emptied by fresh#1 and ended#1: the marker turns take
+        # nothing, and 33 marker messages report exactly the last).
+        _take_end_of_run(job, items, main_dir, steering_dir, ["fresh", "ended"])
     finally:
         job.close()
     job_s = time.monotonic() - started
+    items, model_requests = _without_markers(items, scripted_chat_server.requests, ["fresh", "ended"])
+    _assert_no_duplicates(items)
 
     # What did not fit was reported, not dropped: one error record each.
     errors = _of(items, "error")
@@ -554,7 +667,7 @@ def test_steering_queue_on_flink_holds_32_per_key_and_reports_the_rest(
         assert "full" in text and repr(error["key"]) in text and repr(error["record"]) in text, text
 
     # The next turn's first (here: only) model request carries the 32 queued, in order.
-    by_task = _requests_by_task(scripted_chat_server.requests)
+    by_task = _requests_by_task(model_requests)
     expected_delivery = {
         "ended#0": [],
         "fresh#0": fresh_1[:MAX_STEERING_QUEUE],
@@ -575,11 +688,12 @@ def test_steering_queue_on_flink_holds_32_per_key_and_reports_the_rest(
         assert sorted(json.dumps(m) for m in delivered + reported) == sorted(json.dumps(m) for m in sent)
 
     progress = _of(items, "progress")
+    assert sorted(f"{key}#{seq}" for key, seq in _by_run(progress)) == sorted(expected_delivery)
     for (key, seq), run in _by_run(progress).items():
         task = f"{key}#{seq}"
         consumed = [m for r in run if r["kind"] == "steering_consumed" for m in _consumed(r)]
         assert consumed == expected_delivery[task], task
-    assert {o["task"] for o in _of(items, "output")} == set(expected_delivery)
+    assert sorted(o["task"] for o in _of(items, "output")) == sorted(expected_delivery)
     print(f"steering queue job: {job_s:.1f} s")
 
 
