@@ -65,6 +65,7 @@ class KeyRunner:
         self._max_concurrent_runs = max_concurrent_runs
         self._max_backlog = max(max_backlog, max_concurrent_runs)
         self._workers: Dict[Any, _Worker] = {}
+        self._ready: Dict[Any, None] = {}  # keys with completions or progress not yet taken, in order
         self._backlog = 0
         self._changed = threading.Condition()
         self._loop = asyncio.new_event_loop()
@@ -169,6 +170,24 @@ class KeyRunner:
         with self._changed:
             return self._changed.wait_for(done, timeout=timeout_s)
 
+    def take_ready(self) -> List[Any]:
+        """Keys with finished records or progress not yet taken, in the order
+        they became ready (for a host that applies every key's work as it
+        comes: the local runner)."""
+        with self._changed:
+            keys, self._ready = list(self._ready), {}
+            return keys
+
+    def wait_until_ready_or_idle(self, timeout_s: float | None = None) -> bool:
+        """Block until some key is ready (``take_ready``) or nothing runs or
+        waits to run; whether a key is ready."""
+        def settled() -> bool:
+            return bool(self._ready) or not any(w.busy or w.queue for w in self._workers.values())
+
+        with self._changed:
+            self._changed.wait_for(settled, timeout=timeout_s)
+            return bool(self._ready)
+
     def wait_for_capacity(self) -> None:
         """Block while the backlog is full (back-pressure on the host's input)."""
         with self._changed:
@@ -192,10 +211,12 @@ class KeyRunner:
 
     # -- runner side (the loop thread) ---------------------------------------
 
-    def _progress_sink(self, worker: _Worker) -> Any:
+    def _progress_sink(self, key: Any, worker: _Worker) -> Any:
         def publish(records: List[Dict[str, Any]]) -> None:
             with self._changed:
                 worker.progress.extend(records)
+                self._ready[key] = None
+                self._changed.notify_all()
 
         return publish
 
@@ -215,12 +236,13 @@ class KeyRunner:
                 try:
                     completion = await self._engine.run_to_completion(
                         key, worker.state, record,
-                        self._progress_sink(worker) if self._engine.progress_enabled else None,
+                        self._progress_sink(key, worker) if self._engine.progress_enabled else None,
                     )
                 except BaseException as exc:  # handed to the host, which fails the job
                     completion = Completion(record.seq, worker.state.short_term_memory, failure=exc)
             with self._changed:
                 worker.completions.append(completion)
+                self._ready[key] = None
                 self._backlog -= 1
                 if completion.failure is not None:
                     # The job fails with this record; later ones stay pending

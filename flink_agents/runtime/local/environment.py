@@ -1,29 +1,30 @@
 """The embedded local runner: ``from_list(...).apply(agent).to_list()``.
 
-It drives the same engine as the Flink operator, in-process, with keyed state
-in a dict. Keys run concurrently as asyncio tasks (at most
-``max_concurrent_runs`` at once); records of one key run in input order.
+It drives the engine exactly as the Flink operator does: records go to the
+same scheduler (``KeyRunner``: per-key order, at most ``max_concurrent_runs``
+runs at once, a bounded backlog) and finished records are applied with the
+same step (``runtime.completion``); only the keyed state (a dict) and the
+host loop (``local/host.py``, in place of Flink's callbacks) differ.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any, Dict, List
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.engine import DEFAULT_MAX_CONCURRENT_RUNS, MAX_CONCURRENT_RUNS_OPTION, AgentEngine
+from flink_agents.runtime.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.runtime.local.host import LocalHost
 from flink_agents.runtime.progress import PROGRESS_OPTION
 from flink_agents.runtime.steering import STEERING_OPTION, SteeringQueueFull, steering_error
-from flink_agents.runtime.run_slots import RunSlots
 
 __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
 
-MAX_CONCURRENT_RUNS_OPTION = "max_concurrent_runs"
-_DEFAULT_MAX_CONCURRENT_RUNS = 64
+MAX_BACKLOG_OPTION = "flink.max_backlog"  # the same bound as on Flink
 
 
 def _split_record(index: int, record: Any) -> tuple[Any, Any]:
@@ -108,7 +109,7 @@ class LocalAgentBuilder(AgentBuilder):
             self._progress = []
         return self._progress
 
-    async def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
+    def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
         assert self._plan is not None  # registered by apply()
         self._executed = True
         config = {"journal.store": "memory", **config}
@@ -123,32 +124,20 @@ class LocalAgentBuilder(AgentBuilder):
         engine = AgentEngine(self._plan, config, job_id=str(config.get("job_id") or default_id))
         ttl_s = config.get("short_term_memory.ttl_s")
         driver = LocalDriver(memory_ttl_s=None if ttl_s is None else float(ttl_s))
-        slots = RunSlots(int(config.get(MAX_CONCURRENT_RUNS_OPTION, _DEFAULT_MAX_CONCURRENT_RUNS)))
-        by_key: Dict[Any, List[Any]] = {}
-        for key, value in self._records:
-            by_key.setdefault(key, []).append(value)
-
+        max_runs = int(config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS))
+        runner = KeyRunner(engine, max_runs, int(config.get(MAX_BACKLOG_OPTION, 16 * max_runs)))
+        host = LocalHost(engine, driver, runner)
         for key, message in self._steering:
             try:
                 engine.steer(driver, key, message)
             except SteeringQueueFull as full:
                 driver.emit_error(key, steering_error(key, message, full))
-
-        async def run_key(key: Any, values: List[Any]) -> None:
-            async with slots.hold():
-                for value in values:
-                    await engine.process(driver, key, value)
-
         try:
-            tasks = [asyncio.ensure_future(run_key(k, vs)) for k, vs in by_key.items()]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
+            for key, value in self._records:
+                host.accept(key, value)
+            host.drain()
         finally:
+            runner.close()
             engine.close()
             self._outputs.extend(driver.outputs)
             for key, state in driver.states.items():
@@ -187,5 +176,5 @@ class LocalExecutionEnvironment(AgentsExecutionEnvironment):
             flink_agents.runtime.errors.ActionFailed: An action raised.
         """
         builders, self._builders = self._builders, []
-        self.last_counters = [asyncio.run(b._run(self._config)) for b in builders]
+        self.last_counters = [b._run(self._config) for b in builders]
         return self.last_counters
