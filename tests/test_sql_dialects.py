@@ -1,6 +1,7 @@
 """``SQLJournalStore`` over its dialects: one transaction per write and none
 per read, rollback on failure, broken connections dropped, the schema each
-dialect creates, and what a dialect may show of where it points.
+dialect creates (and migrates), what a dialect may show of where it points;
+and pruning in batches, on every store.
 
 A recording dialect wraps the real SQLite or PostgreSQL dialect and logs
 what the store asks of it, so these tests see the store's calls while every
@@ -22,8 +23,15 @@ from flink_agents.stores import CallbackRef, JournalEntry, SQLJournalStore
 from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
 from flink_agents.stores.postgres_store import PostgresDialect, PostgresJournalStore
-from flink_agents.stores.sqlite_store import SQLiteDialect
-from tests.support.journal_stores import FakeClock, entry, postgres_schema, run_end
+from flink_agents.stores.sqlite_store import SQLiteDialect, SQLiteJournalStore
+from tests.support.journal_stores import (
+    FakeClock,
+    MakeStore,
+    entry,
+    postgres_schema,
+    run_end,
+    store_factory,
+)
 
 
 class Recording(Dialect):
@@ -161,3 +169,63 @@ def test_dialects_pickle_and_show_no_password(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(sqlite)).path == tmp_path / "j.db"
     with pytest.raises(ValueError, match="busy_timeout_ms"):
         SQLiteDialect(tmp_path / "j.db", busy_timeout_ms=-1)
+
+
+# --- pruning in batches ---------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
+    with store_factory(request.param, tmp_path) as make:
+        yield make
+
+
+def test_prune_in_batches_keeps_whole_runs_and_ties(make_store: MakeStore) -> None:
+    """More runs than one batch, all ending at one instant (ties at every
+    page boundary), each with a nested sub-agent journal and a callback."""
+    clock = FakeClock(100.0)
+    store = make_store(clock=clock)
+    runs = 2 * _sql.PRUNE_BATCH_RUNS + 7
+    for seq in range(runs):
+        store.append("job", f"k{seq % 5}", seq, [entry("a@0", 0), run_end()])
+        store.append(f"job/call-{seq}", f"k{seq % 5}", seq, [entry("c@0", 0)])
+        store.register(CallbackRef(f"job/call-{seq}", f"k{seq % 5}", seq, "w@0", 0), f"cb-{seq}", "p", 1, 2)
+    clock.now = 200.0
+    store.append("job", "late", 0, [entry("a@0", 0), run_end()])
+    store.register(CallbackRef("job", "late", 0, "w@0", 0), "cb-late", "p", 1, 2)
+    assert store.prune_callbacks(150.0) == runs
+    assert store.prune(150.0) == 3 * runs
+    assert store.count_entries() == 2 and store.get_callback("cb-late") is not None
+    assert store.get_callback("cb-0") is None and store.load_run("job/call-1", "k1", 1) == {}
+
+
+def test_each_prune_batch_is_its_own_transaction(dialect: Recording) -> None:
+    store = SQLJournalStore(dialect, clock=FakeClock(100.0))
+    try:
+        for seq in range(_sql.PRUNE_BATCH_RUNS + 1):
+            store.append("job", "k", seq, [run_end()])
+        dialect.log.clear()
+        assert store.prune(150.0) == _sql.PRUNE_BATCH_RUNS + 1
+        assert dialect.log == ["begin", "commit"] * 2  # the lock is free in between
+    finally:
+        store.close()
+
+
+def test_an_older_sqlite_file_gets_the_prune_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute(_sql.create_table("INTEGER", "REAL"))
+        connection.execute(
+            f"CREATE INDEX journal_run_end ON journal (committed_at) WHERE {_sql.RUN_END_PREDICATE}"
+        )
+        connection.execute("PRAGMA user_version = 1")
+    connection.close()
+    store = SQLiteJournalStore(path)
+    try:
+        store.count_entries()
+    finally:
+        store.close()
+    with sqlite3.connect(path) as connection:
+        names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    connection.close()
+    assert set(SCHEMA_OBJECTS) <= names and "journal_run_end" not in names

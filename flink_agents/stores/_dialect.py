@@ -22,7 +22,9 @@ __all__ = ["Dialect", "SCHEMA_OBJECTS"]
 
 # The tables and indexes of schema version 1, as ``Dialect.schema`` creates
 # them: a database missing one was written by an older release.
-SCHEMA_OBJECTS: Tuple[str, ...] = (_sql.TABLE, _sql.RUN_END_INDEX) + _sql_callbacks.SCHEMA_OBJECTS
+SCHEMA_OBJECTS: Tuple[str, ...] = (
+    _sql.TABLE, _sql.RUN_END_INDEX, _sql.RUN_INDEX, *_sql_callbacks.SCHEMA_OBJECTS
+)
 
 
 class Dialect(ABC):
@@ -51,12 +53,15 @@ class Dialect(ABC):
 
     def schema(self) -> List[str]:
         """The statements creating every object of ``SCHEMA_OBJECTS`` with
-        this dialect's column types. Each is a no-op where its object exists,
-        so running them all also brings an older version-1 database up to
-        date; run them in one write transaction."""
+        this dialect's column types, and dropping what an older release
+        created and this one no longer uses. Each is a no-op where it has
+        nothing to do, so running them all also brings an older version-1
+        database up to date; run them in one write transaction."""
         return [
             _sql.create_table(self.integer, self.real),
+            _sql.DROP_OLD_RUN_END_INDEX,
             _sql.CREATE_RUN_END_INDEX,
+            _sql.CREATE_RUN_INDEX,
             *_sql_callbacks.create_statements(self.integer, self.blob),
         ]
 

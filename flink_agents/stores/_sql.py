@@ -1,10 +1,13 @@
 """SQL of the journal port, written once for every dialect (``SQLJournalStore``).
 
 One table, ``journal``, one row per entry, keyed by (journal id, key, record
-sequence number, step, ordinal), plus a partial index over the run-end markers
-so ``prune`` finds finished runs without scanning every entry. Statements here
-use ``{p}`` where a driver's parameter placeholder goes (``?`` for sqlite3,
-``%s`` for psycopg); ``statement(sql, p)`` fills it in.
+sequence number, step, ordinal). Pruning costs what it deletes, not what the
+table holds: a partial index over the run-end markers, ordered by commit
+time, pages through the finished runs (``SELECT_ENDED``), and an index over
+(key, sequence number) finds each run's entries and its nested sub-agent
+runs' (``PRUNE``). Statements here use ``{p}`` where a driver's parameter
+placeholder goes (``?`` for sqlite3, ``%s`` for psycopg); ``statement(sql,
+p)`` fills it in.
 """
 
 from __future__ import annotations
@@ -52,11 +55,26 @@ def create_table(integer: str, real: str) -> str:
     )
 
 
-RUN_END_INDEX = f"{TABLE}_run_end"
+# Finished runs by commit time, covering what ``SELECT_ENDED`` reads. Schema
+# version 1 first had a one-column index (``OLD_RUN_END_INDEX``); opening such
+# a database replaces it.
+RUN_END_INDEX = f"{TABLE}_run_ends"
+ENDED_COLUMNS = ("committed_at", "journal_id", "key", "seq")
 CREATE_RUN_END_INDEX = (
-    f"CREATE INDEX IF NOT EXISTS {RUN_END_INDEX} ON {TABLE} (committed_at)"
+    f"CREATE INDEX IF NOT EXISTS {RUN_END_INDEX} ON {TABLE} ({', '.join(ENDED_COLUMNS)})"
     f" WHERE {RUN_END_PREDICATE}"
 )
+OLD_RUN_END_INDEX = f"{TABLE}_run_end"
+DROP_OLD_RUN_END_INDEX = f"DROP INDEX IF EXISTS {OLD_RUN_END_INDEX}"
+
+# Every run of one (key, record): the record's run in each journal and the
+# sub-agent runs nested under them.
+RUN_INDEX = f"{TABLE}_run"
+CREATE_RUN_INDEX = f"CREATE INDEX IF NOT EXISTS {RUN_INDEX} ON {TABLE} (key, seq)"
+
+# Runs finished per prune transaction: each transaction deletes whole runs
+# (with their nested ones), then releases the write lock for other writers.
+PRUNE_BATCH_RUNS = 256
 
 SELECT_RUN = (
     f"SELECT step, ordinal, function_id, args_digest, payload FROM {TABLE}"
@@ -75,18 +93,41 @@ POSTGRES_UPSERT = (
     + ", ".join(f"{column} = EXCLUDED.{column}" for column in VALUE_COLUMNS)
 )
 
-# Every entry of each run whose run-end marker is older than the cutoff, in
-# one statement: the subquery reads the partial index, the delete the key.
-# A finished run goes with the runs nested under it: a sub-agent call's journal
-# id is "<parent journal id>/<call id>" for the same key and record, and it
-# writes no run end of its own (its parent's result entry may land later).
-PRUNE = (
-    f"DELETE FROM {TABLE} WHERE EXISTS (SELECT 1 FROM {TABLE} AS ended"
-    f" WHERE ended.{RUN_END_PREDICATE.replace(' AND ordinal', ' AND ended.ordinal')}"
-    f" AND ended.committed_at < {{p}} AND ended.key = {TABLE}.key AND ended.seq = {TABLE}.seq"
-    f" AND (ended.journal_id = {TABLE}.journal_id OR substr({TABLE}.journal_id, 1,"
-    f" length(ended.journal_id) + 1) = ended.journal_id || '/'))"
+# One page of finished runs, (committed_at, journal_id, key, seq), in index
+# order after the given row value: runs whose run-end marker is older than
+# the first parameter. Row values compare column by column.
+SELECT_ENDED = (
+    f"SELECT {', '.join(ENDED_COLUMNS)} FROM {TABLE}"
+    f" WHERE {RUN_END_PREDICATE} AND committed_at < {{p}}"
+    f" AND ({', '.join(ENDED_COLUMNS)}) > ({{p}}, {{p}}, {{p}}, {{p}})"
+    f" ORDER BY {', '.join(ENDED_COLUMNS)} LIMIT {PRUNE_BATCH_RUNS}"
 )
+BEFORE_ALL_ENDED = (float("-inf"), "", "", -(2**63))  # SELECT_ENDED's first page
+
+
+def prune_run(table: str) -> str:
+    """``DELETE`` of one finished run's rows in ``table`` (parameters:
+    ``run_parameters``), read through the (key, seq) index.
+
+    A finished run goes with the runs nested under it: a sub-agent call's
+    journal id is ``"<parent journal id>/<call id>"`` for the same key and
+    record, and it writes no run end of its own (its parent's result entry
+    may land later).
+    """
+    return (
+        f"DELETE FROM {table} WHERE key = {{p}} AND seq = {{p}}"
+        " AND (journal_id = {p} OR substr(journal_id, 1, {p}) = {p})"
+    )
+
+
+PRUNE = prune_run(TABLE)
+
+
+def run_parameters(journal_id: str, key: str, seq: int) -> Tuple[str, int, str, int, str]:
+    """``prune_run``'s parameters for the run (journal id, key, seq)."""
+    nested = journal_id + "/"
+    return (key, int(seq), journal_id, len(nested), nested)
+
 
 COUNT = f"SELECT count(*) FROM {TABLE}"
 

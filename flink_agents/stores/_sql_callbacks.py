@@ -7,10 +7,12 @@ POSTed body, when it left ``PENDING`` and how many completions came late.
 Times are Unix milliseconds.
 
 Indexes: the unique constraint over the ref starts with (journal id, key,
-sequence number), so it serves ``close_run`` and ``prune_callbacks``, which
-finds finished runs through the journal's run-end index (``_sql``). The table belongs to schema version 1 of the
-journal: a version-1 file or database written before it existed gets it on
-open (``CREATE ... IF NOT EXISTS``), without a version change.
+sequence number), so it serves ``close_run``; an index over (key, sequence
+number) serves ``PRUNE``, which deletes one finished run's callbacks (the
+store pages through finished runs with the journal's ``SELECT_ENDED``). The
+table belongs to schema version 1 of the journal: a version-1 file or
+database written before it or its index existed gets them on open
+(``CREATE ... IF NOT EXISTS``), without a version change.
 
 Statements use ``{p}`` where the driver's placeholder goes, as in ``_sql``.
 The operations below take a connection whose ``execute(sql, params)`` returns
@@ -23,8 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from flink_agents.stores._sql import RUN_END_PREDICATE, statement
-from flink_agents.stores._sql import TABLE as JOURNAL_TABLE
+from flink_agents.stores._sql import prune_run, statement
 from flink_agents.stores.callbacks import (
     ACCEPTED,
     CLOSED,
@@ -87,14 +88,20 @@ def create_table(integer: str, blob: str) -> str:
     )
 
 
-# What ``create_table`` creates, for a cheap check.
-SCHEMA_OBJECTS = (TABLE,)
+# Every callback of one (key, record), for ``PRUNE``.
+RUN_INDEX = f"{TABLE}_run"
+
+# What ``create_statements`` creates, for a cheap check.
+SCHEMA_OBJECTS = (TABLE, RUN_INDEX)
 
 
 def create_statements(integer: str, blob: str) -> List[str]:
-    """Every statement creating the table, each a no-op if its object exists
-    (arguments as for ``create_table``)."""
-    return [create_table(integer, blob)]
+    """Every statement creating the table and its index, each a no-op if its
+    object exists (arguments as for ``create_table``)."""
+    return [
+        create_table(integer, blob),
+        f"CREATE INDEX IF NOT EXISTS {RUN_INDEX} ON {TABLE} (key, seq)",
+    ]
 
 
 # A row whose ref or id exists already is not inserted; ``register`` tells
@@ -127,16 +134,9 @@ CLOSE_RUN = (
     f" WHERE journal_id = {{p}} AND key = {{p}} AND seq = {{p}} AND {IS_PENDING}"
 )
 
-# The callbacks of every run whose run-end marker is older than the cutoff,
-# and of the sub-agent runs nested under it ("<journal id>/<call id>"), as
-# ``_sql.PRUNE`` selects journal entries.
-PRUNE = (
-    f"DELETE FROM {TABLE} WHERE EXISTS (SELECT 1 FROM {JOURNAL_TABLE} AS ended"
-    f" WHERE ended.{RUN_END_PREDICATE.replace(' AND ordinal', ' AND ended.ordinal')}"
-    f" AND ended.committed_at < {{p}} AND ended.key = {TABLE}.key AND ended.seq = {TABLE}.seq"
-    f" AND (ended.journal_id = {TABLE}.journal_id OR substr({TABLE}.journal_id, 1,"
-    f" length(ended.journal_id) + 1) = ended.journal_id || '/'))"
-)
+# The callbacks of one finished run and of the sub-agent runs nested under
+# it ("<journal id>/<call id>"), as ``_sql.PRUNE`` selects journal entries.
+PRUNE = prune_run(TABLE)
 
 
 def select_finished(count: int) -> str:
@@ -252,10 +252,3 @@ def close_run(connection: Any, p: str, journal_id: str, key: str, seq: int, now_
     """Close the pending rows of one run; returns how many."""
     cursor = connection.execute(statement(CLOSE_RUN, p), (int(now_ms), journal_id, key, seq))
     return max(cursor.rowcount, 0)
-
-
-def prune(connection: Any, p: str, finished_before_s: float) -> int:
-    """Delete the callbacks of runs that ended before ``finished_before_s``
-    (Unix seconds, the journal's ``committed_at``); returns how many. Run it
-    in one write transaction, before the journal's own prune."""
-    return max(connection.execute(statement(PRUNE, p), (float(finished_before_s),)).rowcount, 0)

@@ -2,14 +2,15 @@
 
 Rows live in a dict under the store's lock, so the ingress and the runtime
 may share one store object when they run in one process (tests, the local
-runner); nothing survives the process.
+runner); nothing survives the process. An index by (key, record) lets
+``prune_callbacks`` touch only the callbacks it deletes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -24,7 +25,16 @@ from flink_agents.stores.callbacks import (
     CompleteResult,
 )
 
-__all__ = ["InMemoryCallbacks"]
+__all__ = ["InMemoryCallbacks", "PRUNE_BATCH_RUNS", "nested_in"]
+
+# Runs pruned per hold of the store's lock (as the SQL stores' transactions).
+PRUNE_BATCH_RUNS = 256
+
+
+def nested_in(journal_id: str, parent: str) -> bool:
+    """Whether ``journal_id`` is ``parent`` or a sub-agent journal under it
+    (``"<parent>/<call id>"``, at any depth)."""
+    return journal_id == parent or journal_id.startswith(parent + "/")
 
 
 class InMemoryCallbacks(CallbackStore):
@@ -38,6 +48,13 @@ class InMemoryCallbacks(CallbackStore):
             rows = self.__dict__["_callbacks"] = {}
         return rows
 
+    def _callbacks_by_record(self) -> Dict[Tuple[str, int], Set[str]]:
+        """(key, seq) -> the ids of that record's callbacks, any journal."""
+        index = self.__dict__.get("_callback_index")
+        if index is None:
+            index = self.__dict__["_callback_index"] = {}
+        return index
+
     def register(
         self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
     ) -> CallbackRecord:
@@ -50,6 +67,7 @@ class InMemoryCallbacks(CallbackStore):
                 raise ValueError(f"callback id {callback_id!r} is registered for another call")
             row = CallbackRecord(callback_id, ref, purpose, int(created_ms), int(deadline_ms), PENDING)
             rows[callback_id] = row
+            self._callbacks_by_record().setdefault((ref.key, ref.seq), set()).add(callback_id)
             return row
 
     def complete(
@@ -93,20 +111,23 @@ class InMemoryCallbacks(CallbackStore):
         return closed
 
     def prune_callbacks(self, finished_before_s: float) -> int:
+        """Delete the callbacks of runs that ended before the cutoff and of
+        the runs nested under them, ``PRUNE_BATCH_RUNS`` runs per hold of
+        the lock; returns how many."""
         ended = self._runs_ended_before(finished_before_s)
-        with self._lock:
-            rows = self._callback_rows()
-            gone = [
-                callback_id for callback_id, row in rows.items()
-                if any(
-                    (row.ref.key, row.ref.seq) == (key, seq)
-                    and (row.ref.journal_id == journal_id or row.ref.journal_id.startswith(journal_id + "/"))
-                    for journal_id, key, seq in ended
-                )
-            ]
-            for callback_id in gone:
-                del rows[callback_id]
-            return len(gone)
+        deleted = 0
+        for start in range(0, len(ended), PRUNE_BATCH_RUNS):
+            with self._lock:
+                rows, index = self._callback_rows(), self._callbacks_by_record()
+                for journal_id, key, seq in ended[start : start + PRUNE_BATCH_RUNS]:
+                    ids = index.get((key, seq), set())
+                    for callback_id in [c for c in ids if nested_in(rows[c].ref.journal_id, journal_id)]:
+                        del rows[callback_id]
+                        ids.discard(callback_id)
+                        deleted += 1
+                    if not ids:
+                        index.pop((key, seq), None)
+        return deleted
 
     def _runs_ended_before(self, finished_before_s: float) -> List[Tuple[str, str, int]]:
         """(journal id, key, seq) of runs whose RUN_END is older than the cutoff."""

@@ -13,21 +13,28 @@ Crash recovery is tested through two hooks that may raise:
   stay and ``writes`` counts them).
 
 Both run outside the store's lock, so a hook may read the store.
+
+Pruning costs what it deletes: run-end markers sit in a heap by commit time
+and the runs of each (key, record) in an index, so ``prune`` never walks the
+runs it keeps; it deletes ``PRUNE_BATCH_RUNS`` runs per hold of the lock.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from flink_agents.stores.journal import RUN_END, RUN_STEP, JournalEntry, JournalStore, RunKey
-from flink_agents.stores.memory_callbacks import InMemoryCallbacks
+from flink_agents.stores.memory_callbacks import PRUNE_BATCH_RUNS, InMemoryCallbacks, nested_in
 
 __all__ = ["InMemoryJournalStore"]
 
 AppendHook = Callable[[List[JournalEntry]], None]
 _Slot = Tuple[str, int]  # (step, ordinal)
+_RUN_END = (RUN_STEP, RUN_END)
+_RunEnd = Tuple[float, str, str, int]  # (committed_at, journal id, key, seq)
 
 
 class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
@@ -51,6 +58,10 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
         self._lock = threading.Lock()
         # run -> (step, ordinal) -> (entry, committed_at in Unix seconds)
         self._runs: Dict[RunKey, Dict[_Slot, Tuple[JournalEntry, float]]] = {}
+        # (key, seq) -> the journal ids holding a run of that record
+        self._journals: Dict[Tuple[str, int], Set[str]] = {}
+        # a heap of every run-end write; one a later write replaced is stale
+        self._run_ends: List[_RunEnd] = []
         self.before_append: Optional[AppendHook] = None
         self.after_append: Optional[AppendHook] = None
 
@@ -81,41 +92,69 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
             self.before_append(entries)
         with self._lock:
             committed_at = float(self._clock())
-            run = self._runs.setdefault((journal_id, key, seq), {})
+            run = self._runs.get((journal_id, key, seq))
+            if run is None:
+                run = self._runs[(journal_id, key, seq)] = {}
+                self._journals.setdefault((key, seq), set()).add(journal_id)
             for entry in entries:
                 run[(entry.step, entry.ordinal)] = (entry, committed_at)
+                if (entry.step, entry.ordinal) == _RUN_END:
+                    heapq.heappush(self._run_ends, (committed_at, journal_id, key, seq))
             self.writes += 1
         if self.after_append is not None:
             self.after_append(entries)
 
     def prune(self, finished_before_s: float) -> int:
         """Delete every entry of runs whose ``RUN_END`` entry was committed
-        before ``finished_before_s`` (Unix seconds); runs without one stay.
+        before ``finished_before_s`` (Unix seconds), with the sub-agent runs
+        nested under them (see ``_sql.prune_run``); runs without one stay.
+        At most ``PRUNE_BATCH_RUNS`` runs per hold of the lock.
 
         Returns:
             The number of entries deleted.
         """
         deleted = 0
-        with self._lock:
-            ended = [
-                run_key for run_key, run in self._runs.items()
-                if (RUN_STEP, RUN_END) in run and run[(RUN_STEP, RUN_END)][1] < finished_before_s
-            ]
-            for journal_id, key, seq in ended:
-                # The run and the sub-agent runs nested under it (see _sql.PRUNE).
-                for run_key in [
-                    r for r in self._runs
-                    if r[1] == key and r[2] == seq and (r[0] == journal_id or r[0].startswith(journal_id + "/"))
-                ]:
-                    deleted += len(self._runs.pop(run_key))
+        while True:
+            with self._lock:
+                for _ in range(PRUNE_BATCH_RUNS):
+                    if not self._run_ends or self._run_ends[0][0] >= finished_before_s:
+                        return deleted
+                    run_end = heapq.heappop(self._run_ends)
+                    if self._is_current(run_end):
+                        deleted += self._delete_runs(*run_end[1:])
+
+    def _is_current(self, run_end: _RunEnd) -> bool:
+        """Whether ``run_end`` is its run's marker as it stands (not pruned,
+        not replaced by a later write)."""
+        committed_at, journal_id, key, seq = run_end
+        marker = self._runs.get((journal_id, key, seq), {}).get(_RUN_END)
+        return marker is not None and marker[1] == committed_at
+
+    def _delete_runs(self, journal_id: str, key: str, seq: int) -> int:
+        """Delete a run and the runs nested under it; returns the entries.
+        Call it under the lock."""
+        journals = self._journals.get((key, seq), set())
+        deleted = 0
+        for gone in [other for other in journals if nested_in(other, journal_id)]:
+            deleted += len(self._runs.pop((gone, key, seq)))
+            journals.discard(gone)
+        if not journals:
+            self._journals.pop((key, seq), None)
         return deleted
 
     def _runs_ended_before(self, finished_before_s: float) -> List[RunKey]:
+        """The runs whose ``RUN_END`` is older than the cutoff: a walk of the
+        heap's entries below it, never of the rest."""
+        ended: List[RunKey] = []
         with self._lock:
-            return [
-                run_key for run_key, run in self._runs.items()
-                if (RUN_STEP, RUN_END) in run and run[(RUN_STEP, RUN_END)][1] < finished_before_s
-            ]
+            heap, stack = self._run_ends, [0]
+            while stack:
+                index = stack.pop()
+                if index < len(heap) and heap[index][0] < finished_before_s:
+                    if self._is_current(heap[index]):
+                        ended.append(heap[index][1:])
+                    stack += (2 * index + 1, 2 * index + 2)
+        return ended
 
     def count_entries(self) -> int:
         """How many entries the store holds, over all runs."""

@@ -101,18 +101,22 @@ class SQLJournalStore(JournalStore, CallbackStore):
     def prune(self, finished_before_s: float) -> int:
         """Delete every entry of runs whose ``RUN_END`` entry was committed
         before ``finished_before_s`` (Unix seconds), with the entries of the
-        sub-agent runs nested under them, in one transaction.
+        sub-agent runs nested under them.
+
+        The work is proportional to what it deletes: runs are deleted
+        ``PRUNE_BATCH_RUNS`` at a time, each batch one transaction, and the
+        write lock is released between batches. A run and its nested runs go
+        in one batch, so a failure midway leaves whole runs deleted or kept.
 
         Returns:
             The number of entries deleted.
 
         Raises:
             JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: The delete failed and was rolled back.
+            sqlite3.Error | psycopg.Error: A batch failed and was rolled back
+                (the batches before it stay deleted).
         """
-        with self._write() as connection:
-            cursor = connection.execute(self._sql(_sql.PRUNE), (float(finished_before_s),))
-            return max(cursor.rowcount, 0)
+        return self._prune(_sql.PRUNE, finished_before_s)
 
     def count_entries(self) -> int:
         """How many entries the journal holds, over all journals and runs."""
@@ -215,18 +219,37 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
     def prune_callbacks(self, finished_before_s: float) -> int:
         """Delete the callbacks of runs whose ``RUN_END`` was committed before
-        ``finished_before_s`` (Unix seconds), nested runs' included, in one
-        transaction (see ``CallbackStore.prune_callbacks``).
+        ``finished_before_s`` (Unix seconds), nested runs' included (see
+        ``CallbackStore.prune_callbacks``), in batches as ``prune``.
 
         Returns:
             How many callbacks it deleted.
 
         Raises:
             JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: The delete failed and was rolled back.
+            sqlite3.Error | psycopg.Error: A batch failed and was rolled back.
         """
-        with self._write() as connection:
-            return _sql_callbacks.prune(connection, self._dialect.placeholder, finished_before_s)
+        return self._prune(_sql_callbacks.PRUNE, finished_before_s)
+
+    def _prune(self, delete_run: str, finished_before_s: float) -> int:
+        """Page through the runs that ended before the cutoff, in run-end
+        order, running ``delete_run`` for each; one transaction per page."""
+        deleted, after = 0, _sql.BEFORE_ALL_ENDED
+        while True:
+            with self._write() as connection:
+                ended = connection.execute(
+                    self._sql(_sql.SELECT_ENDED), (float(finished_before_s), *after)
+                ).fetchall()
+                if ended:
+                    with closing(connection.cursor()) as cursor:
+                        cursor.executemany(
+                            self._sql(delete_run),
+                            [_sql.run_parameters(journal_id, key, seq) for _, journal_id, key, seq in ended],
+                        )
+                        deleted += max(cursor.rowcount, 0)
+            if len(ended) < _sql.PRUNE_BATCH_RUNS:
+                return deleted
+            after = tuple(ended[-1])
 
     # --- connections -----------------------------------------------------------------
 
