@@ -393,7 +393,7 @@ class FakeContext:
         return self._key
 
     def timestamp(self) -> int:
-        return 1_000
+        return -(2**63)  # Long.MIN_VALUE: records without a timestamp (their outputs apply in any callback)
 
     def timer_service(self) -> FakeTimers:
         return self._timers

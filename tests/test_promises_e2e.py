@@ -186,11 +186,6 @@ def test_a_watermark_never_passes_a_record_in_flight(tmp_path: Path) -> None:
           f"{first_s:.1f} s after the job was submitted, last {last_s:.1f} s")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an output applied in a callback of another record of its key carries that record's timestamp: "
-    "process_element of the next record (a later timestamp) or the event-time timer of an earlier "
-    "record (an earlier one); docs/guarantees.md names only the polling timer as an exception (issue 12)"
-))
 @pytest.mark.timeout(120)
 def test_each_output_carries_its_own_records_timestamp(tmp_path: Path) -> None:
     """Two slow records of one key, no poll (``flink.poll_interval_ms`` far

@@ -6,8 +6,9 @@ applying it is the same everywhere (``apply_completions``): the record
 leaves the key's pending queue, the key's short-term memory becomes the
 run's, the steering messages the run took leave the key's state, and the
 record's outputs and error records are handed back, in order, for the host
-to emit. All or nothing per record: a failed record raises here, before
-anything of it is applied or emitted.
+to emit. All or nothing per record: a failed record is not applied and
+emits nothing; what finished before it is applied and emitted, then the host
+raises its failure.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 from flink_agents.runtime.state import KeyState
 
-__all__ = ["Completion", "Emission", "apply_completions"]
+__all__ = ["Applied", "Completion", "Emission", "apply_completions"]
 
 Emission = Tuple[bool, Any]  # (is an error record, value)
 
@@ -45,21 +46,40 @@ class Completion:
     steering_taken_through: int = -1
 
 
-def apply_completions(key: Any, state: KeyState, completions: Iterable[Completion]) -> List[Emission]:
-    """Apply ``completions`` (in order) to ``state``; what to emit, in order.
+@dataclass
+class Applied:
+    """What ``apply_completions`` did.
 
-    The caller stores ``state`` afterwards and emits the returned values.
+    Attributes:
+        emissions: Outputs and error records to emit, in order.
+        failure: The failure of the first failed record, if any: the host
+            stores the state, emits ``emissions``, then raises it (the job
+            fails; the failed record and those after it stay pending).
+    """
+
+    emissions: List[Emission] = field(default_factory=list)
+    failure: BaseException | None = None
+
+    def raise_failure(self) -> None:
+        """Raise ``failure`` if there is one."""
+        if self.failure is not None:
+            raise self.failure
+
+
+def apply_completions(key: Any, state: KeyState, completions: Iterable[Completion]) -> Applied:
+    """Apply ``completions`` (in order) to ``state``, up to the first failed one.
+
+    The caller stores ``state`` afterwards, emits ``emissions``, then calls
+    ``raise_failure()``.
 
     Raises:
-        BaseException: A completion's ``failure`` (the job fails with it;
-            the failed record and those after it stay pending).
         RuntimeError: A completion is not for the head of the pending queue
             (a runtime bug: records of a key finish in order).
     """
     emissions: List[Emission] = []
     for completion in completions:
         if completion.failure is not None:
-            raise completion.failure
+            return Applied(emissions, completion.failure)
         if not state.pending or state.pending[0].seq != completion.seq:
             head = state.pending[0].seq if state.pending else None
             raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head} was expected")
@@ -72,4 +92,4 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
         emissions.extend((False, output) for output in completion.outputs)
         emissions.extend((True, error) for error in completion.errors)
-    return emissions
+    return Applied(emissions)

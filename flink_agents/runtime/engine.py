@@ -187,10 +187,12 @@ class AgentEngine:
             # Records that arrived during the run were stored by ``process``;
             # a driver that serializes state hands out copies: load it again.
             latest = driver.load(key) or state
-            emissions = apply_completions(key, latest, [completion])
-            driver.store(key, latest)
-            for is_error, value in emissions:
+            applied = apply_completions(key, latest, [completion])
+            if applied.failure is None:
+                driver.store(key, latest)
+            for is_error, value in applied.emissions:
                 (driver.emit_error if is_error else driver.emit)(key, value)
+            applied.raise_failure()
 
     async def run_to_completion(
         self, key: Any, state: KeyState, record: PendingRecord,

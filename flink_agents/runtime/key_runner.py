@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import Any, Deque, Dict, List
+from typing import Any, Callable, Deque, Dict, List
 
 from flink_agents.runtime.completion import Completion
 from flink_agents.runtime.engine import AgentEngine
@@ -108,15 +108,27 @@ class KeyRunner:
             worker.busy = True
         self._loop.call_soon_threadsafe(self._start, key, worker)
 
-    def take(self, key: Any) -> List[Completion]:
-        """The finished records of ``key`` not yet taken, in order."""
+    def take(self, key: Any, accept: Callable[[int], bool] | None = None) -> List[Completion]:
+        """The finished records of ``key`` not yet taken, in order.
+
+        Args:
+            accept: Given a record's seq, whether to take it now; taking
+                stops at the first it refuses (records apply in order).
+        """
         with self._changed:
             worker = self._workers.get(key)
             if worker is None or not worker.completions:
                 return []
-            done = list(worker.completions)
-            worker.completions.clear()
+            done: List[Completion] = []
+            while worker.completions and (accept is None or accept(worker.completions[0].seq)):
+                done.append(worker.completions.popleft())
             return done
+
+    def has_completions(self, key: Any) -> bool:
+        """Whether ``key`` has finished records not yet taken."""
+        with self._changed:
+            worker = self._workers.get(key)
+            return worker is not None and bool(worker.completions)
 
     def take_progress(self, key: Any) -> List[Dict[str, Any]]:
         """The progress records ``key``'s runs published, not yet taken, in

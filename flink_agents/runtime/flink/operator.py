@@ -137,17 +137,19 @@ class AgentOperatorFunction(KeyedProcessFunction):
         assert self._engine is not None and self._driver is not None and self._runner is not None
         key = ctx.get_current_key()
         self._driver.begin(key)
-        yield from self._apply(key)
+        timestamp = ctx.timestamp()
+        # PyFlink reports "no timestamp" as Long.MIN_VALUE.
+        timestamp = None if timestamp in (None, NO_TIMESTAMP) else timestamp
+        watermark = ctx.timer_service().current_watermark()
+        yield from self._apply(key, timestamp, watermark)
         if self._engine.steering_enabled:
             tag, value = value  # the main input and the steering input, unioned
             if tag == STEERING_TAG:
                 yield from self._steer(key, value)
                 return
         state = self._driver.load(key) or KeyState(journal_id=self._engine.job_id)
-        timestamp = ctx.timestamp()
-        # PyFlink reports "no timestamp" as Long.MIN_VALUE.
         value = admit(key, state.next_seq, value)
-        record = PendingRecord(state.next_seq, value, None if timestamp in (None, NO_TIMESTAMP) else timestamp)
+        record = PendingRecord(state.next_seq, value, timestamp)
         state.pending.append(record)
         state.next_seq += 1
         self._driver.store(key, state)
@@ -155,7 +157,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         # Fast path: a record that finishes at once (no slow call) is applied
         # here, without a timer round trip.
         if len(state.pending) == 1 and self._runner.wait_for(key, record.seq, self._inline_wait_s):
-            yield from self._apply(key)
+            yield from self._apply(key, timestamp, watermark)
         if self._runner.has_work(key):
             self._schedule(ctx.timer_service(), record.timestamp_ms)
         else:
@@ -182,10 +184,14 @@ class AgentOperatorFunction(KeyedProcessFunction):
         timers = ctx.timer_service()
         if not event_time:
             self._expire_due(key, timestamp)
+        # What this callback's outputs carry: an event-time timer's
+        # timestamp; a poll's none (only untimed or overdue records apply).
+        emits_at = timestamp if event_time else None
+        applies_through = timestamp if event_time else timers.current_watermark()
         if not event_time and self._runner.knows(key):
             # A poll: apply what finished, without reading state otherwise.
             self._arm_deadlines(key, timers)
-            yield from self._apply(key)
+            yield from self._apply(key, emits_at, applies_through)
             self._after_callback(timers, key)
             return
         state = self._driver.load(key)
@@ -200,7 +206,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
                 self._arm_deadlines(key, timers)
                 self._wait_unless_parked(key, due[-1], final=timestamp == END_OF_TIME_MS)
         self._arm_deadlines(key, timers)
-        yield from self._apply(key)
+        yield from self._apply(key, emits_at, applies_through)
         self._after_callback(timers, key)
 
     def _after_callback(self, timers: Any, key: Any) -> None:
@@ -298,26 +304,44 @@ class AgentOperatorFunction(KeyedProcessFunction):
         if timestamp_ms is not None:
             timers.register_event_time_timer(timestamp_ms)
 
-    def _apply(self, key: Any) -> Iterable[Any]:
+    def _apply(self, key: Any, emits_at: int | None, applies_through: int) -> Iterable[Any]:
         """Yield the key's published progress; apply its finished records to
-        its state and yield their outputs."""
+        its state and yield their outputs.
+
+        A record's outputs carry the timestamp of the callback that yields
+        them, so a timestamped record is applied only in a callback of its
+        own timestamp (its ``process_element``, its event-time timer), or
+        once the watermark has passed it (``applies_through``: its own timer
+        has fired, e.g. while the record waited for a callback; the
+        documented exception). Untimed records apply in any callback.
+        Records apply in order: a held record holds those after it.
+        """
         assert self._driver is not None and self._runner is not None
         for record in self._runner.take_progress(key):
             yield PROGRESS_OUTPUT, record
-        completions = self._runner.take(key)
-        if not completions:
-            return
+        if not self._runner.has_completions(key):
+            return  # (a poll then reads no state)
         state = self._driver.load(key)
         assert state is not None  # a completion implies a submitted record
-        emissions = apply_completions(key, state, completions)  # the step every host applies with
+        timestamps = {r.seq: r.timestamp_ms for r in state.pending}
+
+        def in_this_callback(seq: int) -> bool:
+            ts = timestamps.get(seq)
+            return ts is None or ts == emits_at or ts <= applies_through or applies_through == END_OF_TIME_MS
+
+        completions = self._runner.take(key, in_this_callback)
+        if not completions:
+            return
+        applied = apply_completions(key, state, completions)  # the step every host applies with
         self._driver.store(key, state)
         known = self._deadlines.get(key)
         if known:  # the finished runs' callbacks are closed now
             finished = {completion.seq for completion in completions}
             for callback_id in [c for c, (_, seq) in known.items() if seq in finished]:
                 del known[callback_id]
-        for is_error, value in emissions:
+        for is_error, value in applied.emissions:
             yield (ERROR_OUTPUT, value) if is_error else value
+        applied.raise_failure()
 
     def _report_metrics(self) -> None:
         assert self._engine is not None

@@ -74,10 +74,11 @@ class LocalHost:
         if completions:
             state = self._driver.load(key)
             assert state is not None  # a completion implies a submitted record
-            emissions = apply_completions(key, state, completions)
+            applied = apply_completions(key, state, completions)
             self._driver.store(key, state)
-            for is_error, value in emissions:
+            for is_error, value in applied.emissions:
                 (self._driver.emit_error if is_error else self._driver.emit)(key, value)
+            applied.raise_failure()
         if not self._runner.has_work(key):
             # Idle: its state lives here; a later record starts from it (with
             # the memory TTL applied), as the operator releases idle keys.
