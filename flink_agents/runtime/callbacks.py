@@ -22,10 +22,11 @@ Waiting. ``wait`` awaits a future that this hub settles from the store: a
 poller on the run's event loop reads the outcomes of every waited-for
 callback each ``callbacks.poll_interval_ms`` (one query for all of them) and
 times out those whose deadline passed. A waiting run holds no thread and
-gives back its run slot (``run_slots.parked``). On Flink the deadline is also
-a processing-time timer of the key (``take_timer_requests``,
-``expire``): it lives in keyed state and checkpoints, so after a restore it
-fires even before the run has been replayed. Both paths make the same
+gives back its run slot (``run_slots.parked``). A host with timers of its
+own also gets each deadline (``on_deadline``, the driver's
+``arm_deadline``): on Flink it becomes a processing-time timer of the key
+that calls ``expire``; it lives in keyed state and checkpoints, so after a
+restore it fires even before the run has been replayed. Both paths make the same
 conditional write; whichever lands first decides.
 """
 
@@ -198,6 +199,9 @@ class CallbackHub:
             seconds); the poller sleeps through it too.
         executors: Where store operations run (the engine's io pool,
             ``runtime.executors``); None: ``asyncio.to_thread``.
+        on_deadline: ``(key, callback id, deadline ms, record seq)``, called
+            for each pending callback a run creates or finds on replay, from
+            the run's thread (``KeyedDriver.arm_deadline``).
     """
 
     def __init__(
@@ -207,6 +211,7 @@ class CallbackHub:
         counters: RunCounters,
         clock: Any = None,
         executors: Any = None,
+        on_deadline: Optional[Callable[[Any, str, int, int], None]] = None,
     ) -> None:
         self._store = store
         self._in_thread: Callable[..., Awaitable[Any]] = asyncio.to_thread if executors is None else executors.io
@@ -221,8 +226,8 @@ class CallbackHub:
         # Per run (key text, seq): its callbacks, to close at the run's end.
         self._runs: Dict[Tuple[str, int], List[CallbackRecord]] = {}
         self._finished: Set[str] = set()
-        self.track_timers = False  # set by a host that keeps deadlines as its own timers
-        self._timer_requests: Dict[Any, List[Tuple[str, int, int]]] = {}
+        # The host's own deadline timers (KeyedDriver.arm_deadline), if any.
+        self._on_deadline: Optional[Callable[[Any, str, int, int], None]] = on_deadline
         self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
@@ -261,8 +266,8 @@ class CallbackHub:
             self._counters.callbacks_created += 1
         with self._lock:
             self._runs.setdefault((ref.key, ref.seq), []).append(record)
-            if self.track_timers and record.state == PENDING:
-                self._timer_requests.setdefault(key, []).append((record.callback_id, record.deadline_ms, ref.seq))
+        if self._on_deadline is not None and record.state == PENDING:
+            self._on_deadline(key, record.callback_id, record.deadline_ms, ref.seq)
         return RuntimeCallback(self, record, self.base_url, before_wait)
 
     # -- wait ----------------------------------------------------------------
@@ -353,12 +358,6 @@ class CallbackHub:
                 for (text, _), records in self._runs.items() if text == key_text
                 for record in records
             )
-
-    def take_timer_requests(self, key: Any) -> List[Tuple[str, int, int]]:
-        """Deadlines of ``key``'s new callbacks, as (id, deadline ms, record
-        seq), for a host that turns them into timers (thread-safe)."""
-        with self._lock:
-            return self._timer_requests.pop(key, [])
 
     def expire(self, callback_ids: List[str]) -> int:
         """Time out callbacks whose deadline timer fired (from the host's

@@ -44,6 +44,14 @@ class KeyedDriver(ABC):
         "error_message", "attempts"}``.
         """
 
+    def arm_deadline(self, key: Any, callback_id: str, deadline_ms: int, seq: int) -> None:
+        """A callback's deadline (Unix ms) as a timer of the host, if it has
+        timers that survive a restore (Flink: a processing-time timer of the
+        key, kept in keyed state). Called from the thread runs execute on,
+        for each pending callback a run of ``key``'s record ``seq`` creates
+        or finds on replay. Hosts without such timers ignore it: the
+        engine's poller enforces deadlines too (``runtime.callbacks``)."""
+
     def emit_progress(self, records: List[Dict[str, Any]]) -> None:
         """Publish one commit's progress records (``runtime.progress``).
 

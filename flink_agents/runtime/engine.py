@@ -61,6 +61,8 @@ class AgentEngine:
             or a callable giving Unix seconds; injectable for tests.
         sleep: ``await sleep(delay_s)`` for the clock (retry backoff);
             injectable for tests.
+        deadline_timers: The host's ``KeyedDriver.arm_deadline``, for a
+            host whose timers survive a restore (the Flink operator).
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class AgentEngine:
         store: JournalStore | None = None,
         clock: Clock | Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        deadline_timers: Callable[[Any, str, int, int], None] | None = None,
     ) -> None:
         self.plan = plan
         self.config = dict(config or {})
@@ -90,7 +93,7 @@ class AgentEngine:
         self.executors = Executors(int(self.config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS)))
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
-            CallbackHub(self.store, self.config, self.counters, self.clock, self.executors)
+            CallbackHub(self.store, self.config, self.counters, self.clock, self.executors, deadline_timers)
             if isinstance(self.store, CallbackStore) else None
         )
         self._sub_agents = SubAgentRunner(

@@ -6,6 +6,7 @@ stored: Flink scopes keyed state to the operator's current key.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, List, Tuple
 
 from flink_agents.runtime.driver import KeyedDriver
@@ -33,6 +34,8 @@ class FlinkDriver(KeyedDriver):
         self._cached: KeyState | None = None
         self._stored_memory: Dict[str, Any] | None = None
         self._outputs: List[Tuple[bool, Any]] = []
+        self._deadlines: Dict[Any, List[Tuple[str, int, int]]] = {}
+        self._deadlines_lock = threading.Lock()
 
     def begin(self, key: Any) -> None:
         """Start a callback for ``key`` (the operator's current key)."""
@@ -65,6 +68,18 @@ class FlinkDriver(KeyedDriver):
         if state.short_term_memory is not self._stored_memory:
             self._memory_state.update(state.memory_json())
             self._stored_memory = state.short_term_memory
+
+    def arm_deadline(self, key: Any, callback_id: str, deadline_ms: int, seq: int) -> None:
+        """Queue a callback deadline (from the runs' thread) until the key's
+        next callback registers it as a timer (``take_deadlines``): Flink
+        timers may only be registered in a callback of their key."""
+        with self._deadlines_lock:
+            self._deadlines.setdefault(key, []).append((callback_id, deadline_ms, seq))
+
+    def take_deadlines(self, key: Any) -> List[Tuple[str, int, int]]:
+        """The deadlines queued for ``key``: ``(callback id, deadline ms, seq)``."""
+        with self._deadlines_lock:
+            return self._deadlines.pop(key, [])
 
     def emit(self, key: Any, output: Any) -> None:
         self._outputs.append((False, output))

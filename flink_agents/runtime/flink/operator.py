@@ -124,9 +124,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
             runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
             runtime_context.get_state(_memory_descriptor(None if ttl_s is None else float(ttl_s))),
         )
-        self._engine = AgentEngine(self._plan, self._config, self._job_id)
-        if self._engine.callbacks is not None:
-            self._engine.callbacks.track_timers = True
+        self._engine = AgentEngine(self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline)
         max_runs = int(self._config.get("max_concurrent_runs", 64))
         self._runner = KeyRunner(self._engine, max_runs, int(self._config.get("flink.max_backlog", 16 * max_runs)))
         group = runtime_context.get_metrics_group().add_group("flink_agents")
@@ -247,8 +245,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         """Turn the deadlines of the key's new callbacks into timers, and
         keep them in keyed state (a checkpoint then holds both)."""
         assert self._engine is not None and self._driver is not None
-        hub = self._engine.callbacks
-        requests = hub.take_timer_requests(key) if hub is not None else []
+        requests = self._driver.take_deadlines(key)
         if not requests:
             return
         state = self._driver.load(key)
