@@ -110,13 +110,14 @@ async def tickets_action(event: Event, ctx: Any) -> None:
     ctx.send_event(OutputEvent(output={x: t for x, t in pairs}))
 
 
-def _engine(action: Any, store: InMemoryJournalStore, **config: Any) -> AgentEngine:
-    agent = Agent().add_action("fan", [InputEvent], action, **config)
-    return AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
-
-
 def _process(action: Any, store: InMemoryJournalStore, value: Any = "r", **config: Any) -> LocalDriver:
-    engine = _engine(action, store, **config)
+    return _run_agent(Agent().add_action("fan", [InputEvent], action, **config), store, value)
+
+
+def _run_agent(agent: Agent, store: InMemoryJournalStore, value: Any = "r") -> LocalDriver:
+    """One record of key "k" through ``agent`` against ``store`` (a fresh
+    engine and keyed state: a restore to before the record)."""
+    engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
     driver = LocalDriver()
     try:
         asyncio.run(engine.process(driver, "k", value))
@@ -250,19 +251,10 @@ def test_sub_agents_submitted_in_branches_replay_without_running_the_children_ag
     parent = Agent().add_action("fan", [InputEvent], sub_agents_action)
     parent.add_resource("child", ResourceType.AGENT, Agent().add_action("echo", [InputEvent], _counting_child))
 
-    def run() -> LocalDriver:
-        engine = AgentEngine(AgentPlan.from_agent(parent), {}, job_id="job", store=store)
-        driver = LocalDriver()
-        try:
-            asyncio.run(engine.process(driver, "k", "r"))
-        finally:
-            engine.close()
-        return driver
-
     CRASH["final"] = True
     with pytest.raises(Crash):
-        run()
-    assert recovered_outputs(run()) == [["child saw task 0", "child saw task 1", "child saw task 2"]]
+        _run_agent(parent, store)
+    assert recovered_outputs(_run_agent(parent, store)) == [["child saw task 0", "child saw task 1", "child saw task 2"]]
     assert CHILD_RUNS == Counter({f"task {i}": 1 for i in range(3)})
 
 
@@ -312,20 +304,11 @@ def slow_lookup(q: str) -> str:
 def test_a_crash_inside_a_slow_tool_does_not_send_the_email_again() -> None:
     store = InMemoryJournalStore()
 
-    def run() -> LocalDriver:
-        agent = ChatTurnAgent(EmailAndLookupModel, {"send_email": send_email, "slow_lookup": slow_lookup})
-        engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
-        driver = LocalDriver()
-        try:
-            asyncio.run(engine.process(driver, "k", "go"))
-        finally:
-            engine.close()
-        return driver
-
+    agent = ChatTurnAgent(EmailAndLookupModel, {"send_email": send_email, "slow_lookup": slow_lookup})
     CRASH["slow_lookup"] = True
     with pytest.raises(Crash):
-        run()
-    driver = run()
+        _run_agent(agent, store, "go")
+    driver = _run_agent(agent, store, "go")
     assert driver.outputs == [{"k": "done: ['found x', 'sent to a@b']"}]
     assert CALLS[("send_email", "a@b")] == 1
     assert CALLS[("model", None)] == 2  # the first reply was journaled before the tools ran

@@ -14,12 +14,13 @@ Everything that is stored and read back goes through the typed codec,
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
+
+from flink_agents.runtime.codec_classes import resolve_class
 
 __all__ = ["MODEL_TAG", "decode_value", "encode_value"]
 
@@ -50,20 +51,12 @@ def encode_value(value: Any) -> Any:
     raise TypeError(f"value of type {type(value).__name__} cannot be stored in keyed state")
 
 
-def _import(name: str) -> type:
-    module, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def decode_value(value: Any) -> Any:
     """Inverse of ``encode_value``."""
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
         if MODEL_TAG in value and len(value) == 2 and "data" in value:
-            return _import(value[MODEL_TAG]).model_validate(value["data"])
+            return resolve_class(value[MODEL_TAG]).model_validate(value["data"])
         return {k: decode_value(v) for k, v in value.items()}
     return value
