@@ -10,7 +10,6 @@ timing is ``tools/bench/blocking_calls.py``.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Dict, List, Sequence
 
 from flink_agents.api.agents.agent import Agent

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.flink_jobs import child_environment
+
 pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +29,7 @@ JOB = REPO_ROOT / "tests" / "support" / "main_classes_job.py"
 def test_main_script_classes_read_back_on_a_restarted_worker(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(JOB), str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=child_environment(),
     )
 
     assert done.returncode == 0, done.stderr[-4000:]

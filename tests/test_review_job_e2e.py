@@ -4,7 +4,6 @@ mini-cluster, the local runner, and the job's command line."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -14,6 +13,7 @@ import pytest
 
 from jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
 from jobs.review_records import read_reviews
+from tests.support.flink_jobs import child_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
@@ -57,23 +57,6 @@ def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path:
     assert sorted(on_flink, key=key) == sorted(local, key=key)
 
 
-# Variables PyFlink puts into this process's environment once it has run a job
-# here; a child that inherits PYFLINK_GATEWAY_DISABLED refuses to start Flink.
-_PYFLINK_RUNTIME_VARIABLES = (
-    "PYFLINK_GATEWAY_DISABLED",
-    "_PYFLINK_CONN_INFO_PATH",
-    "PYTHON_LOOPBACK_SERVER_ADDRESS",
-    "BOOT_LOG_DIR",
-    "_PYTHON_WORKER_MEMORY_LIMIT",
-)
-
-
-def _job_environment() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in _PYFLINK_RUNTIME_VARIABLES}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _run_job(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "jobs.review_analysis", *args],
@@ -81,7 +64,7 @@ def _run_job(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env=_job_environment(),
+        env=child_environment(),
     )
 
 

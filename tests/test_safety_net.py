@@ -8,7 +8,6 @@ interval."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from typing import Any, Dict, List
 

@@ -6,7 +6,6 @@ deadline)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from flink_agents.integrations.chat_models.local.lexicon import has_shipping_dam
 from jobs.carrier_claims import decide, parse_claim
 from jobs.review_records import read_reviews
 from jobs.shipping_claims import ClaimsSetup, run_job
+from tests.support.flink_jobs import child_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
@@ -25,12 +25,6 @@ HELD_PRODUCT = "B0FF3Q1Y9D"  # three damage reviews in the sample
 
 pytestmark = pytest.mark.e2e
 
-# Set in this process once PyFlink ran a job here; a child inheriting
-# PYFLINK_GATEWAY_DISABLED refuses to start Flink.
-_PYFLINK_RUNTIME_VARIABLES = (
-    "PYFLINK_GATEWAY_DISABLED", "_PYFLINK_CONN_INFO_PATH", "PYTHON_LOOPBACK_SERVER_ADDRESS", "BOOT_LOG_DIR",
-    "_PYTHON_WORKER_MEMORY_LIMIT",
-)
 
 
 def _check(outputs: List[Dict[str, Any]], inbox: Path, held: frozenset = frozenset()) -> None:
@@ -64,17 +58,13 @@ def _check(outputs: List[Dict[str, Any]], inbox: Path, held: frozenset = frozens
     assert damaged == len(claims) == 9
 
 
-def _environment() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _PYFLINK_RUNTIME_VARIABLES}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def test_job_command_on_the_mini_cluster(tmp_path: Path) -> None:
     output = tmp_path / "claims.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "jobs.shipping_claims", "--output", str(output)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=_environment(),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=child_environment(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     outputs = [json.loads(line) for line in output.read_text().splitlines()]

@@ -10,6 +10,7 @@ test module, registered with ``cloudpickle.register_pickle_by_value``.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import socket
 import sys
@@ -20,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = [
     "Collected",
+    "child_environment",
     "checkpoint_after",
     "completed_checkpoints",
     "free_port",
@@ -27,6 +29,22 @@ __all__ = [
     "mini_cluster_env",
     "write_jsonl",
 ]
+
+
+# Set in this process once PyFlink ran a job here (loopback or thread mode);
+# a child inheriting PYFLINK_GATEWAY_DISABLED refuses to start Flink.
+_PYFLINK_RUNTIME_VARIABLES = (
+    "PYFLINK_GATEWAY_DISABLED", "_PYFLINK_CONN_INFO_PATH", "PYTHON_LOOPBACK_SERVER_ADDRESS", "BOOT_LOG_DIR",
+    "_PYTHON_WORKER_MEMORY_LIMIT",
+)
+
+
+def child_environment() -> Dict[str, str]:
+    """This process's environment for a child that runs a Flink job of its
+    own: without what PyFlink's in-process workers set, unbuffered output."""
+    env = {k: v for k, v in os.environ.items() if k not in _PYFLINK_RUNTIME_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def free_port() -> int:
