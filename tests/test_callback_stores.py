@@ -15,7 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -33,7 +33,6 @@ from flink_agents.stores import (
     CallbackRef,
     CallbackStore,
     InMemoryJournalStore,
-    JournalEntry,
     PostgresJournalStore,
     SQLiteJournalStore,
 )
