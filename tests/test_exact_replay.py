@@ -398,7 +398,7 @@ def test_an_action_that_returns_a_value_fails_naming_itself_and_send_event(actio
     with pytest.raises(ActionFailed) as failure:
         _process(action, InMemoryJournalStore(), **RETRY)
     message = str(failure.value)
-    assert "action 'fan' returned a " + kind in message and "ctx.send_event" in message
+    assert "action 'fan' returned a value of type " + kind in message and "ctx.send_event" in message
     assert sum(CALLS.values()) == 1  # never retried: it would return the value again
 
 
@@ -444,3 +444,111 @@ def test_a_crash_at_every_journal_write_of_a_retried_action_never_sends_the_emai
         # may be sent once more.
         sent = CALLS[("email", "ops@example.com")]
         assert sent == 1 if email_durable_at_crash[0] else sent <= 2, f"crash {mode} {k}: sent {sent} times"
+
+
+# ---- found by a fresh-user review ------------------------------------------------------------
+
+
+async def slow_email(to: str) -> str:
+    await asyncio.sleep(0.2)
+    CALLS[("slow_email", to)] += 1
+    return f"emailed {to}"
+
+
+async def flaky_soon(x: str) -> str:
+    await asyncio.sleep(0.02)
+    return flaky_fetch(x)
+
+
+async def email_beside_a_flaky_call(event: Event, ctx: Any) -> None:
+    receipt, data = await asyncio.gather(
+        ctx.durable_execute_async(slow_email, "ops@example.com"), ctx.durable_execute_async(flaky_soon, event.input))
+    ctx.send_event(OutputEvent(output=[receipt, data]))
+
+
+def test_a_retry_replays_a_sibling_that_was_still_running_when_its_attempt_failed() -> None:
+    """The flaky branch fails while the email branch still runs: the email
+    completes, is journaled, and the retry replays it instead of sending it
+    again."""
+    FLAKY["failures_left"] = 1
+    driver = _process(email_beside_a_flaky_call, InMemoryJournalStore(), **RETRY)
+    assert driver.outputs == [{"k": ["emailed ops@example.com", "fetched r"]}]
+    assert CALLS[("slow_email", "ops@example.com")] == 1 and CALLS[("fetch", "r")] == 2
+
+
+class Tagged(Event):
+    tags: List[str] = []
+
+
+def send_tagged(event: Event, ctx: Any) -> None:
+    ctx.send_event(Tagged(tags=["a"]))
+
+
+def enrich_in_place(event: Tagged, ctx: Any) -> None:
+    event.tags.append("enriched")  # mutates the event it was given
+
+
+def use_tags(event: Tagged, ctx: Any) -> None:
+    tags = ctx.durable_execute(price_tags, list(event.tags))
+    ctx.durable_execute(final, ["x"])
+    ctx.send_event(OutputEvent(output=tags))
+
+
+def price_tags(tags: List[str]) -> List[str]:
+    CALLS[("price_tags", tuple(tags))] += 1
+    return tags
+
+
+def test_a_listener_changing_its_event_does_not_change_what_another_listener_gets() -> None:
+    agent = (Agent().add_action("send", [InputEvent], send_tagged)
+             .add_action("enrich", [Tagged], enrich_in_place).add_action("use", [Tagged], use_tags))
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _run_agent(agent, store)
+    assert _run_agent(agent, store).outputs == [{"k": ["a"]}]  # no NondeterminismError on the replay
+    assert CALLS == Counter({("price_tags", ("a",)): 1, ("final", None): 1})
+
+
+def emits_bytearray(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output={"x": [bytearray(b"a")]}))
+
+
+def test_an_event_the_codec_refuses_is_the_actions_error_under_its_strategy() -> None:
+    driver = _process(emits_bytearray, InMemoryJournalStore(), **{**RETRY, "error_strategy": "skip"})
+    assert driver.outputs == []
+    [error] = driver.errors
+    assert error["action"] == "fan" and error["error_type"] == "EncodeError" and error["attempts"] == 1
+    assert "OutputEvent.output.x[0]" in error["error_message"]
+    with pytest.raises(ActionFailed, match=r"action 'fan' failed on key 'k', record #0: EncodeError"):
+        _process(emits_bytearray, InMemoryJournalStore(), **RETRY)  # terminal: not retried
+
+
+class HttpError(Exception):
+    pass
+
+
+def failing_http(url: str) -> str:
+    CALLS[("http", url)] += 1
+    error = HttpError(503)
+    error.response = object()  # an attribute the codec cannot keep
+    raise error
+
+
+def catches_http(event: Event, ctx: Any) -> None:
+    try:
+        ctx.durable_execute(failing_http, "https://example.invalid")
+    except HttpError as error:
+        seen = {"args": error.args, "has_response": hasattr(error, "response")}
+    ctx.durable_execute(final, ["x"])
+    ctx.send_event(OutputEvent(output=seen))
+
+
+def test_a_journaled_exception_on_the_first_run_is_the_one_a_replay_raises() -> None:
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(catches_http, store)
+    replayed = _process(catches_http, store).outputs
+    first = _process(catches_http, InMemoryJournalStore()).outputs
+    assert first == replayed == [{"k": {"args": (503,), "has_response": False}}]

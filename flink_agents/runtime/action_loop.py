@@ -29,7 +29,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from typing import Any, Awaitable, Deque, Dict
+from typing import Any, Awaitable, Deque, Dict, Tuple
 
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import ActionSpec
@@ -67,7 +67,9 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     state, journal, counters, identity = run.state, run.journal, run.counters, run.identity
     first = InputEvent(input=record.value)
     first.id = identity.event_id(INPUT_STEP, 0)
-    queue: Deque[Event] = deque([first])
+    # Each event with its encoded form (None: not encoded yet), from which
+    # every listener after the first gets a copy of its own.
+    queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])
     sensory: Dict[str, Any] = {}
     # Commits replace the map rather than mutate it, so this is a snapshot.
     memory_at_start = state.short_term_memory
@@ -75,32 +77,37 @@ async def run_record(run: Run, record: PendingRecord) -> None:
 
     try:
         while queue:
-            event = queue.popleft()
+            event, encoded = queue.popleft()
             counters.events += 1
-            if isinstance(event, OutputEvent):
-                run.emit(event.output)
             actions = run.plan.actions_for(event.EVENT_TYPE)
+            if encoded is None and len(actions) + isinstance(event, OutputEvent) > 1:
+                encoded = encode_event(event)  # before any listener can change it
+            if isinstance(event, OutputEvent):
+                run.emit(decode_event(encoded).output if actions else event.output)
             if not actions and not isinstance(event, OutputEvent):
                 counters.unhandled_events += 1
                 log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, identity.key, identity.seq)
-            for spec in actions:
+            for index, spec in enumerate(actions):
                 step = f"{spec.name}@{event_index}"
                 done = journal.completion(step)
                 if done is not None:
                     counters.steps_replayed += 1
                     sensory = apply_diff(sensory, done["sensory"])
                     state.short_term_memory = apply_diff(state.short_term_memory, done["stm"])
-                    queue.extend(decode_event(e) for e in done["events"])
+                    queue.extend((decode_event(e), e) for e in done["events"])
                     continue
-                ctx = await _run_step(run, spec, step, event, sensory)
+                # A listener's changes to its event never reach another
+                # listener: on a replay, a replayed step does not run again.
+                listener_event = event if index == 0 else decode_event(encoded)
+                ctx = await _run_step(run, spec, step, listener_event, sensory)
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
                 journal.complete(step, {
-                    "events": [encode_event(e) for e in ctx.sent_events],
+                    "events": ctx.encoded_events,
                     "sensory": ctx.sensory.diff(),
                     "stm": ctx.short_term.diff(),
                 })
-                queue.extend(ctx.sent_events)
+                queue.extend(zip(ctx.sent_events, ctx.encoded_events))
             event_index += 1
     except BaseException:
         state.short_term_memory = memory_at_start
@@ -127,6 +134,9 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
+            # Encoded now, as part of the action: an event holding a value
+            # the codec refuses is the action's error (terminal), naming it.
+            ctx.encoded_events = [encode_event(e) for e in ctx.sent_events]
             run.counters.actions += 1
             return ctx
         except (Exception, NondeterminismError, JournalUnavailable) as exc:
@@ -142,8 +152,10 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 if policy.strategy == "skip":
                     raise RecordSkipped(failure, attempt) from exc
                 raise failure from exc
-            # The attempt's completed calls become durable and replay into
-            # the next attempt; its failed calls run again.
+            # The attempt's calls still in flight (a failed gather's other
+            # branches) finish and are journaled; its completed calls become
+            # durable and replay into the next attempt; its failed calls run again.
+            await run.journal.settle_in_flight()
             await run.journal.prepare_retry(step)
             delay_s = policy.backoff_s(attempt)
             run.counters.action_retries += 1

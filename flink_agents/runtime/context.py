@@ -58,6 +58,7 @@ class ActionContext(RunnerContext):
         self._steering = run.services.steering
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
+        self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
 
     @property
     def key(self) -> Any:

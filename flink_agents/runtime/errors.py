@@ -6,8 +6,9 @@ Three kinds decide what happens when an action invocation ends in an error:
   the action itself); the action's error strategy applies (fail, retry with
   backoff, skip).
 - ``TERMINAL``: a fault of the agent's code that a retry would repeat
-  (``NondeterminismError``, ``ActionReturnedValue``): the record fails, or
-  under ``skip`` goes to the error output, without retries.
+  (``NondeterminismError``, ``ActionReturnedValue``, a sent event holding
+  a value the codec refuses): the record fails, or under ``skip`` goes to
+  the error output, without retries.
 - ``INTERNAL``: the runtime itself cannot go on (``JournalUnavailable``: a
   store write failed, so nothing may build on results that are not
   durable): the record fails under every strategy, and the job's restart
@@ -109,7 +110,8 @@ class ActionReturnedValue(TypeError):
 
     def __init__(self, action: str, value: Any) -> None:
         super().__init__(
-            f"action {action!r} returned a {type(value).__name__} ({value!r:.80}); actions return None: "
+            f"action {action!r} returned a value of type {type(value).__name__} ({value!r:.80}); "
+            "actions return None: "
             "send outputs and events with ctx.send_event(...), e.g. ctx.send_event(OutputEvent(output=...))"
         )
         self.action = action
@@ -139,8 +141,10 @@ def classify(error: BaseException) -> str:
     ``KeyboardInterrupt``, a ``CancelledError``) is not classified here: it
     propagates as is.
     """
+    from flink_agents.runtime.codec import EncodeError  # the codec builds on this module
+
     if isinstance(error, JournalUnavailable):
         return INTERNAL
-    if isinstance(error, (NondeterminismError, ActionReturnedValue)):
+    if isinstance(error, (NondeterminismError, ActionReturnedValue, EncodeError)):
         return TERMINAL
     return RETRYABLE

@@ -115,6 +115,7 @@ class RunJournal:
         self._buffer: List[JournalEntry] = []
         self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
         self._in_flight = 0  # calls of this run running now
+        self._settled: List["asyncio.Future[None]"] = []  # waiting for _in_flight == 0
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
         self._write_failure: BaseException | None = None
@@ -311,8 +312,7 @@ class RunJournal:
         try:
             result = run()
         except Exception as exc:
-            self._buffer_error(step, ordinal, function_id, digest, exc)
-            raise
+            raise self._buffer_error(step, ordinal, function_id, digest, exc) from None
         return self._buffer_result(step, ordinal, function_id, digest, result)
 
     async def call(
@@ -322,35 +322,61 @@ class RunJournal:
         """Replay or run an asynchronous call.
 
         Args:
-            alive: Whether the calling action still runs; the outcome of a call
-                that outlived its action (an orphan of a failed gather) is not
-                journaled.
+            alive: Whether the calling action's attempt still runs. A call
+                may not start once it ended (an orphan of a failed
+                ``gather`` going on): ``RuntimeError``. A call that started
+                while it ran and completes after it (that orphan's call in
+                flight) is journaled all the same: its position is the
+                attempt's, and a retry replays it (``settle_in_flight``);
+                its failure is not (it failed nothing the action saw).
+
+        Raises:
+            RuntimeError: The action's attempt has ended.
         """
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return decode_outcome(entry.payload)
+        if not alive():
+            raise RuntimeError(f"call {_call_name(function_id, step, ordinal)} started after its action ended")
         await self.commit_async()
         self.calls_executed += 1
-        self._in_flight += 1
+        self._call_started()
         try:
             result = await run()
         except Exception as exc:
-            self._in_flight -= 1
+            self._call_ended()
             if alive():
-                self._buffer_error(step, ordinal, function_id, digest, exc)
+                raise self._buffer_error(step, ordinal, function_id, digest, exc) from None
             raise
         except BaseException:
-            self._in_flight -= 1
+            self._call_ended()
             raise
-        self._in_flight -= 1
-        if not alive():
-            return result
+        self._call_ended()
         value = self._buffer_result(step, ordinal, function_id, digest, result)
         if self._in_flight:
             # Siblings still run: make this result durable before it is used,
             # so a crash while they run does not repeat this call.
             await self.commit_async()
         return value
+
+    def _call_started(self) -> None:
+        self._in_flight += 1
+
+    def _call_ended(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            waiters, self._settled = self._settled, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def settle_in_flight(self) -> None:
+        """Wait until no call of this run is running (a failed attempt's
+        orphans finished, their results journaled)."""
+        while self._in_flight:
+            waiter = asyncio.get_running_loop().create_future()
+            self._settled.append(waiter)
+            await waiter
 
     def _buffer_result(self, step: str, ordinal: int, function_id: str, digest: str, result: Any) -> Any:
         """Buffer a call's result; returns it as a replay will read it.
@@ -362,8 +388,13 @@ class RunJournal:
         self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
         return decode_outcome(payload)
 
-    def _buffer_error(self, step: str, ordinal: int, function_id: str, digest: str, error: Exception) -> None:
-        """Buffer the exception a call raised (the caller re-raises it).
+    def _buffer_error(
+        self, step: str, ordinal: int, function_id: str, digest: str, error: Exception,
+    ) -> BaseException:
+        """Buffer the exception a call raised; returns the exception to raise
+        in its place: the one a replay will raise (same type, ``args``,
+        ``str()`` and the attributes the codec keeps), with the original's
+        traceback, so the first run cannot rely on what a replay lacks.
 
         Raises:
             TypeError: The exception cannot be rebuilt as itself on replay
@@ -372,6 +403,11 @@ class RunJournal:
         payload = encode_outcome(error=error, call=_call_name(function_id, step, ordinal))
         self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
         self._buffered_errors.add((step, ordinal))
+        try:
+            decode_outcome(payload)
+        except BaseException as rebuilt:
+            return rebuilt.with_traceback(error.__traceback__)
+        return error  # not reached: an error payload always decodes to an exception
 
     def completion(self, step: str) -> Dict[str, Any] | None:
         """The journaled completion of ``step`` (events, memory writes), if any."""
