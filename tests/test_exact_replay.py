@@ -552,3 +552,43 @@ def test_a_journaled_exception_on_the_first_run_is_the_one_a_replay_raises() -> 
     replayed = _process(catches_http, store).outputs
     first = _process(catches_http, InMemoryJournalStore()).outputs
     assert first == replayed == [{"k": {"args": (503,), "has_response": False}}]
+
+
+ARGUMENT: Dict[str, Any] = {}
+
+
+def lookup_argument(value: Any) -> str:
+    CALLS[("lookup_argument", repr(value))] += 1
+    return f"looked up {value!r}"
+
+
+def looks_up_argument(event: Event, ctx: Any) -> None:
+    found = ctx.durable_execute(lookup_argument, ARGUMENT["value"])
+    ctx.durable_execute(final, ["x"])
+    ctx.send_event(OutputEvent(output=found))
+
+
+@pytest.mark.parametrize("first,then", [({1: "a"}, {"1": "a"}), ([1, 2], (1, 2))], ids=["int_vs_str_key", "list_vs_tuple"])
+def test_arguments_that_differ_only_in_type_are_a_nondeterminism_error(first: Any, then: Any) -> None:
+    store = InMemoryJournalStore()
+    ARGUMENT["value"] = first
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(looks_up_argument, store)
+    ARGUMENT["value"] = then
+    with pytest.raises(ActionFailed) as failure:
+        _process(looks_up_argument, store)
+    assert isinstance(failure.value.cause, NondeterminismError)
+
+
+def test_a_journal_written_with_the_earlier_digest_still_replays() -> None:
+    from flink_agents.runtime.journal import _legacy_digest, function_id_of
+    from flink_agents.stores.journal import JournalEntry
+
+    store = InMemoryJournalStore()
+    ARGUMENT["value"] = {1: "a"}
+    earlier = JournalEntry("fan@0", 0, function_id_of(lookup_argument), _legacy_digest(({1: "a"},), {}),
+                           '{"ok": "looked up earlier"}')  # an entry as the earlier release wrote it
+    store.append("job", '"k"', 0, [earlier])
+    assert _process(looks_up_argument, store).outputs == [{"k": "looked up earlier"}]
+    assert CALLS[("lookup_argument", repr({1: "a"}))] == 0

@@ -47,6 +47,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 from pydantic import BaseModel
 
 from flink_agents.runtime.call_position import is_under
+from flink_agents.runtime import codec
 from flink_agents.runtime.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.values import encode_value
@@ -74,10 +75,54 @@ def _canonical(value: Any) -> Any:
         return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
-def args_digest(*args: Any, **kwargs: Any) -> str:
-    """SHA-256 hex of the canonical JSON of ``(args, kwargs)``."""
+def _legacy_digest(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
+    """The digest earlier releases journaled: dict keys as text, tuples as
+    lists, objects without a JSON form by type only."""
     text = json.dumps(_canonical([list(args), kwargs]), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _typed(value: Any) -> Any:
+    """``value`` in the typed codec's form (``{1: 2}`` is not ``{"1": 2}``, a
+    tuple not a list), or, where the codec refuses it, the earlier form."""
+    try:
+        return codec.encode(value, "argument")
+    except TypeError:
+        return {"$untyped": _canonical(value)}
+
+
+class ArgsDigest(str):
+    """SHA-256 hex of the typed canonical JSON of a call's arguments; a
+    replay also accepts the digest an earlier release journaled for them
+    (``legacy``), so journals written before stay replayable."""
+
+
+    def __new__(cls, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> "ArgsDigest":
+        data = [[_typed(a) for a in args], {k: _typed(v) for k, v in kwargs.items()}]
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        digest = super().__new__(cls, hashlib.sha256(text.encode("utf-8")).hexdigest())
+        digest._args, digest._kwargs = args, kwargs  # for legacy(), only on a mismatch
+        return digest
+
+    def legacy(self) -> str:
+        """The earlier release's digest of the same arguments."""
+        return _legacy_digest(self._args, self._kwargs)
+
+
+def args_digest(*args: Any, **kwargs: Any) -> ArgsDigest:
+    """The digest of ``(args, kwargs)`` a replay is checked against."""
+    return ArgsDigest(args, kwargs)
+
+
+def _matches(entry: JournalEntry, digest: str) -> bool:
+    """Whether ``entry`` was journaled for arguments with ``digest``: the
+    same digest, or, for an entry an earlier release wrote (its payload has
+    no codec mark), the earlier digest of the same arguments."""
+    if entry.args_digest == digest:
+        return True
+    legacy = getattr(digest, "legacy", None)
+    written_before = not entry.payload.startswith('{"c":')
+    return legacy is not None and written_before and entry.args_digest == legacy()
 
 
 def function_id_of(fn: Callable[..., Any]) -> str:
@@ -281,7 +326,7 @@ class RunJournal:
         entry = self._journaled.get((step, ordinal))
         if entry is None:
             return None
-        if entry.function_id != function_id or entry.args_digest != digest:
+        if entry.function_id != function_id or not _matches(entry, digest):
             raise NondeterminismError(
                 f"step {step!r} call #{ordinal} replays differently: the journal has "
                 f"{entry.function_id} (args {entry.args_digest[:12]}), the action now calls "
@@ -385,7 +430,7 @@ class RunJournal:
             TypeError: The result cannot be journaled faithfully (names the call).
         """
         payload = encode_outcome(result, call=_call_name(function_id, step, ordinal))
-        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
+        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), payload))
         return decode_outcome(payload)
 
     def _buffer_error(
@@ -401,7 +446,7 @@ class RunJournal:
                 (names the call; raised from ``error``).
         """
         payload = encode_outcome(error=error, call=_call_name(function_id, step, ordinal))
-        self._buffer.append(JournalEntry(step, ordinal, function_id, digest, payload))
+        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), payload))
         self._buffered_errors.add((step, ordinal))
         try:
             decode_outcome(payload)
