@@ -240,7 +240,11 @@ def _until(condition: Callable[[], Any], what: str, timeout_s: float = 20.0) -> 
         result = condition()
         if result:
             return result
-        time.sleep(0.002)
+        # Not faster: by this point of a full run the process holds hundreds
+        # of threads PyFlink's in-process workers left behind, and each poll
+        # walks all their frames (sys._current_frames) under the GIL; at 2 ms
+        # the poller starved the very threads it waited for.
+        time.sleep(0.02)
     raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
