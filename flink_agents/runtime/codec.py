@@ -268,22 +268,22 @@ def _tz_fields(tz: Any, what: str) -> Dict[str, Any]:
                   "fixed offsets (datetime.timezone) and zoneinfo.ZoneInfo zones")
 
 
-def _enc_datetime(value: dt.datetime) -> Any:
-    extra = _tz_fields(value.tzinfo, "datetime")
-    text = (value.replace(tzinfo=None) if "zone" in extra else value).isoformat()
-    out = {"$datetime": text, **extra}
-    if value.fold:
-        out["fold"] = 1
-    return out
+def _enc_clock(what: str) -> Callable[[Any], Any]:
+    """The encoder of a ``datetime`` or ``time`` (``what``): ISO text, its
+    zone (``_tz_fields``) and ``fold``."""
+    def encode(value: Any) -> Any:
+        extra = _tz_fields(value.tzinfo, what)
+        text = (value.replace(tzinfo=None) if "zone" in extra else value).isoformat()
+        out = {f"${what}": text, **extra}
+        if value.fold:
+            out["fold"] = 1
+        return out
+
+    return encode
 
 
-def _enc_time(value: dt.time) -> Any:
-    extra = _tz_fields(value.tzinfo, "time")
-    text = (value.replace(tzinfo=None) if "zone" in extra else value).isoformat()
-    out = {"$time": text, **extra}
-    if value.fold:
-        out["fold"] = 1
-    return out
+_enc_datetime = _enc_clock("datetime")
+_enc_time = _enc_clock("time")
 
 
 _ENCODERS: Dict[type, Callable[[Any], Any]] = {
