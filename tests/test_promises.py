@@ -23,6 +23,7 @@ opens one at a time.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import socket
@@ -226,7 +227,18 @@ def _gated_agent() -> Agent:
 def _blocked_in(thread: threading.Thread, function: str) -> bool:
     """Whether ``thread`` waits on a condition inside ``function`` right now
     (its innermost Python frame is ``Condition.wait``, called under it)."""
-    frame = sys._current_frames().get(thread.ident)
+    # With the collector off: on CPython 3.11, a collection that starts while
+    # sys._current_frames holds the runtime's thread-list lock can deadlock the
+    # process, uninterruptibly (python/cpython#106883, fixed in 3.12 the same
+    # way). Late in a full run, with hundreds of threads and much garbage
+    # left by PyFlink's in-process workers, it did: CI hung here.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        frame = sys._current_frames().get(thread.ident)
+    finally:
+        if enabled:
+            gc.enable()
     names = []
     while frame is not None:
         names.append(frame.f_code.co_name)
