@@ -1,5 +1,5 @@
 """Blocking user calls get the run concurrency, and never the store's threads
-(issue 13, example 7; ``runtime.executors``).
+(issue 13, example 7; ``runtime.scheduling.executors``).
 
 asyncio's default executor has cores + 4 threads (6 here): before, 20 keys
 whose actions each awaited ``durable_execute_async(time.sleep, 0.3)`` ran six

@@ -24,7 +24,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.untrusted import UNTRUSTED_CLOSE, unwrap_untrusted
+from flink_agents.runtime.features.untrusted import UNTRUSTED_CLOSE, unwrap_untrusted
 from flink_agents.stores.callbacks import (
     ACCEPTED,
     CANCELLED,
@@ -330,7 +330,7 @@ def test_a_waiting_run_gives_back_its_slot() -> None:
         original_emit(key, output)
 
     driver.emit = emit  # type: ignore[method-assign]
-    from flink_agents.runtime.run_slots import RunSlots
+    from flink_agents.runtime.scheduling.run_slots import RunSlots
 
     async def go() -> None:
         slots = RunSlots(1)

@@ -45,7 +45,7 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.ingress import CallbackIngress
-from flink_agents.runtime.untrusted import UNTRUSTED_CLOSE, unwrap_untrusted
+from flink_agents.runtime.features.untrusted import UNTRUSTED_CLOSE, unwrap_untrusted
 from flink_agents.stores.callbacks import CallbackRecord
 from flink_agents.stores.factory import open_journal_store
 from tests.support.flink_jobs import (

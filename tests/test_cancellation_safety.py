@@ -29,10 +29,10 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceType
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime import engine as engine_module
-from flink_agents.runtime import journal as journal_module
+from flink_agents.runtime.durability import journal as journal_module
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
-from flink_agents.runtime.journal import RunJournal
+from flink_agents.runtime.durability.journal import RunJournal
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 from flink_agents.stores.memory_store import InMemoryJournalStore

@@ -1,4 +1,4 @@
-"""The typed codec (``runtime.codec``): values come back with their types,
+"""The typed codec (``runtime.durability.codec``): values come back with their types,
 or are refused at write time naming where they are; exceptions come back as
 themselves; earlier payloads still read."""
 
@@ -19,10 +19,10 @@ import pytest
 from pydantic import BaseModel
 
 from flink_agents.api.events.event import Event, OutputEvent
-from flink_agents.runtime.codec import EncodeError, decode, dumps, encode, loads, plain_json, round_trip
-from flink_agents.runtime.codec_exceptions import decode_outcome, encode_outcome
+from flink_agents.runtime.durability.codec import EncodeError, decode, dumps, encode, loads, plain_json, round_trip
+from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import ReplayedError
-from flink_agents.runtime.event_codec import decode_event, encode_event
+from flink_agents.runtime.execution.event_codec import decode_event, encode_event
 
 
 class Tier(StrEnum):
@@ -369,7 +369,7 @@ def test_a_result_reads_back_typed_through_an_outcome() -> None:
     assert _types(decode_outcome(encode_outcome(value, call="c"))) == _types(value)
 
 
-# --- classes of the job's main script (runtime.codec_classes) ---------------------------
+# --- classes of the job's main script (runtime.durability.codec_classes) ---------------------------
 
 
 def _as_shipped_from_a_main_script(name: str, base: type = BaseModel) -> type:
@@ -391,7 +391,7 @@ def test_a_main_script_class_the_agent_does_not_reach_is_refused_on_the_first_ru
 def test_main_script_classes_reached_from_the_plan_are_registered_and_read_back() -> None:
     from flink_agents.api.agents.agent import Agent
     from flink_agents.plan.agent_plan import AgentPlan
-    from flink_agents.runtime.codec_classes import register_plan_classes
+    from flink_agents.runtime.durability.codec_classes import register_plan_classes
 
     Detail = _as_shipped_from_a_main_script("ShippedDetail")
     Signal = _as_shipped_from_a_main_script("ShippedSignal", Event)
@@ -406,3 +406,13 @@ def test_main_script_classes_reached_from_the_plan_are_registered_and_read_back(
     assert round_trip(Detail(x=2)) == Detail(x=2)
     assert type(decode_event(encode_event(Signal(x=3)))) is Signal
 
+
+
+def test_a_runtime_class_named_by_its_module_before_the_runtime_was_grouped_still_decodes():
+    # Journals and keyed state written before runtime/ got its sub-packages
+    # name runtime classes by their old, flat module paths.
+    from flink_agents.runtime.execution.state import PendingRecord
+
+    old = {"$dataclass": "flink_agents.runtime.state:PendingRecord", "fields": {"seq": 3, "value": "x", "ts": None}}
+
+    assert decode(old) == PendingRecord(3, "x", None)

@@ -21,7 +21,7 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.conversation import (
+from flink_agents.runtime.features.conversation import (
     compact,
     conversation_path,
     estimate_tokens,
@@ -31,7 +31,7 @@ from flink_agents.runtime.conversation import (
 )
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.state import KeyState
+from flink_agents.runtime.execution.state import KeyState
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 SYSTEM = "Answer briefly."

@@ -33,8 +33,8 @@ from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed, StateSchemaError
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.memory import OBJECT
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.memory import OBJECT
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
 # --- helpers -----------------------------------------------------------------
 

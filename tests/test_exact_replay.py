@@ -582,7 +582,7 @@ def test_arguments_that_differ_only_in_type_are_a_nondeterminism_error(first: An
 
 
 def test_a_journal_written_with_the_earlier_digest_still_replays() -> None:
-    from flink_agents.runtime.journal import _legacy_digest, function_id_of
+    from flink_agents.runtime.durability.journal import _legacy_digest, function_id_of
     from flink_agents.stores.journal import JournalEntry
 
     store = InMemoryJournalStore()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from flink_agents.runtime.ids import (
+from flink_agents.runtime.durability.ids import (
     RunIdentity, callback_ref, event_id, key_text, session_path, sub_agent_call_id, sub_agent_journal_id, tool_call_id,
 )
 from flink_agents.stores.callbacks import CallbackRef

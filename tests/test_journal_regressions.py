@@ -13,8 +13,8 @@ from flink_agents.api.resource import ResourceType
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
-from flink_agents.runtime.key_runner import KeyRunner
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 

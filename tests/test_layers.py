@@ -118,6 +118,38 @@ def test_runtime_outside_its_flink_driver_never_imports_pyflink():
     assert _violations(_sources("runtime", exclude="runtime/flink"), "pyflink", include_strings=True) == []
 
 
+def _runtime_imports(part: str) -> List[Tuple[str, str]]:
+    """(file:line, module) of each import of ``flink_agents.runtime.*`` made
+    by files of ``runtime/<part>``, other than imports within ``part``."""
+    own = f"flink_agents.runtime.{part}"
+    found = []
+    for path in _sources(f"runtime/{part}"):
+        for line, name in _imports(path.read_text(), _package_of(path)):
+            if name.startswith("flink_agents.runtime.") and not (name == own or name.startswith(own + ".")):
+                found.append((f"{path.relative_to(ROOT)}:{line}", name))
+    return found
+
+
+def _under(name: str, *parts: str) -> bool:
+    return any(name == f"flink_agents.runtime.{p}" or name.startswith(f"flink_agents.runtime.{p}.") for p in parts)
+
+
+def test_durability_imports_no_other_part_of_the_runtime_but_its_errors():
+    assert [(at, name) for at, name in _runtime_imports("durability") if not _under(name, "errors")] == []
+
+
+def test_scheduling_imports_no_feature_and_no_host():
+    assert [(at, name) for at, name in _runtime_imports("scheduling") if _under(name, "features", "local", "flink")] == []
+
+
+def test_only_the_hosts_import_a_host_and_only_they_and_the_scheduler_the_engine():
+    for part in ("execution", "durability", "scheduling", "features"):
+        hosts = [(at, name) for at, name in _runtime_imports(part) if _under(name, "local", "flink")]
+        assert hosts == [], part
+        if part != "scheduling":
+            assert [(at, name) for at, name in _runtime_imports(part) if _under(name, "engine")] == [], part
+
+
 def test_importing_each_layer_loads_nothing_from_a_lower_one():
     def modules(layer: str, exclude: str | None = None) -> List[str]:
         return [_module_name(p) for p in _sources(layer, exclude)]

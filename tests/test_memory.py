@@ -8,7 +8,7 @@ import pytest
 
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.memory_reference import MemoryRef
-from flink_agents.runtime.memory import MemoryNode, StagedMemory
+from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any, List
 
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.flink.operator import AgentOperatorFunction
-from flink_agents.runtime.metrics import RunCounters
+from flink_agents.runtime.execution.metrics import RunCounters
 from tests.test_callbacks import WaitingAgent
 
 

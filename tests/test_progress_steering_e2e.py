@@ -60,7 +60,7 @@ from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEve
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.runtime.steering import MAX_STEERING_QUEUE
+from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, write_jsonl
 
 pytestmark = pytest.mark.e2e

@@ -39,8 +39,8 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.key_runner import KeyRunner
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

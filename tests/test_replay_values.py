@@ -8,7 +8,7 @@ restore what it saw the first time, through one typed codec.
   local runner and after a restore through keyed state (the Flink driver's
   JSON), and a record the codec refuses names key, record and field path.
 
-Until the journal calls ``runtime.codec_exceptions.encode_outcome`` itself,
+Until the journal calls ``runtime.durability.codec_exceptions.encode_outcome`` itself,
 ``_wired_codec`` points it there.
 """
 
@@ -27,14 +27,14 @@ import pytest
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime import journal as journal_module
-from flink_agents.runtime.codec_exceptions import decode_outcome, encode_outcome
+from flink_agents.runtime.durability import journal as journal_module
+from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import InputRecordError
 from flink_agents.runtime.flink.driver import FlinkDriver
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.memory import OBJECT
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.memory import OBJECT
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 CALLS: Counter = Counter()

@@ -18,9 +18,9 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, NondeterminismError
-from flink_agents.runtime.key_runner import KeyRunner
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 CALLS: Counter = Counter()

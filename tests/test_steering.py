@@ -17,7 +17,7 @@ from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.steering import MAX_STEERING_QUEUE, SteeringQueueFull
+from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, SteeringQueueFull
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
 

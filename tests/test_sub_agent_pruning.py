@@ -7,7 +7,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceType
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 CLOCK = [1000.0]

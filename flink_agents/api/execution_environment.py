@@ -39,7 +39,7 @@ class AgentBuilder(ABC):
 
     def progress_stream(self) -> Any:
         """Flink runner: the runs' progress records, each published after the
-        journal write that made its step durable (``runtime.progress``)."""
+        journal write that made its step durable (``runtime.features.progress``)."""
         raise NotImplementedError("progress_stream() is offered by the Flink runner only")
 
     def with_steering(self, steering: Any, key_selector: Any = None) -> "AgentBuilder":

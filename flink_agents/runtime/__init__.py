@@ -1,0 +1,18 @@
+"""The agent runtime: runs compiled plans on keyed records, durably.
+
+Read it top down:
+
+- ``engine.py``: ``AgentEngine``, one record's run from pending to done.
+- ``driver.py``: what a host provides (keyed state, timers, emission).
+- ``errors.py``: every runtime error, classified once (retryable, terminal,
+  internal).
+- ``builtin_actions.py``: the chat and tool actions every plan gets (compiled
+  plans name this module).
+- ``execution/``: a record's run (``Run``), the action loop, the context
+  actions see, memory, ``KeyState``, and the apply step both hosts share.
+- ``durability/``: the journal, call positions, ids, and the typed codec.
+- ``scheduling/``: ``KeyRunner`` (per-key order, cross-key concurrency,
+  back-pressure), run slots, thread pools.
+- ``features/``: callbacks, steering, progress, conversations, sub-agents.
+- ``local/`` and ``flink/``: the two hosts; only ``flink/`` imports PyFlink.
+"""

@@ -14,12 +14,12 @@ them; the provider's id is kept as ``original_id``. Providers reuse ids across
 turns, so theirs cannot key results.
 
 Per-key conversations (``BaseChatModelSetup.conversation="per_key"``,
-``runtime.conversation``): a request starts with the key's stored history
+``runtime.features.conversation``): a request starts with the key's stored history
 before its messages, and the turn is stored (compacted) in short-term memory
 by the step that sends the ``ChatResponseEvent``. Request ids differ per
 record, so the runtime's call ids never repeat across turns.
 
-Asynchronous operations (``runtime.callback_tools``): when the model answers
+Asynchronous operations (``runtime.features.callback_tools``): when the model answers
 without asking for tools while operations it started with the built-in
 ``create_callback`` tool are still open, the action waits for them and sends
 their outcomes back as one user message, outside text wrapped as untrusted
@@ -45,9 +45,9 @@ from flink_agents.api.resource import ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
-from flink_agents.runtime.callback_tools import BuiltinCallbackTool, outcome_message
-from flink_agents.runtime.conversation import TURN_START, begin_turn, end_turn
-from flink_agents.runtime.ids import tool_call_id
+from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
+from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
+from flink_agents.runtime.durability.ids import tool_call_id
 
 __all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
 
@@ -156,7 +156,7 @@ async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, An
 
     First the steering messages waiting for the key join the conversation as
     user messages: this is the step boundary where they arrive (after the
-    tools in flight, before the next model call; ``runtime.steering``).
+    tools in flight, before the next model call; ``runtime.features.steering``).
     """
     take_steering = getattr(ctx, "take_steering", None)
     for message in take_steering() if take_steering is not None else []:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List
 
-from flink_agents.runtime.state import KeyState
+from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["KeyedDriver"]
 
@@ -50,10 +50,10 @@ class KeyedDriver(ABC):
         key, kept in keyed state). Called from the thread runs execute on,
         for each pending callback a run of ``key``'s record ``seq`` creates
         or finds on replay. Hosts without such timers ignore it: the
-        engine's poller enforces deadlines too (``runtime.callbacks``)."""
+        engine's poller enforces deadlines too (``runtime.features.callbacks``)."""
 
     def emit_progress(self, records: List[Dict[str, Any]]) -> None:
-        """Publish one commit's progress records (``runtime.progress``).
+        """Publish one commit's progress records (``runtime.features.progress``).
 
         Raises:
             NotImplementedError: The driver has no progress stream (the

@@ -5,7 +5,7 @@ One engine per operator instance (subtask) or local runner. For each input
 record: load the key's state, append the record to the key's pending queue,
 and, unless the key is already running, run its pending records one at a
 time in arrival order (``action_loop.run_record``) against the journal
-(``runtime.journal.RunJournal``), storing the state after each. Records of a
+(``runtime.durability.journal.RunJournal``), storing the state after each. Records of a
 busy key wait in its state; different keys may run concurrently.
 """
 
@@ -16,21 +16,21 @@ import logging
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.action_loop import run_record
-from flink_agents.runtime.callbacks import CallbackHub
-from flink_agents.runtime.completion import Completion, apply_completions
+from flink_agents.runtime.execution.action_loop import run_record
+from flink_agents.runtime.features.callbacks import CallbackHub
+from flink_agents.runtime.execution.completion import Completion, apply_completions
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
-from flink_agents.runtime.executors import Executors
-from flink_agents.runtime.ids import RunIdentity
-from flink_agents.runtime.journal import RunJournal
-from flink_agents.runtime.metrics import RunCounters
-from flink_agents.runtime.progress import PROGRESS_OPTION, RunProgress
-from flink_agents.runtime.resources import ResourceCache
-from flink_agents.runtime.run import Clock, Run, RunServices
-from flink_agents.runtime.state import KeyState, PendingRecord
-from flink_agents.runtime.steering import MAX_STEERING_QUEUE, STEERING_OPTION, SteeringMailbox, SteeringQueueFull
-from flink_agents.runtime.sub_agents import SubAgentRunner
+from flink_agents.runtime.scheduling.executors import Executors
+from flink_agents.runtime.durability.ids import RunIdentity
+from flink_agents.runtime.durability.journal import RunJournal
+from flink_agents.runtime.execution.metrics import RunCounters
+from flink_agents.runtime.features.progress import PROGRESS_OPTION, RunProgress
+from flink_agents.runtime.execution.resources import ResourceCache
+from flink_agents.runtime.execution.run import Clock, Run, RunServices
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
+from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, STEERING_OPTION, SteeringMailbox, SteeringQueueFull
+from flink_agents.runtime.features.sub_agents import SubAgentRunner
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
@@ -57,7 +57,7 @@ class AgentEngine:
         job_id: Journal namespace of keys this engine sees first.
         store: The journal store; default from ``config`` (``journal.store``,
             in-memory if unset).
-        clock: Time for runs, callbacks and pruning (``runtime.run.Clock``),
+        clock: Time for runs, callbacks and pruning (``runtime.execution.run.Clock``),
             or a callable giving Unix seconds; injectable for tests.
         sleep: ``await sleep(delay_s)`` for the clock (retry backoff);
             injectable for tests.
@@ -89,7 +89,7 @@ class AgentEngine:
         self._last_prune = self.clock.now()
         self._resources = ResourceCache(plan)
         # Blocking user calls on a pool sized to the run concurrency, store
-        # I/O on its own (runtime.executors).
+        # I/O on its own (runtime.scheduling.executors).
         self.executors = Executors(int(self.config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS)))
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
@@ -128,7 +128,7 @@ class AgentEngine:
         finally:
             self._running.discard(key)
 
-    # -- steering (runtime.steering) ------------------------------------------
+    # -- steering (runtime.features.steering) ------------------------------------------
 
     def accept_steering(self, key: Any, state: KeyState, message: Any) -> None:
         """Queue a steering message in ``state`` (the caller stores it) and
@@ -177,7 +177,7 @@ class AgentEngine:
     async def _drain(self, driver: KeyedDriver, key: Any) -> None:
         """Run the key's pending records one by one, each against a copy of
         the key's state, and apply each finished one with the step every
-        host uses (``runtime.completion.apply_completions``)."""
+        host uses (``runtime.execution.completion.apply_completions``)."""
         while True:
             state = driver.load(key)
             if state is None or not state.pending:
@@ -234,7 +234,7 @@ class AgentEngine:
 
         Args:
             emit_progress: Where the run's progress records go, one call per
-                publish (``runtime.progress``); None: no progress stream.
+                publish (``runtime.features.progress``); None: no progress stream.
 
         Raises:
             ActionFailed: An action failed under the ``fail`` strategy.

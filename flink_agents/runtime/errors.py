@@ -54,7 +54,7 @@ class StateSchemaError(RuntimeError):
 
 class InputRecordError(TypeError):
     """An input record (or steering message) holds a value that keyed state
-    cannot keep with its type (``runtime.codec``).
+    cannot keep with its type (``runtime.durability.codec``).
 
     Attributes:
         key: The record's key.
@@ -141,7 +141,7 @@ def classify(error: BaseException) -> str:
     ``KeyboardInterrupt``, a ``CancelledError``) is not classified here: it
     propagates as is.
     """
-    from flink_agents.runtime.codec import EncodeError  # the codec builds on this module
+    from flink_agents.runtime.durability.codec import EncodeError  # the codec builds on this module
 
     if isinstance(error, JournalUnavailable):
         return INTERNAL

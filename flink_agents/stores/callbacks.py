@@ -60,11 +60,11 @@ class CallbackRef:
 
     Attributes:
         journal_id: The key's journal namespace (the job that first saw the key).
-        key: The key as stable text (``runtime.ids.key_text``).
+        key: The key as stable text (``runtime.durability.ids.key_text``).
         seq: The record's sequence number within the key.
         step: The action invocation (``"<action>@<event index>"``), with the
             creating task's branch path (``"/<path>"``) for a callback
-            created in a concurrent branch (``runtime.call_position``).
+            created in a concurrent branch (``runtime.durability.call_position``).
         ordinal: Which callback of that task (0, 1, ... in creation order).
     """
 

@@ -4,7 +4,7 @@ C keys, each record's action awaits ``durable_execute_async(time.sleep, L)``
 (a blocking call: a sync SDK, a database driver). With enough threads the
 run takes about L; on asyncio's default executor (cores + 4 threads) it
 took ceil(C / threads) * L. Printed side by side in one run: the runtime's
-call pool (``runtime.executors``) against the same runs with the pool's
+call pool (``runtime.scheduling.executors``) against the same runs with the pool's
 install switched off (the default executor), each as a fraction of the
 bound L (1.0: all C calls overlapped). Not a test: run it, read the figures.
 
@@ -22,7 +22,7 @@ from _common import machine
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.runtime.executors import Executors
+from flink_agents.runtime.scheduling.executors import Executors
 
 LATENCY_S = 0.3
 

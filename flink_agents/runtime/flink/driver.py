@@ -10,7 +10,7 @@ import threading
 from typing import Any, Dict, List, Tuple
 
 from flink_agents.runtime.driver import KeyedDriver
-from flink_agents.runtime.state import KeyState
+from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["FlinkDriver"]
 
@@ -19,7 +19,7 @@ class FlinkDriver(KeyedDriver):
     """Maps the engine's per-key state onto two ``ValueState[str]`` (JSON):
     the key's queue and sequence numbers, and its short-term memory, which is
     separate so that a state TTL can apply to memory alone. Both hold values
-    encoded by the typed codec (``runtime.state``, ``runtime.memory``).
+    encoded by the typed codec (``runtime.execution.state``, ``runtime.execution.memory``).
 
     The state object is cached between ``load`` and ``store`` within one
     callback; memory is written only when a run changed it (commits replace

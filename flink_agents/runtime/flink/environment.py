@@ -21,8 +21,8 @@ from flink_agents.runtime.flink.operator import (
     STEERING_TAG,
     AgentOperatorFunction,
 )
-from flink_agents.runtime.steering import STEERING_OPTION
-from flink_agents.runtime.progress import PROGRESS_OPTION
+from flink_agents.runtime.features.steering import STEERING_OPTION
+from flink_agents.runtime.features.progress import PROGRESS_OPTION
 from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
 __all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
@@ -57,7 +57,7 @@ class FlinkAgentBuilder(AgentBuilder):
 
     def with_steering(self, steering: DataStream, key_selector: Callable[[Any], Any] | Any) -> "FlinkAgentBuilder":
         """A second input of steering messages, keyed like the main one
-        (``runtime.steering``): they reach the key's running turn before its
+        (``runtime.features.steering``): they reach the key's running turn before its
         next model call, in order, journaled; at most 32 wait per key (one
         more goes to ``error_stream()`` as an error record).
 
@@ -137,7 +137,7 @@ class FlinkAgentBuilder(AgentBuilder):
 
 
     def progress_stream(self) -> DataStream:
-        """The runs' progress records (``flink_agents.runtime.progress``): one
+        """The runs' progress records (``flink_agents.runtime.features.progress``): one
         per committed fact of a run, each emitted after its journal write
         landed, in commit order per key.
 

@@ -27,11 +27,11 @@ Mapping onto Flink:
   state), so a replay after a failover does not call again; records pending
   in a restored state are resubmitted by the key's restored timers;
 - each input record is admitted through the typed codec when it arrives
-  (``runtime.state.admit``): the run sees what a restore would read back,
+  (``runtime.execution.state.admit``): the run sees what a restore would read back,
   and a record the codec refuses fails the job with an error naming key,
   record and field path; classes of the job's main script that the plan
   reaches (it travels to the worker pickled by value) are registered for
-  the codec when the operator opens (``runtime.codec_classes``), so events
+  the codec when the operator opens (``runtime.durability.codec_classes``), so events
   and values of those classes read back after a restart;
 - a callback's deadline is a processing-time timer of its key, kept with
   the callback's id in keyed state (``KeyState.callback_deadlines``): when it
@@ -39,7 +39,7 @@ Mapping onto Flink:
   won already, also after a restore, before the run has been replayed;
 - with a steering input (``steering.enabled``) both inputs arrive unioned
   as ``(tag, value)``; a steering message goes into the key's state and its
-  mailbox (``runtime.steering``); a full queue yields an error record;
+  mailbox (``runtime.features.steering``); a full queue yields an error record;
 - error records of skipped records go to the ``ERROR_OUTPUT`` side output,
   progress records (``progress.enabled``) to ``PROGRESS_OUTPUT``, each in a
   callback of its key after the commit it reports landed;
@@ -55,14 +55,14 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.codec_classes import register_plan_classes
-from flink_agents.runtime.ids import key_text
-from flink_agents.runtime.completion import apply_completions
+from flink_agents.runtime.durability.codec_classes import register_plan_classes
+from flink_agents.runtime.durability.ids import key_text
+from flink_agents.runtime.execution.completion import apply_completions
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
-from flink_agents.runtime.key_runner import KeyRunner
-from flink_agents.runtime.state import KeyState, PendingRecord, admit
-from flink_agents.runtime.steering import SteeringQueueFull, steering_error
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
+from flink_agents.runtime.execution.state import KeyState, PendingRecord, admit
+from flink_agents.runtime.features.steering import SteeringQueueFull, steering_error
 
 __all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
 

@@ -2,8 +2,8 @@
 
 State objects stay in the dict as they are, but what the Flink driver puts
 through JSON goes through the same codec here: short-term memory holds
-encoded values already (``runtime.memory``), and each input record and
-steering message is admitted (``runtime.state.admit``) when first stored,
+encoded values already (``runtime.execution.memory``), and each input record and
+steering message is admitted (``runtime.execution.state.admit``) when first stored,
 so a run sees the same values on both runners, and a record the codec
 refuses fails the same way.
 """
@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Dict, List, Tuple
 
 from flink_agents.runtime.driver import KeyedDriver
-from flink_agents.runtime.state import KeyState, admit
+from flink_agents.runtime.execution.state import KeyState, admit
 
 __all__ = ["LocalDriver"]
 

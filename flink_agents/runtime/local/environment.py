@@ -3,7 +3,7 @@
 It drives the engine exactly as the Flink operator does: records go to the
 same scheduler (``KeyRunner``: per-key order, at most ``max_concurrent_runs``
 runs at once, a bounded backlog) and finished records are applied with the
-same step (``runtime.completion``); only the keyed state (a dict) and the
+same step (``runtime.execution.completion``); only the keyed state (a dict) and the
 host loop (``local/host.py``, in place of Flink's callbacks) differ.
 """
 
@@ -16,11 +16,11 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import DEFAULT_MAX_CONCURRENT_RUNS, MAX_CONCURRENT_RUNS_OPTION, AgentEngine
-from flink_agents.runtime.key_runner import KeyRunner
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.local.host import LocalHost
-from flink_agents.runtime.progress import PROGRESS_OPTION
-from flink_agents.runtime.steering import STEERING_OPTION, SteeringQueueFull, steering_error
+from flink_agents.runtime.features.progress import PROGRESS_OPTION
+from flink_agents.runtime.features.steering import STEERING_OPTION, SteeringQueueFull, steering_error
 
 __all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
 
@@ -75,7 +75,7 @@ class LocalAgentBuilder(AgentBuilder):
         return self._errors
 
     def with_steering(self, messages: List[Dict[str, Any]]) -> "LocalAgentBuilder":
-        """Steering messages ``{"key": k, "value": message}`` (``runtime.steering``).
+        """Steering messages ``{"key": k, "value": message}`` (``runtime.features.steering``).
         Given up front, a key's messages wait for its first turn, which
         takes them before its first model call; more than 32 for one key, and
         any no turn took by the end of the input, go to ``to_error_list()``
@@ -99,7 +99,7 @@ class LocalAgentBuilder(AgentBuilder):
 
     def to_progress_list(self) -> List[Dict[str, Any]]:
         """Opt in to the progress stream: a list that ``execute()`` fills
-        with the runs' progress records (``flink_agents.runtime.progress``).
+        with the runs' progress records (``flink_agents.runtime.features.progress``).
 
         Raises:
             RuntimeError: After ``execute()`` ran this input.

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flink_agents.runtime.completion import apply_completions
+from flink_agents.runtime.execution.completion import apply_completions
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.key_runner import KeyRunner
+from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
 __all__ = ["LocalHost"]
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict
 
-from flink_agents.runtime import codec
-from flink_agents.runtime.codec_classes import resolve_class
+from flink_agents.runtime.durability import codec
+from flink_agents.runtime.durability.codec_classes import resolve_class
 from flink_agents.runtime.errors import ReplayedError
-from flink_agents.runtime.values import decode_value as decode_legacy_value
+from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["CODEC_VERSION", "decode_exception", "decode_outcome", "encode_exception", "encode_outcome"]
 

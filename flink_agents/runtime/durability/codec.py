@@ -55,7 +55,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.codec_classes import class_name, resolve_class
+from flink_agents.runtime.durability.codec_classes import class_name, resolve_class
 
 __all__ = [
     "EncodeError", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
@@ -183,7 +183,7 @@ def _enc(value: Any) -> Any:
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return {"$dataclass": _name(kind), "fields": _enc_dict(fields)}
     if isinstance(value, BaseException):
-        from flink_agents.runtime.codec_exceptions import encode_exception
+        from flink_agents.runtime.durability.codec_exceptions import encode_exception
 
         return {"$exception": encode_exception(value, _enc_part)}
     raise Refused(
@@ -329,7 +329,7 @@ def _dec_dataclass(data: Dict[str, Any]) -> Any:
 
 
 def _dec_exception(data: Dict[str, Any]) -> Any:
-    from flink_agents.runtime.codec_exceptions import decode_exception
+    from flink_agents.runtime.durability.codec_exceptions import decode_exception
 
     return decode_exception(data["$exception"], decode)
 
@@ -404,13 +404,13 @@ def _plain_key(key: Any) -> str:
 
 def encode_outcome(result: Any = None, error: BaseException | None = None, *, call: str) -> str:
     """A journaled call's outcome as JSON text; see ``codec_exceptions.encode_outcome``."""
-    from flink_agents.runtime import codec_exceptions
+    from flink_agents.runtime.durability import codec_exceptions
 
     return codec_exceptions.encode_outcome(result, error, call=call)
 
 
 def decode_outcome(payload: str) -> Any:
     """The result, or the rebuilt exception raised; see ``codec_exceptions.decode_outcome``."""
-    from flink_agents.runtime import codec_exceptions
+    from flink_agents.runtime.durability import codec_exceptions
 
     return codec_exceptions.decode_outcome(payload)

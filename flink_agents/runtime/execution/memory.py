@@ -6,7 +6,7 @@ it is one JSON object in keyed state. Each action works on a
 map (copy-on-write), and the copy replaces the base only when the action
 finishes (``commit``); a failed action's writes are simply dropped.
 
-Values are kept encoded by the typed codec (``runtime.codec``): ``set``
+Values are kept encoded by the typed codec (``runtime.durability.codec``): ``set``
 encodes, ``get`` decodes. So the flat map is plain JSON wherever it lives
 (the local runner's dict, Flink keyed state, a journaled memory diff), what
 an action reads back is what it stored, with its type (an ``IntEnum`` stays
@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.memory_reference import MemoryRef
-from flink_agents.runtime.codec import decode, encode
+from flink_agents.runtime.durability.codec import decode, encode
 
 __all__ = ["MemoryNode", "StagedMemory", "OBJECT", "apply_diff"]
 
@@ -104,7 +104,7 @@ class MemoryNode(MemoryObject):
         return decode(value)
 
     def set(self, path: str, value: Any) -> MemoryRef:
-        """Store ``value`` (encoded by ``runtime.codec``) at ``path``.
+        """Store ``value`` (encoded by ``runtime.durability.codec``) at ``path``.
 
         Raises:
             TypeError: The codec cannot carry ``value`` (the message names the

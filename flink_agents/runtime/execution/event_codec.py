@@ -2,11 +2,11 @@
 
 An event is written as ``{"type": "module:qualname", "fields": {...}, "c": 2}``
 with its declared and extra fields encoded by the typed codec
-(``runtime.codec``: a tuple, an enum or a model in an ``Any`` field keeps its
+(``runtime.durability.codec``: a tuple, an enum or a model in an ``Any`` field keeps its
 type), and read back as an instance of the same class with the same field
 values, without validating them again (as unpickling would). Its class is
 found by name, through the codec's class registry, so an event class defined
-in the job's main script reads back on any worker (``runtime.codec_classes``).
+in the job's main script reads back on any worker (``runtime.durability.codec_classes``).
 
 Completions written before (no ``"c"``) still read: their fields in the
 earlier untyped form, validated by the class.
@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.codec import decode, encode
-from flink_agents.runtime.codec_classes import class_name, resolve_class
-from flink_agents.runtime.values import decode_value as decode_legacy_value
+from flink_agents.runtime.durability.codec import decode, encode
+from flink_agents.runtime.durability.codec_classes import class_name, resolve_class
+from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["decode_event", "encode_event"]
 

@@ -39,7 +39,7 @@ class ResourceCache:
         with self._lock:
             found = self._built.get((type, name))
             if found is None and type == ResourceType.TOOL and name in BUILTIN_CALLBACK_TOOLS and not self._plan.has_resource(name, type):
-                from flink_agents.runtime.callback_tools import builtin_callback_tool
+                from flink_agents.runtime.features.callback_tools import builtin_callback_tool
 
                 found = self._built[(type, name)] = builtin_callback_tool(name)
             if found is None:
@@ -50,7 +50,7 @@ class ResourceCache:
     def _build(self, spec: ResourceSpec) -> Resource:
         resource: Any
         if spec.kind == ResourceKind.AGENT:
-            from flink_agents.runtime.sub_agents import LocalSubAgentHandle
+            from flink_agents.runtime.features.sub_agents import LocalSubAgentHandle
 
             assert spec.child is not None  # the compiler sets it
             return LocalSubAgentHandle(spec.name, spec.child)  # type: ignore[return-value]

@@ -23,7 +23,7 @@ round of N parallel tool calls between four and N + 3 times, by how the
 results land (all at once: 4; each apart: N + 3).
 
 Positions ``(step, ordinal)`` follow the program's structure, not timing
-(``runtime.call_position``). A replayed call whose function id or argument
+(``runtime.durability.call_position``). A replayed call whose function id or argument
 digest differs from the journal raises ``NondeterminismError`` naming both.
 The first run gets each result through the same codec a replay reads it
 with (``decode(encode(result))``), so both see the same value.
@@ -46,11 +46,11 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.call_position import is_under
-from flink_agents.runtime import codec
-from flink_agents.runtime.codec import decode_outcome, encode_outcome
+from flink_agents.runtime.durability.call_position import is_under
+from flink_agents.runtime.durability import codec
+from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
-from flink_agents.runtime.values import encode_value
+from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 
 __all__ = ["RunJournal", "args_digest", "function_id_of"]
@@ -141,9 +141,9 @@ class RunJournal:
         seq: The record's sequence number.
         on_write: Called after each committed write (for counters).
         on_commit: Called with the entries of each committed write, after it
-            landed (the progress stream, ``runtime.progress``).
+            landed (the progress stream, ``runtime.features.progress``).
         executors: Where async writes run (the engine's io pool,
-            ``runtime.executors``); None: the loop's default executor.
+            ``runtime.scheduling.executors``); None: the loop's default executor.
     """
 
     def __init__(

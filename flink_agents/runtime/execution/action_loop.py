@@ -33,18 +33,18 @@ from typing import Any, Awaitable, Deque, Dict, Tuple
 
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import ActionSpec
-from flink_agents.runtime.call_position import enter_action, exit_action
-from flink_agents.runtime.context import ActionContext
-from flink_agents.runtime.error_policy import ErrorPolicy
+from flink_agents.runtime.durability.call_position import enter_action, exit_action
+from flink_agents.runtime.execution.context import ActionContext
+from flink_agents.runtime.execution.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import (
     INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordSkipped,
     classify,
 )
-from flink_agents.runtime.event_codec import decode_event, encode_event
-from flink_agents.runtime.ids import RunIdentity
-from flink_agents.runtime.memory import StagedMemory, apply_diff
-from flink_agents.runtime.run import Run
-from flink_agents.runtime.state import PendingRecord
+from flink_agents.runtime.execution.event_codec import decode_event, encode_event
+from flink_agents.runtime.durability.ids import RunIdentity
+from flink_agents.runtime.execution.memory import StagedMemory, apply_diff
+from flink_agents.runtime.execution.run import Run
+from flink_agents.runtime.execution.state import PendingRecord
 
 __all__ = ["run_record"]
 

@@ -44,7 +44,7 @@ import json
 import re
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
-from flink_agents.runtime.codec import plain_json
+from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry
 
 __all__ = ["PROGRESS_OPTION", "RunProgress", "records_of"]
@@ -57,7 +57,7 @@ Record = Dict[str, Any]
 
 
 def _plain(value: Any) -> Any:
-    """A journaled value as plain JSON (codec tags removed, ``runtime.codec``)."""
+    """A journaled value as plain JSON (codec tags removed, ``runtime.durability.codec``)."""
     return plain_json(value)
 
 

@@ -25,10 +25,10 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List
 
-from flink_agents.runtime.completion import Completion
+from flink_agents.runtime.execution.completion import Completion
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.run_slots import RunSlots
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.scheduling.run_slots import RunSlots
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
 __all__ = ["Completion", "KeyRunner"]
 

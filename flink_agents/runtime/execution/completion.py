@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Tuple
 
-from flink_agents.runtime.state import KeyState
+from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["Applied", "Completion", "Emission", "apply_completions"]
 

@@ -4,9 +4,9 @@ One ``KeyState`` per key lives in one Flink ``ValueState`` (as JSON, with a
 schema version) or, on the local runner, in a dict. The schema is versioned:
 ``from_json`` refuses a version it does not know instead of misreading it.
 
-Values go through the typed codec (``runtime.codec``). Version 2 (this
+Values go through the typed codec (``runtime.durability.codec``). Version 2 (this
 release) writes queued input records and steering messages encoded by it,
-and short-term memory as the flat map ``runtime.memory`` keeps (values
+and short-term memory as the flat map ``runtime.execution.memory`` keeps (values
 already encoded). Version 1 (earlier releases) wrote records in an untyped
 form (enums as their values, UUIDs as text) and memory values raw; it is
 still read: records as they were written then, memory values re-encoded.
@@ -23,10 +23,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from flink_agents.runtime.codec import EncodeError, decode, encode
+from flink_agents.runtime.durability.codec import EncodeError, decode, encode
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
-from flink_agents.runtime.memory import OBJECT
-from flink_agents.runtime.values import decode_value as decode_v1
+from flink_agents.runtime.execution.memory import OBJECT
+from flink_agents.runtime.durability.values import decode_value as decode_v1
 
 __all__ = ["KeyState", "PendingRecord", "STATE_SCHEMA_VERSION", "admit"]
 
@@ -78,7 +78,7 @@ class KeyState:
             ``[callback id, deadline (Unix ms), record seq]``, each also a
             processing-time timer of the key (Flink driver only).
         steering: Steering messages not yet taken by a finished record,
-            ``[steering seq, message]`` (``runtime.steering``).
+            ``[steering seq, message]`` (``runtime.features.steering``).
         next_steering_seq: Sequence number the next steering message gets.
     """
 

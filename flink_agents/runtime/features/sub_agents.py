@@ -4,7 +4,7 @@ durable child of the calling action.
 Identity. A call's ``call_id`` is a UUIDv5 of (journal id, key, record
 sequence, calling step with the submitting task's branch path, child
 resource name, ordinal of that task's sub-agent submits;
-``runtime.ids.sub_agent_call_id``); ``session_id`` defaults to it. Both are derived
+``runtime.durability.ids.sub_agent_call_id``); ``session_id`` defaults to it. Both are derived
 when ``submit`` is called, so a replay derives the same ids whatever order
 concurrent branches submit in.
 
@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, Dict
 from flink_agents.api.agents.sub_agent import SubAgentHandle, SubAgentResult
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, NondeterminismError, RecordSkipped
-from flink_agents.runtime.ids import SESSIONS_PATH, RunIdentity, session_path, sub_agent_journal_id
-from flink_agents.runtime.resources import ResourceCache
-from flink_agents.runtime.run import SYSTEM_CLOCK, Run, RunServices
-from flink_agents.runtime.state import KeyState, PendingRecord
+from flink_agents.runtime.durability.ids import SESSIONS_PATH, RunIdentity, session_path, sub_agent_journal_id
+from flink_agents.runtime.execution.resources import ResourceCache
+from flink_agents.runtime.execution.run import SYSTEM_CLOCK, Run, RunServices
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
 if TYPE_CHECKING:
-    from flink_agents.runtime.context import ActionContext
-    from flink_agents.runtime.metrics import RunCounters
+    from flink_agents.runtime.execution.context import ActionContext
+    from flink_agents.runtime.execution.metrics import RunCounters
     from flink_agents.stores.journal import JournalStore
 
 __all__ = ["SESSIONS_PATH", "SubAgentRunner", "LocalSubAgentHandle"]
@@ -73,8 +73,8 @@ class SubAgentRunner:
         counters: The engine's counters (children count in them too).
         on_write: Called after each journal write.
         callbacks: The engine's ``CallbackHub`` (children create callbacks too).
-        executors: The engine's thread pools (``runtime.executors``).
-        clock: The engine's clock (``runtime.run.Clock``).
+        executors: The engine's thread pools (``runtime.scheduling.executors``).
+        clock: The engine's clock (``runtime.execution.run.Clock``).
     """
 
     def __init__(self, root: AgentPlan, store: "JournalStore", config: Dict[str, Any],
@@ -104,8 +104,8 @@ class SubAgentRunner:
             ``{"result": SubAgentResult, "session_memory": dict | None}``: what
             the parent journals (the session memory is re-applied on replay).
         """
-        from flink_agents.runtime.action_loop import run_record
-        from flink_agents.runtime.journal import RunJournal
+        from flink_agents.runtime.execution.action_loop import run_record
+        from flink_agents.runtime.durability.journal import RunJournal
 
         identity = parent.run_identity
         run = RunIdentity(sub_agent_journal_id(identity, call_id), identity.key, identity.seq)

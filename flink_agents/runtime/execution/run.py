@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict
 
 from flink_agents.api.resource import Resource, ResourceType
-from flink_agents.runtime.ids import RunIdentity
+from flink_agents.runtime.durability.ids import RunIdentity
 
 if TYPE_CHECKING:
     from flink_agents.plan.agent_plan import AgentPlan
-    from flink_agents.runtime.journal import RunJournal
-    from flink_agents.runtime.metrics import RunCounters
-    from flink_agents.runtime.state import KeyState
+    from flink_agents.runtime.durability.journal import RunJournal
+    from flink_agents.runtime.execution.metrics import RunCounters
+    from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["Clock", "NO_SERVICES", "Run", "RunServices", "SYSTEM_CLOCK"]
 

@@ -9,7 +9,7 @@
   Changing it would change the ids and digests of journals already written.
 
 Everything that is stored and read back goes through the typed codec,
-``runtime.codec``.
+``runtime.durability.codec``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.codec_classes import resolve_class
+from flink_agents.runtime.durability.codec_classes import resolve_class
 
 __all__ = ["MODEL_TAG", "decode_value", "encode_value"]
 

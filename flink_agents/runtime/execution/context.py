@@ -12,11 +12,11 @@ from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.plan.agent_plan import ActionSpec
-from flink_agents.runtime.call_position import TaskScope, position
-from flink_agents.runtime.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
-from flink_agents.runtime.journal import args_digest, function_id_of
-from flink_agents.runtime.memory import MemoryNode, StagedMemory
-from flink_agents.runtime.run import Run
+from flink_agents.runtime.durability.call_position import TaskScope, position
+from flink_agents.runtime.durability.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
+from flink_agents.runtime.durability.journal import args_digest, function_id_of
+from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
+from flink_agents.runtime.execution.run import Run
 from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = ["ActionContext"]
@@ -30,10 +30,10 @@ class ActionContext(RunnerContext):
     (``durable_execute*``, the built-in model and tool calls, sub-agent
     submits, steering takes) and callbacks get positions that follow the
     program's structure: per task of the action, in the order that task makes
-    them (``runtime.call_position``), never in completion order.
+    them (``runtime.durability.call_position``), never in completion order.
 
     Args:
-        run: The record's run (``runtime.run.Run``).
+        run: The record's run (``runtime.execution.run.Run``).
         step: This invocation's step (``"<action>@<event index>"``).
         spec: The action.
         sensory: The action's staged sensory memory.
@@ -51,7 +51,7 @@ class ActionContext(RunnerContext):
         self._resources = run.resources
         self._job_config = run.config
         self._journal = run.journal
-        self.root_scope = TaskScope(self)  # the action's own task (runtime.call_position)
+        self.root_scope = TaskScope(self)  # the action's own task (runtime.durability.call_position)
         self._is_async = spec.function.is_async
         self._sub_agents = run.services.sub_agents
         self._callbacks = run.services.callbacks
@@ -148,7 +148,7 @@ class ActionContext(RunnerContext):
     def submit_sub_agent(self, handle: Any, prompt: Any, session_id: str | None, call_id: str | None) -> Any:
         """Runtime-internal: ``SubAgentHandle.submit``. Ids and the journal
         position are taken now, in the submitting task's own order
-        (``runtime.call_position``), so a replay derives the same.
+        (``runtime.durability.call_position``), so a replay derives the same.
 
         Raises:
             RuntimeError: The action has returned, or is not async.
@@ -201,7 +201,7 @@ class ActionContext(RunnerContext):
                 runtime has no callback store.
             NondeterminismError: On replay, this call created another callback.
         """
-        from flink_agents.runtime.callbacks import validate_timeout
+        from flink_agents.runtime.features.callbacks import validate_timeout
 
         validate_timeout(timeout_s)  # bad input fails before anything else
         if not self.active:
@@ -233,7 +233,7 @@ class ActionContext(RunnerContext):
 
     def take_steering(self) -> List[Any]:
         """The steering messages waiting for this key, in order, taken now
-        (``runtime.steering``); journaled in this step, so a replay takes
+        (``runtime.features.steering``); journaled in this step, so a replay takes
         the same ones here. ``[]`` when the job has no steering input."""
         if self._steering is None:
             return []

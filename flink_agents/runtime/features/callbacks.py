@@ -49,9 +49,9 @@ from flink_agents.api.callbacks import (
     CallbackTimeout,
 )
 from flink_agents.runtime.errors import NondeterminismError
-from flink_agents.runtime.metrics import RunCounters
-from flink_agents.runtime.run import Clock
-from flink_agents.runtime.run_slots import parked
+from flink_agents.runtime.execution.metrics import RunCounters
+from flink_agents.runtime.execution.run import Clock
+from flink_agents.runtime.scheduling.run_slots import parked
 from flink_agents.stores.callbacks import (
     ACCEPTED,
     CANCELLED,
@@ -195,10 +195,10 @@ class CallbackHub:
             ``http://127.0.0.1:8089``) and ``callbacks.poll_interval_ms``
             (default 100).
         counters: The engine's counters.
-        clock: Time (``runtime.run.Clock``, or a callable giving Unix
+        clock: Time (``runtime.execution.run.Clock``, or a callable giving Unix
             seconds); the poller sleeps through it too.
         executors: Where store operations run (the engine's io pool,
-            ``runtime.executors``); None: ``asyncio.to_thread``.
+            ``runtime.scheduling.executors``); None: ``asyncio.to_thread``.
         on_deadline: ``(key, callback id, deadline ms, record seq)``, called
             for each pending callback a run creates or finds on replay, from
             the run's thread (``KeyedDriver.arm_deadline``).

@@ -10,7 +10,7 @@ List ``"create_callback"`` and/or ``"cancel_operation"`` in a setup's
 2. when it answers without asking for tools while operations are still open,
    the chat action waits for them (each racing its deadline; the run is
    parked meanwhile) and sends the outcomes in one user message, each body
-   wrapped as untrusted data (``runtime.untrusted``); the model goes on;
+   wrapped as untrusted data (``runtime.features.untrusted``); the model goes on;
 3. ``cancel_operation(operation_id)`` ends a wait early; a completion that
    came first stays.
 
@@ -24,8 +24,8 @@ from typing import Any, Dict
 
 from flink_agents.api.callbacks import CANCEL_OPERATION_TOOL, CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
-from flink_agents.runtime.callbacks import body_as_text
-from flink_agents.runtime.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
+from flink_agents.runtime.features.callbacks import body_as_text
+from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
 from flink_agents.stores.callbacks import CLOSED, REJECTED, RESOLVED, TIMED_OUT, CallbackRecord
 
 __all__ = ["BuiltinCallbackTool", "builtin_callback_tool", "outcome_message"]

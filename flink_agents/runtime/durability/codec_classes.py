@@ -41,9 +41,42 @@ def _name_of(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+# Journals and keyed state written before the runtime was grouped into
+# sub-packages name its classes by their old modules.
+_MOVED_MODULES = {
+    "flink_agents.runtime.action_loop": "flink_agents.runtime.execution.action_loop",
+    "flink_agents.runtime.call_position": "flink_agents.runtime.durability.call_position",
+    "flink_agents.runtime.callback_tools": "flink_agents.runtime.features.callback_tools",
+    "flink_agents.runtime.callbacks": "flink_agents.runtime.features.callbacks",
+    "flink_agents.runtime.codec": "flink_agents.runtime.durability.codec",
+    "flink_agents.runtime.codec_classes": "flink_agents.runtime.durability.codec_classes",
+    "flink_agents.runtime.codec_exceptions": "flink_agents.runtime.durability.codec_exceptions",
+    "flink_agents.runtime.completion": "flink_agents.runtime.execution.completion",
+    "flink_agents.runtime.context": "flink_agents.runtime.execution.context",
+    "flink_agents.runtime.conversation": "flink_agents.runtime.features.conversation",
+    "flink_agents.runtime.error_policy": "flink_agents.runtime.execution.error_policy",
+    "flink_agents.runtime.event_codec": "flink_agents.runtime.execution.event_codec",
+    "flink_agents.runtime.executors": "flink_agents.runtime.scheduling.executors",
+    "flink_agents.runtime.ids": "flink_agents.runtime.durability.ids",
+    "flink_agents.runtime.journal": "flink_agents.runtime.durability.journal",
+    "flink_agents.runtime.key_runner": "flink_agents.runtime.scheduling.key_runner",
+    "flink_agents.runtime.memory": "flink_agents.runtime.execution.memory",
+    "flink_agents.runtime.metrics": "flink_agents.runtime.execution.metrics",
+    "flink_agents.runtime.progress": "flink_agents.runtime.features.progress",
+    "flink_agents.runtime.resources": "flink_agents.runtime.execution.resources",
+    "flink_agents.runtime.run": "flink_agents.runtime.execution.run",
+    "flink_agents.runtime.run_slots": "flink_agents.runtime.scheduling.run_slots",
+    "flink_agents.runtime.state": "flink_agents.runtime.execution.state",
+    "flink_agents.runtime.steering": "flink_agents.runtime.features.steering",
+    "flink_agents.runtime.sub_agents": "flink_agents.runtime.features.sub_agents",
+    "flink_agents.runtime.untrusted": "flink_agents.runtime.features.untrusted",
+    "flink_agents.runtime.values": "flink_agents.runtime.durability.values",
+}
+
+
 def _import(name: str) -> Any:
     module, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(module)
+    obj: Any = importlib.import_module(_MOVED_MODULES.get(module, module))
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj

@@ -3,10 +3,10 @@
 A run is identified by ``RunIdentity`` (journal id, key, record sequence);
 everything a run creates is identified by the run, the step (action
 invocation, with the branch path of the task that made it:
-``runtime.call_position``) and an ordinal within that task. Never by
+``runtime.durability.call_position``) and an ordinal within that task. Never by
 randomness or time: a replay re-derives the same ids and so finds what the
 first run journaled. The one exception is a callback's public id, which
-must be unguessable (``runtime.callbacks``): it is drawn once and kept in
+must be unguessable (``runtime.features.callbacks``): it is drawn once and kept in
 the store under the callback's ``CallbackRef``, which is derived here.
 
 The UUID namespaces are fixed forever: ids derived with them are journaled
@@ -23,7 +23,7 @@ import json
 import uuid
 from typing import Any
 
-from flink_agents.runtime.values import encode_value
+from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = [
@@ -38,7 +38,7 @@ SESSIONS_PATH = "_flink_agents.sessions"  # explicit sub-agent sessions, in the 
 
 def key_text(key: Any) -> str:
     """A key as stable text: canonical JSON where it has a JSON form
-    (``runtime.values.encode_value``), else ``repr``. Journal entries,
+    (``runtime.durability.values.encode_value``), else ``repr``. Journal entries,
     callback refs and ids carry the key in this form."""
     try:
         return json.dumps(encode_value(key), sort_keys=True, separators=(",", ":"))

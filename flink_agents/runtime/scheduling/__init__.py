@@ -1,0 +1,1 @@
+"""Scheduling: KeyRunner (per-key order, cross-key concurrency, back-pressure), run slots, thread pools."""
