@@ -19,7 +19,7 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from flink_agents.stores import CallbackRef, JournalEntry, SQLJournalStore
+from flink_agents.stores import CallbackRef, JournalEntry, JournalStoreError, SQLJournalStore
 from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
 from flink_agents.stores.postgres_store import PostgresDialect, PostgresJournalStore
@@ -51,6 +51,9 @@ class Recording(Dialect):
         self.log.append("connect")
         return self.inner.connect()
 
+    def classify(self, error: BaseException) -> Any:
+        return self.inner.classify(error)
+
     def is_broken(self, connection: Any) -> bool:
         broken, self.broken_once = self.broken_once, False
         if broken:
@@ -70,7 +73,7 @@ class Recording(Dialect):
 
 
 def driver_error(dialect: Recording) -> type:
-    """What a failed read or write raises: the driver's own error."""
+    """The driver's own error, which a failed read or write chains from."""
     if isinstance(dialect.inner, SQLiteDialect):
         return sqlite3.Error
     import psycopg
@@ -111,8 +114,11 @@ def test_a_failed_write_rolls_back_and_the_connection_stays(dialect: Recording) 
     store = SQLJournalStore(dialect)
     try:
         bad = JournalEntry("a@0", 1, "f:g", "", {"not": "text"})  # type: ignore[arg-type]
-        with pytest.raises(driver_error(dialect)):
+        with pytest.raises(JournalStoreError) as raised:
             store.append("job", "k", 0, [entry("a@0", 0), bad])
+        assert type(raised.value) is JournalStoreError  # terminal: not retried
+        assert isinstance(raised.value.__cause__, driver_error(dialect))
+        assert raised.value.operation == "append" and raised.value.run == ("job", "k", 0)
         store.append("job", "k", 0, [entry("a@0", 0)])
         assert dialect.log == ["connect", "begin", "rollback", "begin", "commit"]
         assert store.count_entries() == 1 and store.writes == 1

@@ -14,9 +14,10 @@ connection, so it pickles with its store to PyFlink's Python workers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ContextManager, List, Tuple
+from typing import Any, ContextManager, List, Optional, Tuple, Type
 
 from flink_agents.stores import _sql, _sql_callbacks
+from flink_agents.stores.errors import JournalStoreError
 
 __all__ = ["Dialect", "SCHEMA_OBJECTS"]
 
@@ -85,6 +86,17 @@ class Dialect(ABC):
     def transaction(self, connection: Any) -> ContextManager[None]:
         """One write transaction on ``connection``: committed when the block
         ends, rolled back if it raises (``KeyboardInterrupt`` included)."""
+
+    @abstractmethod
+    def classify(self, error: BaseException) -> Optional[Type[JournalStoreError]]:
+        """The store error a driver error stands for, or None if ``error`` is
+        not the driver's (the store then lets it through unchanged).
+
+        ``JournalUnavailableError`` (retried, see ``StoreRetry``) for what may
+        pass: a lost or refused connection, a lock held past the busy timeout,
+        an I/O error; a terminal kind (``JournalReplacedError``,
+        ``JournalCorruptError``, ``JournalStoreError``) for the rest.
+        """
 
     def is_broken(self, connection: Any) -> bool:
         """Whether ``connection`` can no longer be used (the store then drops

@@ -32,12 +32,14 @@ store can be built and pickled) without it or a server.
 
 from __future__ import annotations
 
+import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Optional, Type
 
 from flink_agents.stores import _sql
 from flink_agents.stores._dialect import Dialect
-from flink_agents.stores.errors import JournalSchemaError, JournalUnavailableError
+from flink_agents.stores.errors import JournalSchemaError, JournalStoreError, JournalUnavailableError
+from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sql_store import SQLJournalStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,14 +62,27 @@ class PostgresJournalStore(SQLJournalStore):
             the first read or write of each process.
         clock: Returns the current time in Unix seconds; stamps each append's
             entries (``committed_at``) for ``prune``. Inject a fake in tests.
-        connect_timeout_s: How long connecting may take, in seconds, unless
-            the DSN sets ``connect_timeout`` itself (libpq rounds up to >= 2).
+        connect_timeout_s: How long connecting may take in all, in seconds,
+            unless the DSN sets ``connect_timeout`` itself (see
+            ``PostgresDialect.connect``).
+        retry: How long a call rides out a lost connection (``StoreRetry``):
+            it reconnects with bounded backoff, then raises
+            ``JournalUnavailableError``.
+        sleep: Waits between retries, in seconds (``time.sleep``; a fake in tests).
+        monotonic: Measures the retry deadline, in seconds (``time.monotonic``;
+            a fake in tests, advanced by the fake ``sleep``).
     """
 
     def __init__(
-        self, dsn: str, clock: Callable[[], float] = time.time, connect_timeout_s: int = 10
+        self,
+        dsn: str,
+        clock: Callable[[], float] = time.time,
+        connect_timeout_s: int = 10,
+        retry: StoreRetry = StoreRetry(),
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(PostgresDialect(dsn, connect_timeout_s), clock)
+        super().__init__(PostgresDialect(dsn, connect_timeout_s), clock, retry=retry, sleep=sleep, monotonic=monotonic)
 
 
 class PostgresDialect(Dialect):
@@ -97,6 +112,21 @@ class PostgresDialect(Dialect):
         """Whether the connection closed (the server went away, say)."""
         return bool(connection.closed)
 
+    def classify(self, error: BaseException) -> Optional[Type[JournalStoreError]]:
+        """``psycopg.OperationalError`` (a lost or refused connection, a
+        terminated backend, a server shutting down, a deadlock or
+        serialization failure) is ``JournalUnavailableError``; any other
+        ``psycopg.Error`` ``JournalStoreError``."""
+        try:
+            import psycopg
+        except ImportError:  # pragma: no cover - psycopg is a dependency
+            return None
+        if isinstance(error, psycopg.OperationalError):
+            return JournalUnavailableError
+        if isinstance(error, psycopg.Error):
+            return JournalStoreError
+        return None
+
     def transaction(self, connection: "psycopg.Connection[Any]") -> ContextManager[Any]:
         """psycopg's transaction block (``BEGIN`` ... ``COMMIT``/``ROLLBACK``)."""
         return connection.transaction()
@@ -104,12 +134,25 @@ class PostgresDialect(Dialect):
     def connect(self) -> "psycopg.Connection[Any]":
         """Connect in autocommit mode and check or create the schema.
 
+        The connect timeout (``connect_timeout`` of the DSN, else
+        ``connect_timeout_s``) bounds the whole connect. libpq and psycopg
+        apply it per attempt, and a DSN makes one attempt per host and per
+        address its name resolves to (``localhost`` is often ``::1`` and
+        ``127.0.0.1``; a DNS name may have several records), so a server that
+        accepts TCP but never answers took the timeout times the attempts
+        (40 s for four). Here the attempts (psycopg's own list,
+        ``conninfo_attempts``) share one deadline: each gets the time left,
+        at least libpq's floor of 2 s, and none starts once it passed. So a
+        connect gives up after at most the timeout plus 2 s.
+
         Raises:
             ValueError: The DSN cannot be parsed.
-            JournalUnavailableError: Naming host, port, database and user.
+            JournalUnavailableError: Naming host, port, database and user,
+                and each attempt's failure.
             JournalSchemaError: The tables are of another schema version.
         """
         import psycopg  # lazily: the package imports without it
+        from psycopg.conninfo import conninfo_attempts, make_conninfo
 
         parts = _parse_dsn(self.dsn)
         if self.dsn.strip() and not parts:
@@ -117,13 +160,30 @@ class PostgresDialect(Dialect):
                 "the PostgreSQL journal DSN is not a libpq connection string or URI "
                 "(not shown: it may hold a password)"
             )
-        options: Dict[str, Any] = {}
-        if "connect_timeout" not in parts:
-            options["connect_timeout"] = self.connect_timeout_s
+        timeout_s = _timeout_s(parts.get("connect_timeout"), self.connect_timeout_s)
+        deadline = time.monotonic() + timeout_s
+        failures: List[str] = []
+        connection = None
         try:
-            connection = psycopg.connect(self.dsn, autocommit=True, **options)
-        except psycopg.Error as error:
-            message = _without_password(str(error).strip(), self.dsn)
+            attempts = conninfo_attempts(parts)
+        except psycopg.Error as error:  # no host name resolved
+            failures.append(str(error).strip())
+            attempts = []
+        for tried, attempt in enumerate(attempts):
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                failures.append(f"{len(attempts) - tried} more address(es) not tried: "
+                                f"the {timeout_s:g} s connect timeout passed")
+                break
+            attempt["connect_timeout"] = max(2, math.ceil(left_s))
+            try:
+                connection = psycopg.connect(make_conninfo("", **attempt), autocommit=True)
+                break
+            except psycopg.Error as error:
+                where = attempt.get("hostaddr") or attempt.get("host") or "(default host)"
+                failures.append(f"{where}: {str(error).strip()}")
+        if connection is None:
+            message = _without_password("; ".join(failures), self.dsn)
             raise JournalUnavailableError(
                 f"cannot connect to the PostgreSQL journal at {self.describe()}: {message}"
             ) from None  # the chained error's repr could carry the DSN
@@ -161,6 +221,24 @@ class PostgresDialect(Dialect):
                 )
             for statement in self.schema():
                 connection.execute(statement)
+
+
+def _timeout_s(from_dsn: Any, default_s: int) -> int:
+    """The connect timeout in seconds: the DSN's ``connect_timeout`` if set,
+    else ``default_s``; as libpq, at least 2, and 0 or less means our default
+    (psycopg too never waits forever).
+
+    Raises:
+        ValueError: The DSN's ``connect_timeout`` is not a number.
+    """
+    value = default_s if from_dsn in (None, "") else from_dsn
+    try:
+        seconds = int(float(value))
+    except (TypeError, ValueError):
+        raise ValueError(f"connect_timeout of the PostgreSQL journal DSN is not a number: {value!r}") from None
+    if seconds <= 0:
+        seconds = int(default_s) if int(default_s) > 0 else 10
+    return max(2, seconds)
 
 
 def describe_dsn(dsn: str) -> str:

@@ -15,26 +15,41 @@ connects anew and hands the inherited connection to ``Dialect.set_aside``. A
 connection the dialect reports broken is dropped after the call that saw it
 break (that call raises); the next call reconnects.
 
-Errors: ``JournalUnavailableError`` and ``JournalSchemaError`` when
-connecting (see ``Dialect.connect``); a failed read or write raises the
-driver's own error (``sqlite3.Error``, ``psycopg.Error``) and, for a write,
-is rolled back: nothing of it is stored.
+Errors: every failure is one of the store's own errors (``stores.errors``),
+naming the operation, the run (where the call has one) and the store's
+location, with the driver's error as the ``__cause__``; ``Dialect.classify``
+decides which. A failed write is rolled back: nothing of it is stored.
+
+Outages: a call that fails with ``JournalUnavailableError`` (connection lost,
+server not answering, file locked past the busy timeout) is tried again,
+reconnecting where the connection broke, with backoff bounded by
+``StoreRetry`` (default: for 10 s, waits from 0.05 s doubling to 1 s); past
+the bound the error is raised with a note giving the attempts and the time
+spent. Retrying a write whose commit's fate is unknown is safe: appends are
+upserts, ``register`` and ``close_run`` are idempotent, and ``complete``
+first reads back whether its own earlier attempt committed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from contextlib import closing, contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import Dialect
-from flink_agents.stores.callbacks import CallbackRecord, CallbackRef, CallbackStore, CompleteResult
+from flink_agents.stores.callbacks import ACCEPTED, CallbackRecord, CallbackRef, CallbackStore, CompleteResult
+from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError, RunIdentity
 from flink_agents.stores.journal import JournalEntry, JournalStore
+from flink_agents.stores.retry import StoreRetry
 
 __all__ = ["SQLJournalStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SQLJournalStore(JournalStore, CallbackStore):
@@ -47,12 +62,26 @@ class SQLJournalStore(JournalStore, CallbackStore):
         dialect: The database's SQL and connection handling.
         clock: Returns the current time in Unix seconds; stamps each append's
             entries (``committed_at``) for ``prune``. Inject a fake in tests.
+        retry: How long a call rides out ``JournalUnavailableError`` (``StoreRetry``).
+        sleep: Waits between retries, in seconds (``time.sleep``; a fake in tests).
+        monotonic: Measures the retry deadline, in seconds (``time.monotonic``;
+            a fake in tests, advanced by the fake ``sleep``).
     """
 
-    def __init__(self, dialect: Dialect, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        clock: Callable[[], float] = time.time,
+        retry: StoreRetry = StoreRetry(),
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self._dialect = dialect
         self._clock = clock
+        self.retry = retry
+        self._sleep = sleep
+        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._connection: Any = None
         self._pid = os.getpid()
@@ -66,37 +95,43 @@ class SQLJournalStore(JournalStore, CallbackStore):
         """Every entry of one record's run, by (step, ordinal); ``{}`` if none.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
+            JournalUnavailableError: The store stayed unreachable past the retry bound.
             JournalSchemaError: The database is not a version-1 journal.
-            sqlite3.Error | psycopg.Error: The read failed.
+            JournalStoreError: The read failed otherwise (see ``stores.errors``).
         """
-        with self._session() as connection:
+        def read(connection: Any) -> Dict[Tuple[str, int], JournalEntry]:
             selected = connection.execute(self._sql(_sql.SELECT_RUN), (journal_id, key, seq)).fetchall()
-        return _sql.entries_by_slot(selected)
+            return _sql.entries_by_slot(selected)
+
+        return self._call("load_run", (journal_id, key, seq), read)
 
     def append(self, journal_id: str, key: str, seq: int, entries: List[JournalEntry]) -> None:
         """Write ``entries`` of one run in one transaction; an existing
         (step, ordinal) is replaced. An empty list writes nothing and is not
-        counted in ``writes``.
+        counted in ``writes``. A write that fails on a lost connection is
+        tried again (``StoreRetry``): an upsert, so a commit that landed
+        before the connection broke is simply written again.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
+            JournalUnavailableError: The store stayed unreachable (or the
+                SQLite file locked) past the retry bound; nothing of the
+                write may be stored, or all of it.
+            JournalReplacedError: The SQLite file was removed or replaced
+                under the job; nothing was written.
             JournalSchemaError: The database is not a version-1 journal.
-            sqlite3.Error | psycopg.Error: The write failed and was rolled back
-                (e.g. a field the driver cannot bind, or another SQLite writer
-                held the file longer than its busy timeout); nothing of it is
-                stored. After a broken PostgreSQL connection the commit's fate
-                is unknown (appends are idempotent upserts: retry).
+            JournalStoreError: The write failed otherwise (e.g. a field the
+                driver cannot bind) and was rolled back; nothing is stored.
         """
         entries = list(entries)
         if not entries:
             return
-        with self._session() as connection:
-            with self._dialect.transaction(connection):
-                rows = _sql.rows(journal_id, key, seq, entries, float(self._clock()))
-                with closing(connection.cursor()) as cursor:
-                    cursor.executemany(self._sql(self._dialect.upsert), rows)
-            self.writes += 1  # under the lock, after the commit
+
+        def write(connection: Any) -> None:
+            rows = _sql.rows(journal_id, key, seq, entries, float(self._clock()))
+            with closing(connection.cursor()) as cursor:
+                cursor.executemany(self._sql(self._dialect.upsert), rows)
+
+        self._call("append", (journal_id, key, seq), write, write=True, counted=True)
 
     def prune(self, finished_before_s: float) -> int:
         """Delete every entry of runs whose ``RUN_END`` entry was committed
@@ -112,17 +147,24 @@ class SQLJournalStore(JournalStore, CallbackStore):
             The number of entries deleted.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: A batch failed and was rolled back
-                (the batches before it stay deleted).
+            JournalUnavailableError: The store stayed unreachable past the
+                retry bound (the batches before stay deleted).
+            JournalReplacedError: The SQLite file was removed or replaced.
+            JournalStoreError: A batch failed otherwise and was rolled back.
         """
-        return self._prune(_sql.PRUNE, finished_before_s)
+        return self._prune("prune", _sql.PRUNE, finished_before_s)
 
     def count_entries(self) -> int:
-        """How many entries the journal holds, over all journals and runs."""
-        with self._session() as connection:
+        """How many entries the journal holds, over all journals and runs.
+
+        Raises:
+            JournalStoreError: As ``load_run``.
+        """
+        def read(connection: Any) -> int:
             row = connection.execute(_sql.COUNT).fetchone()
-        return int(row[0]) if row else 0
+            return int(row[0]) if row else 0
+
+        return self._call("count_entries", None, read)
 
     # --- the callback port ---------------------------------------------------------
 
@@ -130,7 +172,8 @@ class SQLJournalStore(JournalStore, CallbackStore):
         self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
     ) -> CallbackRecord:
         """Store a new ``PENDING`` callback for ``ref`` (times in Unix
-        milliseconds), unless ``ref`` has one already; one transaction.
+        milliseconds), unless ``ref`` has one already; one transaction
+        (idempotent, so retried on a lost connection).
 
         Returns:
             The callback of ``ref``: the new one, or the one registered before
@@ -139,14 +182,16 @@ class SQLJournalStore(JournalStore, CallbackStore):
         Raises:
             ValueError: ``callback_id`` is registered for another ref (nothing
                 was written).
-            JournalUnavailableError: The server cannot be reached.
+            JournalUnavailableError: The store stayed unreachable past the retry bound.
             JournalSchemaError: The database is not a version-1 journal.
-            sqlite3.Error | psycopg.Error: The write failed and was rolled back.
+            JournalStoreError: The write failed otherwise and was rolled back.
         """
-        with self._write() as connection:
+        def write(connection: Any) -> CallbackRecord:
             return _sql_callbacks.register(
                 connection, self._dialect.placeholder, ref, callback_id, purpose, created_ms, deadline_ms
             )
+
+        return self._call("register", (ref.journal_id, ref.key, ref.seq), write, write=True)
 
     def complete(
         self, callback_id: str, state: str, body: Optional[bytes], now_ms: int, count_late: bool = False
@@ -156,6 +201,10 @@ class SQLJournalStore(JournalStore, CallbackStore):
         ``UPDATE`` decides a race between threads and processes (SQLite: the
         loser waits for the write lock; PostgreSQL: for the winner's row lock;
         either then finds the row no longer pending).
+
+        Retried on a lost connection: a retry first reads the callback back,
+        and one already in ``state`` with ``body`` at ``now_ms`` is this
+        call's own earlier commit (``ACCEPTED``, no late completion counted).
 
         Returns:
             ``ACCEPTED`` with the updated callback; ``FINISHED`` with the
@@ -167,55 +216,71 @@ class SQLJournalStore(JournalStore, CallbackStore):
             ValueError: ``state`` is not one of ``FINAL_STATES`` (the database
                 is not touched).
             TypeError: ``body`` is neither None nor bytes-like.
-            JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: The write failed and was rolled
-                back. After a broken connection the commit's fate is unknown:
-                read the callback back.
+            JournalUnavailableError: The store stayed unreachable past the
+                retry bound; read the callback back to learn whether it landed.
+            JournalStoreError: The write failed otherwise and was rolled back.
         """
         body = _sql_callbacks.checked_body(state, body)
-        with self._write() as connection:
+        attempts = 0
+
+        def write(connection: Any) -> CompleteResult:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                found = _sql_callbacks.get(connection, self._dialect.placeholder, callback_id)
+                if (
+                    found is not None and found.state == state and found.completed_ms == now_ms
+                    and found.body == body
+                ):
+                    return CompleteResult(ACCEPTED, found)
             return _sql_callbacks.complete(
                 connection, self._dialect.placeholder, callback_id, state, body, now_ms, count_late
             )
+
+        return self._call("complete", callback_id, write, write=True)
 
     def get_callback(self, callback_id: str) -> Optional[CallbackRecord]:
         """The callback, or None if unknown.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
-            JournalSchemaError: The database is not a version-1 journal.
-            sqlite3.Error | psycopg.Error: The read failed.
+            JournalStoreError: As ``load_run``.
         """
-        with self._session() as connection:
+        def read(connection: Any) -> Optional[CallbackRecord]:
             return _sql_callbacks.get(connection, self._dialect.placeholder, callback_id)
+
+        return self._call("get_callback", callback_id, read)
 
     def finished_callbacks(self, callback_ids: Iterable[str]) -> Dict[str, CallbackRecord]:
         """Those of ``callback_ids`` that have left ``PENDING``, by id; unknown
         ids are left out. One ``SELECT`` per 500 ids.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
-            JournalSchemaError: The database is not a version-1 journal.
-            sqlite3.Error | psycopg.Error: The read failed.
+            JournalStoreError: As ``load_run``.
         """
-        with self._session() as connection:
+        callback_ids = list(callback_ids)
+
+        def read(connection: Any) -> Dict[str, CallbackRecord]:
             return _sql_callbacks.finished(connection, self._dialect.placeholder, callback_ids)
+
+        return self._call("finished_callbacks", None, read)
 
     def close_run(self, journal_id: str, key: str, seq: int, now_ms: int) -> int:
         """Move every ``PENDING`` callback of one record's run (any step) to
-        ``CLOSED``, stamped ``now_ms`` (Unix milliseconds), in one transaction.
+        ``CLOSED``, stamped ``now_ms`` (Unix milliseconds), in one transaction
+        (idempotent, so retried on a lost connection).
 
         Returns:
-            How many callbacks it closed.
+            How many callbacks it closed (on a retry after an unknown commit,
+            those the retry found still pending).
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: The write failed and was rolled back.
+            JournalUnavailableError: The store stayed unreachable past the retry bound.
+            JournalStoreError: The write failed otherwise and was rolled back.
         """
-        with self._write() as connection:
-            return _sql_callbacks.close_run(
-                connection, self._dialect.placeholder, journal_id, key, seq, now_ms
-            )
+        def write(connection: Any) -> int:
+            return _sql_callbacks.close_run(connection, self._dialect.placeholder, journal_id, key, seq, now_ms)
+
+        return self._call("close_run", (journal_id, key, seq), write, write=True)
 
     def prune_callbacks(self, finished_before_s: float) -> int:
         """Delete the callbacks of runs whose ``RUN_END`` was committed before
@@ -226,30 +291,114 @@ class SQLJournalStore(JournalStore, CallbackStore):
             How many callbacks it deleted.
 
         Raises:
-            JournalUnavailableError: The server cannot be reached.
-            sqlite3.Error | psycopg.Error: A batch failed and was rolled back.
+            JournalStoreError: As ``prune``.
         """
-        return self._prune(_sql_callbacks.PRUNE, finished_before_s)
+        return self._prune("prune_callbacks", _sql_callbacks.PRUNE, finished_before_s)
 
-    def _prune(self, delete_run: str, finished_before_s: float) -> int:
+    def _prune(self, operation: str, delete_run: str, finished_before_s: float) -> int:
         """Page through the runs that ended before the cutoff, in run-end
-        order, running ``delete_run`` for each; one transaction per page."""
+        order, running ``delete_run`` for each; one transaction (and one
+        retried call) per page."""
         deleted, after = 0, _sql.BEFORE_ALL_ENDED
+
+        def batch(connection: Any) -> Tuple[int, List[Any]]:
+            ended = connection.execute(
+                self._sql(_sql.SELECT_ENDED), (float(finished_before_s), *after)
+            ).fetchall()
+            if not ended:
+                return 0, ended
+            with closing(connection.cursor()) as cursor:
+                cursor.executemany(
+                    self._sql(delete_run),
+                    [_sql.run_parameters(journal_id, key, seq) for _, journal_id, key, seq in ended],
+                )
+                return max(cursor.rowcount, 0), ended
+
         while True:
-            with self._write() as connection:
-                ended = connection.execute(
-                    self._sql(_sql.SELECT_ENDED), (float(finished_before_s), *after)
-                ).fetchall()
-                if ended:
-                    with closing(connection.cursor()) as cursor:
-                        cursor.executemany(
-                            self._sql(delete_run),
-                            [_sql.run_parameters(journal_id, key, seq) for _, journal_id, key, seq in ended],
-                        )
-                        deleted += max(cursor.rowcount, 0)
+            count, ended = self._call(operation, None, batch, write=True)
+            deleted += count
             if len(ended) < _sql.PRUNE_BATCH_RUNS:
                 return deleted
             after = tuple(ended[-1])
+
+    # --- errors and retries ------------------------------------------------------------
+
+    def _call(
+        self,
+        operation: str,
+        run: Optional[RunIdentity],
+        body: Callable[[Any], T],
+        write: bool = False,
+        counted: bool = False,
+    ) -> T:
+        """``body(connection)`` under this process's connection (in one write
+        transaction if ``write``), retried on ``JournalUnavailableError`` as
+        ``self.retry`` allows, sleeping with the store's lock released.
+
+        Args:
+            operation: The port method, for error messages.
+            run: The run or callback id the call is about, or None.
+            body: The reads or writes; runs again on each attempt.
+            write: Run ``body`` in one transaction.
+            counted: Count a committed transaction in ``writes``.
+
+        Raises:
+            JournalStoreError: The failure as the store's own error type
+                (``Dialect.classify``), naming ``operation``, ``run`` and the
+                location, chained from the driver's error.
+            Exception: What ``body`` raised that is not the driver's (a
+                ``ValueError`` of the port, say), unchanged.
+        """
+        started: Optional[float] = None
+        backoffs = self.retry.backoffs()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with self._session() as connection:
+                    if not write:
+                        return body(connection)
+                    with self._dialect.transaction(connection):
+                        result = body(connection)
+                    if counted:
+                        self.writes += 1  # under the lock, after the commit
+                    return result
+            except Exception as error:  # BaseException (a cancellation, a crash) passes as is
+                failure = self._store_error(error, operation, run)
+            if not isinstance(failure, JournalUnavailableError):
+                raise failure
+            now = self._monotonic()
+            started = now if started is None else started
+            backoff = next(backoffs)
+            if now - started + backoff > self.retry.timeout_s:
+                if attempts > 1:
+                    failure.add_note(
+                        f"gave up after {attempts} attempts over {now - started:.2f} s "
+                        f"(journal.retry.timeout_s = {self.retry.timeout_s:g})"
+                    )
+                raise failure
+            log.warning("%s; attempt %d, retrying in %.2f s", failure, attempts, backoff)
+            self._sleep(backoff)
+
+    def _store_error(self, error: Exception, operation: str, run: Optional[RunIdentity]) -> Exception:
+        """``error`` as the store's own error naming ``operation`` and ``run``,
+        with the driver's error (or the dialect's own) as its cause; an error
+        that is neither the driver's nor the store's is returned as is."""
+        if isinstance(error, JournalStoreError):
+            if error.operation is not None:
+                return error
+            kind: Any = type(error)
+            message = str(error)
+            location = None  # the dialect's message names where it looked
+        else:
+            kind = self._dialect.classify(error)
+            if kind is None:
+                return error
+            message = f"{type(error).__module__}.{type(error).__qualname__}: {str(error).strip()}"
+            location = self._dialect.describe()
+        failure = kind(message, operation=operation, run=run, location=location)
+        failure.__cause__ = error
+        return failure
 
     # --- connections -----------------------------------------------------------------
 
@@ -289,13 +438,6 @@ class SQLJournalStore(JournalStore, CallbackStore):
             finally:
                 if self._dialect.is_broken(connection):
                     self._connection = None
-
-    @contextmanager
-    def _write(self) -> Iterator[Any]:
-        """``_session`` inside one write transaction."""
-        with self._session() as connection:
-            with self._dialect.transaction(connection):
-                yield connection
 
     def _forget_inherited(self) -> None:
         """After ``os.fork``: set the parent's connection aside and take a new

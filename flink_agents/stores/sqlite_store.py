@@ -43,11 +43,18 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Type, Union
 
 from flink_agents.stores import _sql
 from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
-from flink_agents.stores.errors import JournalSchemaError, JournalStoreError
+from flink_agents.stores.errors import (
+    JournalCorruptError,
+    JournalReplacedError,
+    JournalSchemaError,
+    JournalStoreError,
+    JournalUnavailableError,
+)
+from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sql_store import SQLJournalStore
 
 __all__ = ["SQLiteDialect", "SQLiteJournalStore"]
@@ -74,6 +81,11 @@ class SQLiteJournalStore(SQLJournalStore):
             locked"), in milliseconds.
         synchronous: ``"FULL"`` (survives power loss) or ``"NORMAL"`` (survives
             process crashes only); see the module docstring for the cost.
+        retry: How long a call rides out a locked file or an I/O error
+            (``StoreRetry``; the busy timeout comes first).
+        sleep: Waits between retries, in seconds (``time.sleep``; a fake in tests).
+        monotonic: Measures the retry deadline, in seconds (``time.monotonic``;
+            a fake in tests, advanced by the fake ``sleep``).
 
     Attributes:
         path: The database file.
@@ -88,9 +100,12 @@ class SQLiteJournalStore(SQLJournalStore):
         clock: Callable[[], float] = time.time,
         busy_timeout_ms: int = 30000,
         synchronous: str = "FULL",
+        retry: StoreRetry = StoreRetry(),
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         dialect = SQLiteDialect(Path(path), busy_timeout_ms, synchronous)
-        super().__init__(dialect, clock)
+        super().__init__(dialect, clock, retry=retry, sleep=sleep, monotonic=monotonic)
         self.path = dialect.path
 
 
@@ -130,10 +145,64 @@ class SQLiteDialect(Dialect):
         the parent's locks."""
         _INHERITED.append(connection)
 
+    def classify(self, error: BaseException) -> Optional[Type[JournalStoreError]]:
+        """By SQLite's primary result code: BUSY, LOCKED, IOERR, FULL,
+        CANTOPEN and PROTOCOL are ``JournalUnavailableError``; CORRUPT and
+        NOTADB ``JournalCorruptError``; READONLY_DBMOVED (the file was
+        renamed or unlinked) ``JournalReplacedError``; any other
+        ``sqlite3.Error`` (a value it cannot bind, say) ``JournalStoreError``;
+        an ``OSError`` (the directory cannot be created or read)
+        ``JournalUnavailableError``."""
+        if isinstance(error, OSError):
+            return JournalUnavailableError
+        if not isinstance(error, sqlite3.Error):
+            return None
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is None:
+            return JournalUnavailableError if isinstance(error, sqlite3.OperationalError) else JournalStoreError
+        if code == _SQLITE_READONLY_DBMOVED:
+            return JournalReplacedError
+        if code & 0xFF in _UNAVAILABLE_CODES:
+            return JournalUnavailableError
+        if code & 0xFF in _CORRUPT_CODES:
+            return JournalCorruptError
+        return JournalStoreError
+
+    def check_file(self, connection: sqlite3.Connection) -> None:
+        """Raise if the file at ``path`` is no longer the one ``connection``
+        opened: removed, renamed away, or replaced by another file. One
+        ``os.stat`` (about a microsecond), compared by (st_dev, st_ino).
+
+        Raises:
+            JournalReplacedError: Naming the path and what changed.
+        """
+        opened = getattr(connection, "file_id", None)
+        if opened is None:
+            return
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            raise JournalReplacedError(
+                f"the journal file {self.path} was removed while the job had it open; "
+                "its journal is gone (restore the file, or restart the job on a new one)"
+            ) from None
+        if (now.st_dev, now.st_ino) != opened:
+            raise JournalReplacedError(
+                f"the journal file {self.path} was replaced by another file while the job had it "
+                f"open (device/inode {opened[0]}/{opened[1]} is now {now.st_dev}/{now.st_ino}); "
+                "writes would go to a file nobody reads"
+            )
+
     @contextmanager
     def transaction(self, connection: sqlite3.Connection) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` (take the write lock now, waiting up to the busy
-        timeout) ... ``COMMIT``; roll back on any exception."""
+        timeout) ... ``COMMIT``; roll back on any exception.
+
+        Raises:
+            JournalReplacedError: The file was removed or replaced since the
+                connection opened it (``check_file``, before anything is written).
+        """
+        self.check_file(connection)
         connection.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -158,6 +227,7 @@ class SQLiteDialect(Dialect):
             timeout=self.busy_timeout_ms / 1000.0,
             isolation_level=None,  # autocommit: transactions are explicit
             check_same_thread=False,  # threads share it under the store's lock
+            factory=_Connection,
         )
         try:
             connection.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
@@ -169,6 +239,8 @@ class SQLiteDialect(Dialect):
                 )
             connection.execute(f"PRAGMA synchronous = {self.synchronous}")
             self._ensure_schema(connection)
+            opened = os.stat(self.path)
+            connection.file_id = (opened.st_dev, opened.st_ino)
         except sqlite3.DatabaseError as error:
             connection.close()
             if getattr(error, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_NOTADB", 26):
@@ -244,6 +316,19 @@ class SQLiteDialect(Dialect):
             f"this release reads version {_sql.SCHEMA_VERSION}. Point journal.sqlite.path "
             "at another file, or migrate this one."
         )
+
+
+class _Connection(sqlite3.Connection):
+    """An ``sqlite3.Connection`` that remembers which file it opened:
+    ``file_id`` is its (st_dev, st_ino), or None before the open finished."""
+
+    file_id: Optional[Tuple[int, int]] = None
+
+
+# SQLite primary result codes (sqlite3 exposes them only from Python 3.11).
+_UNAVAILABLE_CODES = frozenset({5, 6, 10, 13, 14, 15})  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL
+_CORRUPT_CODES = frozenset({11, 26})  # CORRUPT NOTADB
+_SQLITE_READONLY_DBMOVED = 8 | (4 << 8)
 
 
 def _has_all(connection: sqlite3.Connection, names: Tuple[str, ...]) -> bool:

@@ -1,0 +1,86 @@
+"""How long the SQL stores ride out a transient outage (``StoreRetry``).
+
+A read or write that fails with ``JournalUnavailableError`` (connection lost
+or refused, server not answering, SQLite file locked past its busy timeout,
+an I/O error) is tried again after a backoff that starts at
+``initial_backoff_s`` and doubles up to ``max_backoff_s``, reconnecting first
+when the connection broke, until ``timeout_s`` has passed since the first
+failure; then the last error is raised, with a note saying how many attempts
+were made over how long. Every other store error is raised at once.
+
+Job configuration keys (``open_journal_store``), all in seconds:
+
+- ``journal.retry.timeout_s``: default 10; 0 turns retrying off.
+- ``journal.retry.initial_backoff_s``: default 0.05.
+- ``journal.retry.max_backoff_s``: default 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+__all__ = ["RETRY_OPTIONS", "StoreRetry"]
+
+RETRY_OPTIONS = ("journal.retry.timeout_s", "journal.retry.initial_backoff_s", "journal.retry.max_backoff_s")
+
+
+@dataclass(frozen=True)
+class StoreRetry:
+    """Bounded exponential backoff for transient store failures.
+
+    Attributes:
+        timeout_s: How long after a call's first failure it may still be
+            retried, in seconds; 0 means never.
+        initial_backoff_s: The first wait, in seconds.
+        max_backoff_s: The longest wait, in seconds (the waits double up to it).
+
+    Raises:
+        ValueError: A value is negative, or ``max_backoff_s`` is below
+            ``initial_backoff_s``.
+    """
+
+    timeout_s: float = 10.0
+    initial_backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "initial_backoff_s", "max_backoff_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"StoreRetry.{name} must be a number of seconds >= 0, got {value!r}")
+        if self.max_backoff_s < self.initial_backoff_s:
+            raise ValueError(
+                f"StoreRetry.max_backoff_s ({self.max_backoff_s}) is below "
+                f"initial_backoff_s ({self.initial_backoff_s})"
+            )
+
+    def backoffs(self) -> Iterator[float]:
+        """The waits between attempts, in seconds: initial, doubling, capped.
+        Endless: the caller stops at ``timeout_s``."""
+        backoff = self.initial_backoff_s
+        while True:
+            yield backoff
+            backoff = min(backoff * 2, self.max_backoff_s) if backoff else self.max_backoff_s
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "StoreRetry":
+        """The policy the ``journal.retry.*`` keys of ``config`` give; missing
+        keys take the defaults.
+
+        Raises:
+            ValueError: A value is not a number, or out of range (naming the key).
+        """
+        values = {}
+        for key in RETRY_OPTIONS:
+            raw = config.get(key)
+            if raw is None:
+                continue
+            try:
+                values[key.rsplit(".", 1)[1]] = float(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"{key} must be a number of seconds, got {raw!r}") from None
+        try:
+            return cls(**values)
+        except ValueError as error:
+            raise ValueError(f"journal.retry.*: {error}") from None
