@@ -37,6 +37,13 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall seconds, process CPU seconds, result) of ``fn()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
 def machine() -> str:
     import os
 

@@ -125,7 +125,8 @@ class LocalAgentBuilder(AgentBuilder):
         ttl_s = config.get("short_term_memory.ttl_s")
         driver = LocalDriver(memory_ttl_s=None if ttl_s is None else float(ttl_s))
         max_runs = int(config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS))
-        runner = KeyRunner(engine, max_runs, int(config.get(MAX_BACKLOG_OPTION, 16 * max_runs)))
+        # The loop runs on this thread while the host waits (KeyRunner docstring).
+        runner = KeyRunner(engine, max_runs, int(config.get(MAX_BACKLOG_OPTION, 16 * max_runs)), loop_thread=False)
         host = LocalHost(engine, driver, runner)
         for key, message in self._steering:
             try:

@@ -16,6 +16,12 @@ separates running from applying:
 
 The runner never touches the host's state, so keyed state changes only inside
 callbacks of its own key. Nothing here knows about Flink.
+
+Where the loop runs is the host's choice. The Flink operator must return from
+each callback while runs go on, so the loop has a thread of its own. The local
+runner has nothing else to do while runs go on, so it runs the loop on its own
+thread whenever it waits (``loop_thread=False``): the same scheduling, without
+a second thread contending for the GIL at every hand-off.
 """
 
 from __future__ import annotations
@@ -56,9 +62,16 @@ class KeyRunner:
             waiting for a callback does not count (``run_slots``).
         max_backlog: Records accepted but not finished, over all keys, before
             ``wait_for_capacity`` blocks the host (back-pressure).
+        loop_thread: Run the event loop on a thread of its own (a host that
+            must return between callbacks); False: on the host's thread,
+            while it waits in ``wait_for_capacity``, ``wait_for`` or
+            ``wait_until_ready_or_idle`` (a host with nothing else to do).
+            Every other method is then to be called from that thread too.
     """
 
-    def __init__(self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024) -> None:
+    def __init__(
+        self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024, *, loop_thread: bool = True,
+    ) -> None:
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be >= 1, not {max_concurrent_runs}")
         self._engine = engine
@@ -70,8 +83,13 @@ class KeyRunner:
         self._changed = threading.Condition()
         self._loop = asyncio.new_event_loop()
         self._slots: RunSlots | None = None
-        self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        self._wake: asyncio.Future[None] | None = None  # what a waiting host's loop runs until
+        if loop_thread:
+            self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
+            self._thread.start()
+        else:
+            self._slots = RunSlots(self._max_concurrent_runs)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -106,7 +124,10 @@ class KeyRunner:
             if worker.busy:
                 return
             worker.busy = True
-        self._loop.call_soon_threadsafe(self._start, key, worker)
+        if self._thread is None:
+            self._loop.call_soon(self._start, key, worker)
+        else:
+            self._loop.call_soon_threadsafe(self._start, key, worker)
 
     def take(self, key: Any, accept: Callable[[int], bool] | None = None) -> List[Completion]:
         """The finished records of ``key`` not yet taken, in order.
@@ -179,8 +200,7 @@ class KeyRunner:
                 not worker.busy and not worker.queue
             )
 
-        with self._changed:
-            return self._changed.wait_for(done, timeout=timeout_s)
+        return self._block_until(done, timeout_s)
 
     def take_ready(self) -> List[Any]:
         """Keys with finished records or progress not yet taken, in the order
@@ -196,23 +216,59 @@ class KeyRunner:
         def settled() -> bool:
             return bool(self._ready) or not any(w.busy or w.queue for w in self._workers.values())
 
+        self._block_until(settled, timeout_s)
         with self._changed:
-            self._changed.wait_for(settled, timeout=timeout_s)
             return bool(self._ready)
 
     def wait_for_capacity(self) -> None:
         """Block while the backlog is full (back-pressure on the host's input)."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._backlog < self._max_backlog)
+        self._block_until(lambda: self._backlog < self._max_backlog)
 
     @property
     def backlog(self) -> int:
         """Records accepted and not yet finished, over all keys."""
         return self._backlog
 
+    def _block_until(self, condition: Callable[[], bool], timeout_s: float | None = None) -> bool:
+        """Wait until ``condition()`` holds (checked under the lock); whether
+        it did within ``timeout_s``. Without a loop thread, the loop runs
+        here meanwhile."""
+        if self._thread is not None:
+            with self._changed:
+                return self._changed.wait_for(condition, timeout=timeout_s)
+        loop = self._loop
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            with self._changed:
+                if condition():
+                    return True
+            if deadline is not None and loop.time() >= deadline:
+                return False
+            # Run the loop until the runner's state changes (``_changed_now``)
+            # or the deadline passes.
+            wake = self._wake = loop.create_future()
+            timer = None if deadline is None else loop.call_at(deadline, _settle, wake)
+            try:
+                loop.run_until_complete(wake)
+            finally:
+                self._wake = None
+                if timer is not None:
+                    timer.cancel()
+
+    def _changed_now(self) -> None:
+        """Tell the waiting host: the runner's state changed (under the lock)."""
+        self._changed.notify_all()
+        if self._wake is not None:
+            _settle(self._wake)
+
     def close(self) -> None:
         """Stop the loop (runs still in progress are abandoned; their records
         are still pending in the host's state and run again after a restore)."""
+        if self._thread is None:
+            if not self._loop.is_closed():
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+                self._loop.close()
+            return
         # Safe before run_forever too: a stop scheduled early ends the loop
         # as soon as it starts.
         try:
@@ -228,7 +284,7 @@ class KeyRunner:
             with self._changed:
                 worker.progress.extend(records)
                 self._ready[key] = None
-                self._changed.notify_all()
+                self._changed_now()
 
         return publish
 
@@ -241,7 +297,7 @@ class KeyRunner:
             with self._changed:
                 if not worker.queue:
                     worker.busy = False
-                    self._changed.notify_all()
+                    self._changed_now()
                     return
                 record = worker.queue.popleft()
             async with self._slots.hold():
@@ -261,4 +317,9 @@ class KeyRunner:
                     # in the host's state and run after a restore.
                     self._backlog -= len(worker.queue)
                     worker.queue.clear()
-                self._changed.notify_all()
+                self._changed_now()
+
+
+def _settle(wake: "asyncio.Future[None]") -> None:
+    if not wake.done():
+        wake.set_result(None)
