@@ -26,6 +26,8 @@ from flink_agents.stores.callbacks import (
     CompleteResult,
 )
 from flink_agents.stores.errors import (
+    JournalCorruptError,
+    JournalReplacedError,
     JournalSchemaError,
     JournalStoreError,
     JournalUnavailableError,
@@ -34,6 +36,7 @@ from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sql_store import SQLJournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
@@ -49,7 +52,9 @@ __all__ = [
     "FINAL_STATES",
     "FINISHED",
     "InMemoryJournalStore",
+    "JournalCorruptError",
     "JournalEntry",
+    "JournalReplacedError",
     "JournalSchemaError",
     "JournalStore",
     "JournalStoreError",
@@ -62,6 +67,7 @@ __all__ = [
     "RUN_STEP",
     "SQLJournalStore",
     "SQLiteJournalStore",
+    "StoreRetry",
     "TIMED_OUT",
     "UNKNOWN",
     "open_journal_store",

@@ -7,6 +7,9 @@ Keys (flat, dotted, as in a Flink configuration):
   in the current directory.
 - ``journal.postgres.dsn``: the PostgreSQL DSN; default the environment
   variable ``FLINK_AGENTS_POSTGRES_DSN``.
+- ``journal.retry.timeout_s`` (default 10), ``journal.retry.initial_backoff_s``
+  (0.05), ``journal.retry.max_backoff_s`` (1): how long the SQL stores ride
+  out a lost connection or a locked file (``stores.retry.StoreRetry``).
 
 Opening connects nothing: every store connects on its first read or write.
 """
@@ -19,6 +22,7 @@ from typing import Any, Mapping
 from flink_agents.stores.journal import JournalStore
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
 __all__ = ["POSTGRES_DSN_ENV", "STORES", "open_journal_store"]
@@ -40,12 +44,13 @@ def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
     Raises:
         ValueError: ``journal.store`` is not one of ``STORES``, or it is
             ``"postgres"`` and neither ``journal.postgres.dsn`` nor
-            ``FLINK_AGENTS_POSTGRES_DSN`` gives a DSN.
+            ``FLINK_AGENTS_POSTGRES_DSN`` gives a DSN, or a
+            ``journal.retry.*`` value is not a number of seconds >= 0.
     """
     kind = str(config.get("journal.store") or "sqlite").strip().lower()
     if kind == "sqlite":
         path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
-        return SQLiteJournalStore(os.path.abspath(os.fspath(path)))
+        return SQLiteJournalStore(os.path.abspath(os.fspath(path)), retry=StoreRetry.from_config(config))
     if kind == "memory":
         return InMemoryJournalStore()
     if kind == "postgres":
@@ -55,7 +60,7 @@ def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
                 "journal.store is 'postgres' but no DSN is configured: set "
                 f"journal.postgres.dsn or the {POSTGRES_DSN_ENV} environment variable"
             )
-        return PostgresJournalStore(str(dsn))
+        return PostgresJournalStore(str(dsn), retry=StoreRetry.from_config(config))
     raise ValueError(
         f"unknown journal.store {config.get('journal.store')!r}; choose one of "
         + ", ".join(repr(name) for name in STORES)
