@@ -13,7 +13,10 @@ from typing import Any, Callable, Dict, Iterator, List
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "jsonl_output", "read_reviews"]
+__all__ = [
+    "BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "check_output_path", "jsonl_output",
+    "read_reviews",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,45 +44,91 @@ class BadRecordError(ValueError):
 
 @dataclass
 class ReadResult:
-    """Decoded reviews, and the lines skipped with ``skip_bad_records``."""
+    """Decoded reviews, and the lines skipped with ``skip_bad_records``.
+
+    Attributes:
+        reviews: The valid reviews, in file order, as ``ProductReview`` dicts.
+        bad_lines: One ``"FILE:LINE: bad review record: reason"`` per
+            skipped line, in file order.
+    """
 
     reviews: List[dict] = field(default_factory=list)
     bad_lines: List[str] = field(default_factory=list)
 
 
-def _problem(line: str) -> str | None:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc.msg} at column {exc.colno})"
-    try:
-        ProductReview.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "record"
-        return f"field {where!r}: {first['msg']}"
+def _unencodable(review: ProductReview) -> str | None:
+    """The first text field holding a lone surrogate (``"\\ud800"`` in JSON
+    decodes to one): such text has no UTF-8 form, and Flink's string
+    serialization fails on it far from the line it came from."""
+    for name, value in review:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return (
+                    f"field {name!r}: lone surrogate {value[exc.start]!r} at character {exc.start + 1} "
+                    "(an unpaired \\uD800-\\uDFFF escape) cannot be encoded as UTF-8"
+                )
     return None
 
 
+def _decode(raw: bytes, first_line: bool) -> tuple[dict | None, str | None]:
+    """One line's review, or why it is not one: ``(review, None)`` or
+    ``(None, reason)``. Never raises for any content of ``raw``."""
+    try:
+        # A byte-order mark may open the file; it is not part of the JSON.
+        line = raw.decode("utf-8-sig" if first_line else "utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except RecursionError:
+        # The C decoder counts nesting against the interpreter's recursion
+        # limit; a line nested that deep is no review in any case.
+        return None, f"not valid JSON (nested too deep: beyond Python's recursion limit of {sys.getrecursionlimit()})"
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        return None, f"not valid JSON ({exc})"
+    try:
+        review = ProductReview.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        return None, f"field {where!r}: {first['msg']}"
+    problem = _unencodable(review)
+    if problem is not None:
+        return None, problem
+    return data, None
+
+
 def read_reviews(path: Path, skip_bad_records: bool = False) -> ReadResult:
-    """Decode a JSONL file of reviews; blank lines are ignored.
+    """Decode a JSONL file of reviews (``ProductReview``, one per line, UTF-8);
+    blank lines are ignored.
+
+    The file is read as bytes and each line decoded on its own, so a line
+    that is not UTF-8, not JSON (nesting too deep included), not a review,
+    or holds text with no UTF-8 form (a lone surrogate escape) is one bad
+    record naming its line; the lines around it are unaffected.
 
     Args:
         path: The file.
-        skip_bad_records: Log and count bad lines instead of failing.
+        skip_bad_records: Log (warning), count and skip bad lines instead of
+            failing.
 
     Raises:
-        BadRecordError: A line is not a valid review (``path:line: problem``),
-            unless ``skip_bad_records``.
+        BadRecordError: A line is not a valid review (``path:line: bad review
+            record: reason``), unless ``skip_bad_records``.
+        OSError: The file cannot be read.
     """
     result = ReadResult()
-    with open(path, encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
+    with open(path, "rb") as lines:
+        for line_no, raw in enumerate(lines, start=1):
+            if not raw.strip():
                 continue
-            problem = _problem(line)
-            if problem is None:
-                result.reviews.append(json.loads(line))
+            review, problem = _decode(raw, first_line=line_no == 1)
+            if review is not None:
+                result.reviews.append(review)
                 continue
             message = f"{path}:{line_no}: bad review record: {problem}"
             if not skip_bad_records:
@@ -89,15 +138,38 @@ def read_reviews(path: Path, skip_bad_records: bool = False) -> ReadResult:
     return result
 
 
+def check_output_path(path: Path) -> None:
+    """Refuse an output path the job could not replace at its end, before
+    the job runs.
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        NotADirectoryError: A parent of ``path`` exists and is not a directory.
+    """
+    if path.is_dir():
+        raise IsADirectoryError(f"output {path} is a directory; give a file path, e.g. {path / 'out.jsonl'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(f"output {path}: {parent} is not a directory")
+            break
+
+
 @contextmanager
 def jsonl_output(path: Path, total: int, desc: str) -> Iterator[Callable[[Dict[str, Any]], None]]:
     """A writer of JSON lines to ``path``, with a progress bar of ``total``
     records on stderr. The lines go to ``<path>.partial`` first, renamed to
     ``path`` only when the block completes: a failed run never destroys an
-    earlier result. Raises whatever the block raises (the partial file is
-    removed)."""
+    earlier result.
+
+    Raises:
+        IsADirectoryError, NotADirectoryError: ``path`` cannot be a file
+            (``check_output_path``); raised before the block runs.
+        Whatever the block raises (the partial file is removed).
+    """
     from tqdm import tqdm
 
+    check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     try:

@@ -367,11 +367,12 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
     from jobs.review_analysis import _failure_summary
-    from jobs.review_records import BadRecordError, jsonl_output
+    from jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_output_path(args.output)
         read = read_reviews(args.input, skip_bad_records=args.skip_bad_records)
     except (BadRecordError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

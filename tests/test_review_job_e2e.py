@@ -103,3 +103,30 @@ def test_malformed_lines_are_skipped_and_counted_on_request(tmp_path: Path) -> N
     assert "skipped 2 bad record(s)" in done.stderr
     assert "broken.jsonl:5: bad review record: field 'review': Field required" in done.stderr
     assert len(output.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("runner", ["local", "flink"])
+@pytest.mark.parametrize("case", ["invalid_utf8", "nested_200000_deep", "lone_surrogate"])
+def test_undecodable_lines_are_skipped_naming_the_line_on_both_runners(
+    tmp_path: Path, case: str, runner: str
+) -> None:
+    """A line that is not UTF-8, is nested 200,000 deep, or holds a lone
+    surrogate is one bad record under --skip-bad-records: the job runs the
+    other reviews to the end (on Flink: with no restart and no opaque Java
+    failure) and names the skipped line."""
+    from tests.test_input_reader import BAD_LINES
+
+    bad_line, reason = BAD_LINES[case]
+    good = SAMPLE.read_bytes().splitlines()[:4]
+    path = tmp_path / "reviews.jsonl"
+    path.write_bytes(b"\n".join([*good[:2], bad_line, *good[2:]]) + b"\n")
+    output = tmp_path / "o.jsonl"
+    done = _run_job(
+        "--input", str(path), "--output", str(output), "--skip-bad-records", "--runner", runner,
+        "--parallelism", "1",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{path}:3: bad review record: {reason}" in done.stderr
+    assert "skipped 1 bad record(s)" in done.stderr
+    outputs = [json.loads(line) for line in output.read_text().splitlines()]
+    _check_outputs([json.loads(line) for line in good], outputs)
