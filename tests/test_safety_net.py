@@ -22,6 +22,7 @@ from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from flink_agents.stores.errors import JournalUnavailableError
 
 CALLS: Counter = Counter()
 
@@ -404,6 +405,8 @@ def test_a_locked_sqlite_journal_fails_the_record_even_inside_except_exception(t
         other.close()
         store.close()
     assert isinstance(failure.value.cause, JournalUnavailable)
-    assert isinstance(failure.value.cause.__cause__, sqlite3.OperationalError)
+    store_error = failure.value.cause.__cause__  # the store's own type, naming the operation and run
+    assert isinstance(store_error, JournalUnavailableError) and store_error.operation == "append"
+    assert isinstance(store_error.__cause__, sqlite3.OperationalError)
     assert driver.outputs == [] and driver.errors == []
     assert CALLS == Counter({("price", 1): 1})  # nothing built on the result that was not durable
