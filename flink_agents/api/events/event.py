@@ -27,8 +27,15 @@ class Event(BaseModel):
             replay re-derives the same ids; the default is only for events that
             are never sent.
 
-    Extra attributes are allowed (as in Flink Agents 0.3) and must be
-    JSON-serializable; a value that is not raises ``TypeError`` at construction.
+    Extra attributes are allowed (as in Flink Agents 0.3). Field values,
+    declared and extra, must be values the runtime can journal: JSON values
+    and the types its codec carries (tuples, sets, bytes, datetimes, enums,
+    pydantic models, dataclasses, ...; see ``docs/guarantees.md``). They are
+    checked when the event is sent (``RunnerContext.send_event``), by the
+    codec that journals it, so a refused value fails the sending action (under
+    its error strategy) with a ``TypeError`` naming the action, key, record and
+    field path, e.g. ``event OutputEvent.output.items[2] is a
+    builtins.function``. An event is taken as it is when sent.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -41,14 +48,6 @@ class Event(BaseModel):
         super().__init_subclass__(**kwargs)
         if "EVENT_TYPE" not in cls.__dict__:
             cls.EVENT_TYPE = f"{cls.__module__}.{cls.__qualname__}"
-
-    def model_post_init(self, __context: Any) -> None:
-        try:
-            self.model_dump_json()
-        except Exception as exc:  # pydantic raises several types here
-            raise TypeError(
-                f"{type(self).__name__} holds a value that is not JSON-serializable: {exc}"
-            ) from exc
 
     @classmethod
     def from_event(cls: type[E], event: Event) -> E:

@@ -1,7 +1,8 @@
 """The typed codec: every value that crosses a journal, a checkpoint or keyed
 state, as JSON that reads back as the same value, with its type.
 
-JSON values pass through (``None``, ``bool``, ``int``, finite ``float``,
+JSON values pass through (``None``, ``bool``, ``int`` (up to
+``sys.get_int_max_str_digits()`` digits, else refused), finite ``float``,
 ``str``, ``list``, dicts with ``str`` keys). Other values become one-key
 tagged dicts (a few tags carry more keys beside the tag, which comes first):
 
@@ -47,6 +48,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import sys
 import uuid
 from decimal import Decimal
 from enum import Enum
@@ -157,8 +159,10 @@ def round_trip(value: Any, path: str = "value") -> Any:
 
 def _enc(value: Any) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return value
+    if kind is int:
+        return value if -_INT_BOUND < value < _INT_BOUND else _enc_big_int(value)
     if kind is float:
         return value if math.isfinite(value) else {"$float": repr(value)}
     if kind is list:
@@ -191,6 +195,25 @@ def _enc(value: Any) -> Any:
         "(supported: JSON values, tuple, set, frozenset, bytes, datetime, date, time, timedelta, "
         "Decimal, UUID, Enum, pydantic models, dataclasses, exceptions, dicts with any such keys)"
     )
+
+
+# Ints below this bound in magnitude (640 digits: the least limit
+# ``sys.set_int_max_str_digits`` accepts) always have JSON text.
+_INT_BOUND = 10**640
+
+
+def _enc_big_int(value: int) -> int:
+    """``value`` if JSON text can carry it under this interpreter's
+    ``sys.get_int_max_str_digits()`` (4300 digits by default), else refused:
+    ``json.dumps`` would fail later, far from the code that handed it over."""
+    try:
+        str(value)
+    except ValueError:
+        raise Refused(
+            f"is an int of about {int(value.bit_length() * 0.30103)} digits, more than JSON text can carry here "
+            f"({sys.get_int_max_str_digits()} digits, sys.get_int_max_str_digits()); store it as a str"
+        ) from None
+    return value
 
 
 def _enc_part(value: Any, segment: str) -> Any:

@@ -15,6 +15,7 @@ from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import TaskScope, position
 from flink_agents.runtime.durability.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
+from flink_agents.runtime.execution.event_codec import encode_event
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.run import Run
 from flink_agents.stores.callbacks import CallbackRef
@@ -58,7 +59,7 @@ class ActionContext(RunnerContext):
         self._steering = run.services.steering
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
-        self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
+        self.encoded_events: List[Dict[str, Any]] = []  # one per sent event, encoded when sent
 
     @property
     def key(self) -> Any:
@@ -70,12 +71,28 @@ class ActionContext(RunnerContext):
         return self._run.seq
 
     def send_event(self, event: Event) -> None:
+        """Stage ``event``; it is queued when the action returns.
+
+        The event is encoded here, by the codec that journals it
+        (``runtime.execution.event_codec``): it is taken as it is now (a
+        change made to it after this call is not journaled, so a replay
+        would not see it: send a new event instead), and a value the codec
+        refuses fails here, in the action, under its error strategy.
+
+        Raises:
+            TypeError: ``event`` is not an ``Event``, or a value in it cannot
+                be journaled; an ``EncodeError`` names the field path
+                (``event OutputEvent.output.items[2]``) and the value's type.
+                The action loop's ``ActionFailed`` adds action, key and record.
+        """
         if not isinstance(event, Event):
             raise TypeError(
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         event.id = self._run.event_id(self.step, len(self.sent_events))
+        encoded = encode_event(event)
         self.sent_events.append(event)
+        self.encoded_events.append(encoded)
 
     @property
     def sensory_memory(self) -> MemoryObject:
