@@ -158,7 +158,9 @@ def test_a_second_post_is_late_changes_nothing_and_is_counted(store, ingress):
     after = store.get_callback(callback_id)
     assert (after.state, after.body, after.completed_ms) == (before.state, b"first", before.completed_ms)
     assert after.late_completions == 1
-    assert _metrics(ingress.port) == {"accepted": 1, "unknown": 0, "late": 1, "too_large": 0, "store_errors": 0}
+    assert _metrics(ingress.port) == {
+        "accepted": 1, "unknown": 0, "late": 1, "too_large": 0, "store_errors": 0, "body_timeout": 0
+    }
 
 
 def test_a_post_after_the_deadline_won_reports_timed_out(store, ingress):
@@ -331,7 +333,9 @@ def test_healthz_and_metrics_start_at_zero():
         status, _, data = _request(ingress.port, "GET", "/healthz")
 
         assert (status, json.loads(data)) == (200, {"status": "ok"})
-        assert _metrics(ingress.port) == dict.fromkeys(["accepted", "unknown", "late", "too_large", "store_errors"], 0)
+        assert _metrics(ingress.port) == dict.fromkeys(
+            ["accepted", "unknown", "late", "too_large", "store_errors", "body_timeout"], 0
+        )
 
 
 def test_start_picks_a_port_and_stop_closes_it():

@@ -83,8 +83,17 @@ def _plan_write(check: bool) -> int:
 def _callbacks_serve(args: argparse.Namespace) -> int:
     """``callbacks serve``: open the journal store the flags name (as a job's
     ``journal.*`` keys would) and serve the ingress until a signal."""
+    from flink_agents.ingress.options import IngressLimits
     from flink_agents.ingress.server import describe_store, serve_forever
     from flink_agents.stores.factory import open_journal_store
+
+    # The limit flags are the callbacks.ingress.* keys; errors name the key.
+    try:
+        limits = IngressLimits.from_config(
+            {key: getattr(args, name) for key, name in IngressLimits.keys().items()}
+        )
+    except ValueError as exc:
+        raise SystemExit(f"flink-agents: {exc}") from None
 
     config = {
         "journal.store": args.journal_store,
@@ -118,7 +127,7 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
         print(f"serving callbacks on {base_url} (journal: {description})", flush=True)
 
     try:
-        serve_forever(store, args.host, args.port, on_ready=announce)
+        serve_forever(store, args.host, args.port, on_ready=announce, limits=limits)
     except OSError as exc:  # e.g. the port is taken
         raise SystemExit(f"flink-agents: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0
@@ -149,6 +158,17 @@ def main(argv: List[str] | None = None) -> int:
     serve.add_argument("--postgres-dsn", help="the PostgreSQL DSN (default $FLINK_AGENTS_POSTGRES_DSN)")
     serve.add_argument("--create", action="store_true",
                        help="create the SQLite journal if it does not exist yet (the ingress starts before the job)")
+    # Limits (flink_agents/ingress/options.py); each is the key callbacks.ingress.<dest>.
+    serve.add_argument("--max-body-bytes", dest="max_body_bytes", metavar="BYTES",
+                       help="largest POST body; over it, 413 (default 1048576)")
+    serve.add_argument("--header-timeout-s", dest="header_timeout_s", metavar="SECONDS",
+                       help="time for a request's line and headers; over it, the connection is closed (default 10)")
+    serve.add_argument("--body-timeout-s", dest="body_timeout_s", metavar="SECONDS",
+                       help="time to receive a whole POST body; over it, 408 (default 30)")
+    serve.add_argument("--idle-timeout-s", dest="idle_timeout_s", metavar="SECONDS",
+                       help="time a kept-alive connection may wait for its next request (default 30)")
+    serve.add_argument("--max-connections", dest="max_connections", metavar="N",
+                       help="connections open at once; one more is answered 503 and closed (default 512)")
     args = parser.parse_args(argv)
 
     if args.command == "callbacks":

@@ -1,9 +1,12 @@
 """The callback ingress: the HTTP endpoint where outside systems resolve or
 reject the durable callbacks that runs wait on.
 
-``make_app`` builds the aiohttp application (routes, status codes and limits
-are in ``callback_app``); ``CallbackIngress`` serves it on a background thread
-and ``serve_forever`` in the foreground (``flink-agents callbacks serve``).
+``make_app`` builds the aiohttp application (routes, status codes and the
+body limits are in ``callback_app``); ``CallbackIngress`` serves it on a
+background thread and ``serve_forever`` in the foreground (``flink-agents
+callbacks serve``), both under ``IngressLimits`` (``options``: body size,
+header, body and idle timeouts, connection limit; the connection-level ones
+are enforced by ``connections.ConnectionGuard``).
 """
 
 from flink_agents.ingress.callback_app import (
@@ -13,12 +16,14 @@ from flink_agents.ingress.callback_app import (
     CallbackMetrics,
     make_app,
 )
+from flink_agents.ingress.options import IngressLimits
 from flink_agents.ingress.server import CallbackIngress, describe_store, serve_forever
 
 __all__ = [
     "CALLBACK_ID_PATTERN",
     "CallbackIngress",
     "CallbackMetrics",
+    "IngressLimits",
     "MAX_BODY_BYTES",
     "METRICS_KEY",
     "describe_store",

@@ -14,8 +14,8 @@ on the callback, gets the body. Routes:
     ``200 {"status": "ok"}`` while the process serves requests (liveness
     only: it does not touch the store).
 ``GET /metrics``
-    The POST counters in the Prometheus text format (``text/plain;
-    version=0.0.4``).
+    The POST counters and the connection counters (``CallbackMetrics``) in
+    the Prometheus text format (``text/plain; version=0.0.4``).
 
 Answers to the POSTs (JSON bodies):
 
@@ -35,6 +35,10 @@ Answers to the POSTs (JSON bodies):
 - ``413 {"error": "body too large", "max_body_bytes": ...}``: the body is
   over ``max_body_bytes`` (default 1 MiB = 1,048,576 bytes); the callback is
   untouched.
+- ``408 {"error": "body not received in time", "body_timeout_s": ...}``: the
+  whole body did not arrive within ``body_timeout_s`` (default 30 s) of the
+  end of the request's headers; the callback is untouched and the connection
+  is closed right after the answer (no lingering for a client that slow).
 - ``503 {"error": "callback store unavailable"}``: the store raised; the
   traceback is logged (with the id shortened: the id is the capability) and
   the callback is as the store left it. Retrying is safe: a callback is
@@ -71,6 +75,7 @@ from typing import Callable, Dict, Optional
 
 from aiohttp import web
 
+from flink_agents.ingress.options import BODY_TIMEOUT_S, MAX_BODY_BYTES, IngressLimits
 from flink_agents.stores.callbacks import (
     ACCEPTED,
     FINISHED,
@@ -91,29 +96,36 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the default limit of a POST body
 # What a callback id may look like (the runtime makes URL-safe tokens). Anything
 # else cannot name a callback, so it is refused before reaching the store.
 CALLBACK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
 # The outcomes of a resolve/reject POST, as counted (label ``outcome``).
-# ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback.
-OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors")
+# ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback;
+# ``body_timeout`` one whose body did not arrive within ``body_timeout_s``.
+OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors", "body_timeout")
 _METRIC = "flink_agents_callback_posts_total"
+_CONNECTIONS_METRIC = "flink_agents_callback_connections_total"
+_OPEN_METRIC = "flink_agents_callback_connections_open"
+_HEADER_TIMEOUTS_METRIC = "flink_agents_callback_header_timeouts_total"
 _PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The JSON ``state`` of a 202 for each route's final state.
 _ROUTE_STATES = {"resolve": RESOLVED, "reject": REJECTED}
 
 
 class CallbackMetrics:
-    """Process-wide counters of resolve/reject POSTs, one per ``OUTCOMES`` entry.
+    """Process-wide counters of the ingress: resolve/reject POSTs, one per
+    ``OUTCOMES`` entry, and connections (``connections``).
 
-    Thread-safe: handlers count on the event loop, tests and ``/metrics``
-    read from anywhere.
+    The connection counters move only when the application is served by this
+    package (``CallbackIngress``, ``serve_forever``), whose ``ConnectionGuard``
+    counts them. Thread-safe: handlers count on the event loop, tests and
+    ``/metrics`` read from anywhere.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = {outcome: 0 for outcome in OUTCOMES}
+        self._connections: Dict[str, int] = {"accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0}
 
     def count(self, outcome: str) -> None:
         """Add one POST with ``outcome`` (one of ``OUTCOMES``)."""
@@ -122,19 +134,63 @@ class CallbackMetrics:
         with self._lock:
             self._counts[outcome] += 1
 
+    def connection_opened(self) -> None:
+        """Count a connection admitted (``accepted``, and one more ``open``)."""
+        with self._lock:
+            self._connections["accepted"] += 1
+            self._connections["open"] += 1
+
+    def connection_closed(self) -> None:
+        """Count an admitted connection gone (one less ``open``)."""
+        with self._lock:
+            self._connections["open"] -= 1
+
+    def connection_refused(self) -> None:
+        """Count a connection refused over ``max_connections``."""
+        with self._lock:
+            self._connections["refused"] += 1
+
+    def header_timed_out(self) -> None:
+        """Count a connection closed because a request head was late."""
+        with self._lock:
+            self._connections["header_timeouts"] += 1
+
     def snapshot(self) -> Dict[str, int]:
-        """The counts so far, by outcome."""
+        """The POST counts so far, by outcome."""
         with self._lock:
             return dict(self._counts)
 
+    def connections(self) -> Dict[str, int]:
+        """The connection counts so far: ``accepted``, ``refused`` (over
+        ``max_connections``), ``header_timeouts`` (closed with a late request
+        head), and ``open`` (admitted and not yet closed, now)."""
+        with self._lock:
+            return dict(self._connections)
+
     def render(self) -> str:
-        """The counters in the Prometheus text exposition format (one counter
-        family, label ``outcome``), ending with a newline."""
+        """The counters in the Prometheus text exposition format, ending with a
+        newline: POSTs by ``outcome``, connections by ``outcome`` (accepted,
+        refused), the open connections (a gauge) and the header timeouts."""
+        connections = self.connections()
         lines = [
             f"# HELP {_METRIC} Callback resolve/reject POSTs answered by the ingress, by outcome.",
             f"# TYPE {_METRIC} counter",
         ]
         lines += [f'{_METRIC}{{outcome="{outcome}"}} {count}' for outcome, count in self.snapshot().items()]
+        lines += [
+            f"# HELP {_CONNECTIONS_METRIC} Connections accepted by the ingress, by outcome "
+            "(refused: over max_connections, answered 503 and closed).",
+            f"# TYPE {_CONNECTIONS_METRIC} counter",
+            f'{_CONNECTIONS_METRIC}{{outcome="accepted"}} {connections["accepted"]}',
+            f'{_CONNECTIONS_METRIC}{{outcome="refused"}} {connections["refused"]}',
+            f"# HELP {_OPEN_METRIC} Connections the ingress holds open now.",
+            f"# TYPE {_OPEN_METRIC} gauge",
+            f"{_OPEN_METRIC} {connections['open']}",
+            f"# HELP {_HEADER_TIMEOUTS_METRIC} Connections closed because a request's headers "
+            "did not arrive within header_timeout_s.",
+            f"# TYPE {_HEADER_TIMEOUTS_METRIC} counter",
+            f"{_HEADER_TIMEOUTS_METRIC} {connections['header_timeouts']}",
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -145,6 +201,8 @@ def make_app(
     store: CallbackStore,
     clock: Callable[[], float] = time.time,
     max_body_bytes: int = MAX_BODY_BYTES,
+    *,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> web.Application:
     """The callback ingress application (routes and answers: module docstring).
 
@@ -154,6 +212,9 @@ def make_app(
             (``completed_ms``). Inject a fake in tests.
         max_body_bytes: The largest POST body accepted, in bytes (default
             1 MiB); one byte more is answered 413.
+        body_timeout_s: Seconds allowed to receive a whole POST body, from
+            the end of its headers (default 30); over it, 408 and the
+            connection is closed.
 
     Returns:
         The application, not yet running (serve it with ``CallbackIngress``
@@ -161,12 +222,12 @@ def make_app(
 
     Raises:
         TypeError: ``store`` has no ``complete`` (not a ``CallbackStore``).
-        ValueError: ``max_body_bytes`` is not a positive integer.
+        ValueError: ``max_body_bytes`` or ``body_timeout_s`` out of range
+            (the message names its ``callbacks.ingress.*`` key).
     """
     if not callable(getattr(store, "complete", None)):
         raise TypeError(f"{type(store).__name__} is not a CallbackStore (it has no complete())")
-    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
-        raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+    IngressLimits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)  # validates both
     metrics = CallbackMetrics()
 
     def too_large() -> web.Response:
@@ -205,12 +266,28 @@ def make_app(
             if len(body) > max_body_bytes:
                 return None
 
+    async def body_too_slow(request: web.Request) -> web.Response:
+        metrics.count("body_timeout")
+        response = web.json_response(
+            {"error": "body not received in time", "body_timeout_s": body_timeout_s}, status=408
+        )
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        # Close now (the answer is flushed first): aiohttp would otherwise keep
+        # reading the rest of this slow body for its lingering time (10 s).
+        request.protocol.force_close()
+        return response
+
     async def complete(request: web.Request, route: str) -> web.Response:
         callback_id = request.match_info["callback_id"]
         if not CALLBACK_ID_PATTERN.fullmatch(callback_id):
             metrics.count("unknown")
             return web.json_response({"error": "unknown callback"}, status=404)
-        body = await read_body(request)
+        try:
+            body = await asyncio.wait_for(read_body(request), body_timeout_s)
+        except asyncio.TimeoutError:
+            return await body_too_slow(request)
         if body is None:
             return too_large()
         state = _ROUTE_STATES[route]

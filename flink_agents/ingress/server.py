@@ -2,14 +2,22 @@
 tests and embedding) or in the foreground until a signal (``serve_forever``,
 for ``flink-agents callbacks serve``).
 
-Both serve ``make_app`` with aiohttp's ``AppRunner`` and ``TCPSite`` on an
-event loop of their own. Access logging is off: a callback URL is the
-capability to complete the callback, so it must not land in logs.
+Both serve ``make_app`` with aiohttp's ``AppRunner`` on an event loop of
+their own, under ``IngressLimits``: the body limit and body timeout are the
+application's (``callback_app``), the idle timeout is aiohttp's
+``keepalive_timeout``, and the connection limit and header timeout are a
+``ConnectionGuard`` around aiohttp's protocol factory. That is why the
+socket is opened with ``loop.create_server`` rather than a ``TCPSite``: a
+site always serves ``runner.server`` itself, with no place for the guard.
+
+Access logging is off: a callback URL is the capability to complete the
+callback, so it must not land in logs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import threading
@@ -18,7 +26,9 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
-from flink_agents.ingress.callback_app import MAX_BODY_BYTES, make_app
+from flink_agents.ingress.callback_app import METRICS_KEY, make_app
+from flink_agents.ingress.connections import ConnectionGuard
+from flink_agents.ingress.options import IngressLimits
 from flink_agents.stores.callbacks import CallbackStore
 
 __all__ = ["CallbackIngress", "describe_store", "serve_forever"]
@@ -27,32 +37,77 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8089
+# The listen backlog (aiohttp's TCPSite default).
+_BACKLOG = 128
+# File descriptors the process needs besides the connections (store, logs, ...).
+_SPARE_FDS = 64
 
 
 def _base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _app_for(store: CallbackStore, clock: Callable[[], float], limits: IngressLimits) -> web.Application:
+    return make_app(store, clock=clock, max_body_bytes=limits.max_body_bytes, body_timeout_s=limits.body_timeout_s)
+
+
+def _limits(limits: Optional[IngressLimits], max_body_bytes: Optional[int]) -> IngressLimits:
+    """``limits`` (default ``IngressLimits()``) with ``max_body_bytes`` in it
+    when that is given."""
+    chosen = limits if limits is not None else IngressLimits()
+    return chosen if max_body_bytes is None else dataclasses.replace(chosen, max_body_bytes=max_body_bytes)
+
+
+def _warn_if_over_the_file_limit(max_connections: int) -> None:
+    """Log a warning when ``max_connections`` cannot all be open under the
+    process's open-file limit: accepting would then fail first, with EMFILE
+    errors in the log instead of 503 answers."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and max_connections + _SPARE_FDS > soft:
+        log.warning(
+            "callbacks.ingress.max_connections is %d but the open-file limit (ulimit -n) is %d: "
+            "raise the limit or lower max_connections",
+            max_connections,
+            soft,
+        )
+
+
 async def _serve(
     app: web.Application,
     host: str,
     port: int,
+    limits: IngressLimits,
     ready: Callable[[int], None],
     until: Callable[[], Awaitable[Any]],
 ) -> None:
-    """Listen on ``host:port``, call ``ready(bound port)``, serve until
-    ``until()`` returns, then stop listening, let in-flight requests finish
-    (aiohttp's graceful shutdown) and clean up."""
-    runner = web.AppRunner(app, access_log=None)
+    """Listen on ``host:port`` under ``limits`` (module docstring), call
+    ``ready(bound port)``, serve until ``until()`` returns, then stop
+    listening, let in-flight requests finish (aiohttp's graceful shutdown)
+    and clean up."""
+    _warn_if_over_the_file_limit(limits.max_connections)
+    guard = ConnectionGuard(
+        app[METRICS_KEY], max_connections=limits.max_connections, header_timeout_s=limits.header_timeout_s
+    )
+    app.middlewares.append(guard.middleware)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s)
     await runner.setup()
+    listening: Optional[asyncio.AbstractServer] = None
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+        assert runner.server is not None  # set by setup()
+        listening = await asyncio.get_running_loop().create_server(
+            guard.protocol_factory(runner.server), host, port, backlog=_BACKLOG
+        )
         # With port 0 the kernel picks one; report the first socket's port (a
         # host name resolving to several addresses may bind several ports).
-        ready(runner.addresses[0][1])
+        ready(listening.sockets[0].getsockname()[1])
         await until()
     finally:
+        if listening is not None:
+            listening.close()  # no new connections; the open ones end below
         await runner.cleanup()
 
 
@@ -66,7 +121,10 @@ class CallbackIngress:
         port: The TCP port; 0 picks a free one (read ``port`` after
             ``start``).
         clock: Current time in Unix seconds, for completion stamps.
-        max_body_bytes: The largest POST body accepted, in bytes.
+        limits: Body size, timeouts and the connection limit
+            (``IngressLimits``; its defaults when not given).
+        max_body_bytes: The largest POST body accepted, in bytes; when
+            given, it replaces ``limits.max_body_bytes``.
         start_timeout_s: How long ``start`` waits for the socket, in seconds.
 
     Single use: once stopped, make a new one to serve again. Usable as a
@@ -81,13 +139,15 @@ class CallbackIngress:
         port: int = DEFAULT_PORT,
         *,
         clock: Callable[[], float] = time.time,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        limits: Optional[IngressLimits] = None,
+        max_body_bytes: Optional[int] = None,
         start_timeout_s: float = 10.0,
     ) -> None:
         self.store = store
         self.host = host
         self._requested_port = int(port)
-        self.app = make_app(store, clock=clock, max_body_bytes=max_body_bytes)
+        self.limits = _limits(limits, max_body_bytes)
+        self.app = _app_for(store, clock, self.limits)
         self._start_timeout_s = start_timeout_s
         self._port: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
@@ -192,7 +252,7 @@ class CallbackIngress:
             self._port = port
             self._ready.set()
 
-        await _serve(self.app, self.host, self._requested_port, ready, self._stopping.wait)
+        await _serve(self.app, self.host, self._requested_port, self.limits, ready, self._stopping.wait)
 
 
 def serve_forever(
@@ -202,7 +262,8 @@ def serve_forever(
     *,
     on_ready: Optional[Callable[[str], None]] = None,
     clock: Callable[[], float] = time.time,
-    max_body_bytes: int = MAX_BODY_BYTES,
+    limits: Optional[IngressLimits] = None,
+    max_body_bytes: Optional[int] = None,
 ) -> None:
     """Serve the callback ingress in the calling (main) thread until SIGINT or
     SIGTERM, then shut down gracefully and return.
@@ -210,6 +271,7 @@ def serve_forever(
     Args:
         on_ready: Called with the base URL (``http://host:port``, the real
             port when ``port`` is 0) once the socket listens.
+        limits, max_body_bytes: As for ``CallbackIngress``.
 
     Raises:
         OSError: The address cannot be bound.
@@ -218,7 +280,8 @@ def serve_forever(
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve_forever must run in the main thread (it handles SIGINT/SIGTERM)")
-    app = make_app(store, clock=clock, max_body_bytes=max_body_bytes)
+    chosen = _limits(limits, max_body_bytes)
+    app = _app_for(store, clock, chosen)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -230,7 +293,7 @@ def serve_forever(
                 on_ready(_base_url(host, bound_port))
 
         try:
-            await _serve(app, host, port, ready, stopping.wait)
+            await _serve(app, host, port, chosen, ready, stopping.wait)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
