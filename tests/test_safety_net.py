@@ -385,10 +385,11 @@ def swallowing(event: Event, ctx: Any) -> None:
 def test_a_locked_sqlite_journal_fails_the_record_even_inside_except_exception(tmp_path: Any, strategy: str) -> None:
     import sqlite3
 
+    from flink_agents.stores import StoreRetry
     from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
     path = tmp_path / "journal.db"
-    store = SQLiteJournalStore(path, busy_timeout_ms=50)
+    store = SQLiteJournalStore(path, busy_timeout_ms=50, retry=StoreRetry(timeout_s=0.2))  # the lock outlasts it
     assert store.count_entries() == 0  # the file exists, in WAL mode: reads go on under the lock
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another connection holds the write lock
