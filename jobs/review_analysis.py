@@ -179,13 +179,17 @@ def run_locally(reviews: List[Dict[str, Any]], agent: Agent) -> List[Dict[str, A
     return [output for record in outputs for output in record.values()]
 
 
-def flink_environment(parallelism: int, checkpoint_interval_ms: int, execution_mode: str = "process") -> Any:
+def flink_environment(
+    parallelism: int, checkpoint_interval_ms: int, execution_mode: str = "process", restart_attempts: int = 3
+) -> Any:
     """A local mini-cluster environment with the settings the job needs.
 
     Args:
         execution_mode: PyFlink's ``python.execution-mode``: ``process``
             (Python workers beside the JVM, over gRPC) or ``thread`` (Python
             embedded in the JVM). See docs/performance.md.
+        restart_attempts: Restarts after a failure (2 s apart) before the
+            job fails; 0: the first failure fails the job.
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
@@ -198,9 +202,12 @@ def flink_environment(parallelism: int, checkpoint_interval_ms: int, execution_m
     config.set_string("python.execution-mode", execution_mode)
     # Model and tool calls are journaled, so a restart replays them instead
     # of calling again; a few attempts cover a lost worker.
-    config.set_string("restart-strategy.type", "fixed-delay")
-    config.set_string("restart-strategy.fixed-delay.attempts", "3")
-    config.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    if restart_attempts > 0:
+        config.set_string("restart-strategy.type", "fixed-delay")
+        config.set_string("restart-strategy.fixed-delay.attempts", str(restart_attempts))
+        config.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    else:
+        config.set_string("restart-strategy.type", "none")
     # Python workers must run in this interpreter (the venv), or they cannot
     # import pyflink and flink_agents.
     config.set_string("python.executable", sys.executable)
@@ -218,6 +225,7 @@ def run_on_flink(
     on_output: Any = None,
     journal_path: Path | None = None,
     execution_mode: str = "process",
+    restart_attempts: int = 3,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` as a Flink job on a local mini-cluster;
     outputs come back to this process as they are produced.
@@ -225,12 +233,17 @@ def run_on_flink(
     Args:
         journal_path: SQLite journal file (default: the runtime's default,
             ``flink_agents_journal.db`` in the working directory).
+        restart_attempts: Restarts after a failure before the job fails.
+
+    Raises:
+        flink_agents.runtime.flink.environment.FlinkJobFailed: The job
+            failed; the message names the root Python cause.
     """
     from pyflink.common import Types
 
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
-    env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode)
+    env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode, restart_attempts)
     options = {"journal.sqlite.path": str(journal_path)} if journal_path else {}
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
     with tempfile.TemporaryDirectory(prefix="review-analysis-") as directory:
@@ -257,8 +270,17 @@ def _checkpointed_source(env: Any, reviews: List[Dict[str, Any]], directory: Pat
 
 
 def _collect(outputs: Any, on_output: Any) -> List[Dict[str, Any]]:
+    """Run the job and gather its outputs, passing each to ``on_output`` as
+    it arrives.
+
+    Raises:
+        flink_agents.runtime.flink.environment.FlinkJobFailed: The job
+            failed; the message names the root Python cause.
+    """
+    from flink_agents.runtime.flink.environment import job_failures
+
     results: List[Dict[str, Any]] = []
-    with outputs.execute_and_collect("review-analysis") as collected:
+    with job_failures(), outputs.execute_and_collect("review-analysis") as collected:
         for output in collected:
             results.append(output)
             if on_output is not None:
@@ -270,6 +292,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
     return value
 
 
@@ -296,6 +325,9 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000,
                         help="Flink checkpoint interval (the collected results of a bounded job "
                              "arrive with the checkpoint after they are produced)")
+    parser.add_argument("--restart-attempts", type=_non_negative_int, default=3,
+                        help="Flink restarts after a failure (model and tool calls are journaled, so a "
+                             "restart replays them) before the job fails; 0: fail at once")
     parser.add_argument("--skip-bad-records", action="store_true",
                         help="log and count malformed lines instead of failing")
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
@@ -303,28 +335,33 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
 
 
 def _failure_summary(exc: BaseException) -> str:
-    """One line for a failed job: the runtime's own message if the failure
-    (possibly wrapped by Flink and Py4J) carries one."""
+    """One line for a failed job, naming the root Python cause: on the local
+    runner the exception itself (``ActionFailed`` names action, key and
+    record); on Flink the Python exception found in the Java cause chain
+    (``FlinkJobFailed``), never just ``Py4JJavaError: ... hasNext``."""
     from flink_agents.runtime.errors import ActionFailed
 
     if isinstance(exc, ActionFailed):
         return str(exc)
-    # A failure on Flink reaches the client as a Java exception whose text
-    # holds the Python worker's traceback; show its ActionFailed line.
-    lines = [line.strip() for line in str(exc).splitlines()]
-    tagged = [line for line in lines if ActionFailed.__name__ + ":" in line]
-    if tagged:
-        return tagged[-1].split(ActionFailed.__name__ + ":", 1)[1].strip()
-    return f"{type(exc).__name__}: {lines[0] if lines else exc}"
+    if "py4j" in sys.modules:  # the Flink runner ran: its errors are Py4J's
+        from py4j.protocol import Py4JJavaError
+
+        from flink_agents.runtime.flink.environment import FlinkJobFailed
+
+        if isinstance(exc, Py4JJavaError):
+            return str(exc if isinstance(exc, FlinkJobFailed) else FlinkJobFailed(exc))
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_records import BadRecordError, jsonl_output
+    from jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_output_path(args.output)
         read = read_reviews(args.input, skip_bad_records=args.skip_bad_records)
         agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries)
     except (BadRecordError, ValueError, OSError) as exc:
@@ -340,7 +377,7 @@ def main(argv: List[str] | None = None) -> int:
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
                     journal_path=args.output.with_name(args.output.name + ".journal.db"),
-                    execution_mode=args.execution_mode,
+                    execution_mode=args.execution_mode, restart_attempts=args.restart_attempts,
                 )
             else:
                 for output in run_locally(read.reviews, agent):
