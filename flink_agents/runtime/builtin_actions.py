@@ -49,7 +49,7 @@ from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, ou
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.durability.ids import tool_call_id
 
-__all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION"]
+__all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION", "ToolNotOffered"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,9 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     reply = reply.model_copy(update={"tool_calls": calls})
     conversation["messages"].append(reply.model_dump(mode="json"))
     conversation["pending_calls"] = [c["id"] for c in calls]
-    request = ToolRequestEvent(model=model, tool_calls=calls)
+    # The tools offered travel with the request: the tool action runs only
+    # these, and a replay decides on the same list.
+    request = ToolRequestEvent(model=model, tool_calls=calls, offered_tools=list(setup.tools))
     ctx.send_event(request)  # assigns request.id
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
 
@@ -219,18 +221,76 @@ def _json_result(value: Any) -> Any:
         return str(value)
 
 
+class ToolNotOffered(LookupError):
+    """A model called a tool that its request did not offer (or that does
+    not exist): the call is refused, and the model gets this error's text,
+    which names the tools offered and no other registered tool.
+
+    Attributes:
+        tool: The name the model called (as the model gave it).
+        offered: The names the request offered, in the setup's order.
+    """
+
+    def __init__(self, tool: Any, offered: List[str]) -> None:
+        listed = ", ".join(repr(name) for name in offered) if offered else "none"
+        super().__init__(f"tool {tool!r} was not offered to the model; the tools offered are: {listed}")
+        self.tool = tool
+        self.offered = list(offered)
+
+
+def _offered_tools(request: ToolRequestEvent, ctx: RunnerContext) -> List[str]:
+    """The tool names ``request`` may run: its ``offered_tools``, or (an
+    event without them) the ``tools`` of the chat model setup it names.
+
+    Raises:
+        ValueError: No ``offered_tools`` and ``request.model`` names no chat
+            model setup.
+    """
+    if request.offered_tools is not None:
+        return list(request.offered_tools)
+    try:
+        setup = ctx.get_resource(request.model, ResourceType.CHAT_MODEL)
+    except KeyError:
+        setup = None
+    if not isinstance(setup, BaseChatModelSetup):
+        raise ValueError(
+            f"ToolRequestEvent {request.id} names model {request.model!r}, which is not a chat model setup, "
+            "and has no offered_tools: set offered_tools to the names of the tools it may run"
+        )
+    return list(setup.tools)
+
+
 async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
     """Handle ``ToolRequestEvent``: run each call, send one ``ToolResponseEvent``.
 
-    A tool that raises (or is unknown) gives the model an error text as its
-    result and is listed in ``ToolResponseEvent.errors``; the model decides
-    what to do next.
+    Only the tools the request offered run (``ToolRequestEvent.offered_tools``,
+    built-in callback tools included only when offered): a call to any other
+    name, registered or not, is refused with ``ToolNotOffered``, whose text
+    lists the offered tools only. The refusal is journaled like a tool's
+    result (``tool:<name>``), so a replay refuses the same call.
+
+    A tool that raises, or a refused call, gives the model an error text as
+    its result (``"Error: <type>: <message>"``, one result per call id, as
+    providers expect) and is listed in ``ToolResponseEvent.errors``; the
+    model decides what to do next.
+
+    Raises:
+        ValueError: The request has no ``offered_tools`` and names no chat
+            model setup (``_offered_tools``).
     """
     request = ToolRequestEvent.from_event(event)
+    offered = _offered_tools(request, ctx)
 
     async def run(call: Dict[str, Any]) -> Any:
         name = call["function"]["name"]
         arguments = call["function"].get("arguments") or {}
+        if name not in offered:  # a list: a name the model made up may not be hashable
+            async def refuse() -> Any:
+                raise ToolNotOffered(name, offered)
+
+            # Decided before the arguments are read or any resource looked
+            # up; journaled like a result, so a replay refuses it too.
+            return await _journaled(ctx)(f"tool:{name}", [arguments], refuse)
         if isinstance(arguments, str):
             arguments = json.loads(arguments or "{}")
         tool = ctx.get_resource(name, ResourceType.TOOL)
@@ -260,7 +320,10 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             if not isinstance(outcome, Exception):
                 raise outcome
             text = f"{type(outcome).__name__}: {outcome}"
-            log.warning("tool %r failed on key %r: %s", call["function"]["name"], ctx.key, text)
+            if isinstance(outcome, ToolNotOffered):
+                log.warning("refused a call of model %r on key %r: %s", request.model, ctx.key, text)
+            else:
+                log.warning("tool %r failed on key %r: %s", call["function"]["name"], ctx.key, text)
             errors[call_id] = text
             responses[call_id] = f"Error: {text}"
         else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Optional
 from uuid import UUID
 
 from pydantic import Field
@@ -17,12 +17,22 @@ class ToolRequestEvent(Event):
 
     Each call is ``{"id": str, "type": "function", "function": {"name": str,
     "arguments": dict}, "original_id": str | None}``.
+
+    Attributes:
+        offered_tools: Names of the tools the request offered the model (the
+            ``tools`` of its chat model setup, built-in callback tools
+            included); the tool action runs only these, and answers a call
+            to any other name with an error result that lists them. The
+            built-in chat action fills it in; ``None`` (an event built by
+            user code, or queued by an earlier release) means the ``tools``
+            of the chat model setup named ``model``.
     """
 
     EVENT_TYPE: ClassVar[str] = "_tool_request_event"
 
     model: str
     tool_calls: List[Dict[str, Any]]
+    offered_tools: Optional[List[str]] = None
 
 
 class ToolResponseEvent(Event):

@@ -16,6 +16,12 @@ List ``"create_callback"`` and/or ``"cancel_operation"`` in a setup's
 
 The operation id is the callback id. A model can cancel only callbacks of
 its own key and record.
+
+A model gets these tools only from a setup that lists them: the tool action
+runs only the tools its request offered (``ToolRequestEvent.offered_tools``),
+so a call to ``create_callback`` that the setup did not offer is refused
+with an error result (``runtime.builtin_actions.ToolNotOffered``) and
+registers no callback: a model steered by its input cannot park a key.
 """
 
 from __future__ import annotations
