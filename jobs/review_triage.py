@@ -133,20 +133,34 @@ class ReviewTriageAgent(Agent):
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the exit code."""
-    from jobs.review_analysis import SAMPLE_INPUT, product_id_of, run_locally, run_on_flink
+    from jobs.review_analysis import SAMPLE_INPUT, _failure_summary, product_id_of, run_locally, run_on_flink
+    from jobs.review_records import BadRecordError, check_output_path
 
     parser = argparse.ArgumentParser(prog="python -m jobs.review_triage", description=__doc__.split("\n")[0])
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT)
     parser.add_argument("--output", type=Path, default=Path("out/review_triage.jsonl"))
     parser.add_argument("--runner", choices=["flink", "local"], default="flink")
     parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread")
+    parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)
-    reviews = read_reviews(args.input).reviews
-    if args.runner == "local":
-        outputs = run_locally(reviews, ReviewTriageAgent())
-    else:
-        outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
-                               journal_path=args.output.with_name(args.output.name + ".journal.db"))
+    try:
+        check_output_path(args.output)
+        reviews = read_reviews(args.input).reviews
+    except (BadRecordError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.runner == "local":
+            outputs = run_locally(reviews, ReviewTriageAgent())
+        else:
+            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
+                                   journal_path=args.output.with_name(args.output.name + ".journal.db"))
+    except Exception as exc:
+        if args.verbose:
+            raise
+        print(f"error: the job failed: {_failure_summary(exc)}", file=sys.stderr)
+        print("(run with --verbose for the full trace)", file=sys.stderr)
+        return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("".join(json.dumps(o) + "\n" for o in outputs))
     negative = sum(1 for o in outputs if o["negative"])

@@ -126,3 +126,21 @@ def test_the_job_refuses_a_directory_output_before_reading_or_running(
     err = capsys.readouterr().err
     assert f"error: output {tmp_path} is a directory" in err
     assert "review-analysis (" not in err  # no progress bar: the job never started
+
+
+@pytest.mark.parametrize("job", ["review_triage", "shipping_claims"])
+def test_the_other_jobs_sharing_the_reader_refuse_bad_input_and_directory_outputs(
+    tmp_path: Path, job: str, capsys: pytest.CaptureFixture
+) -> None:
+    import importlib
+
+    main = importlib.import_module(f"jobs.{job}").main
+    bad_line, reason = BAD_LINES["invalid_utf8"]
+    path = _file_with(tmp_path, bad_line)
+    output = tmp_path / "out.jsonl"
+    assert main(["--input", str(path), "--output", str(output), "--runner", "local"]) == 2
+    assert f"error: {path}:2: bad review record: {reason}" in capsys.readouterr().err
+    path.write_text("".join(json.dumps(r) + "\n" for r in GOOD))
+    assert main(["--input", str(path), "--output", str(tmp_path), "--runner", "local"]) == 2
+    assert f"error: output {tmp_path} is a directory" in capsys.readouterr().err
+    assert not output.exists()
