@@ -94,11 +94,6 @@ class ConnectionGuard:
         self._open: Dict[asyncio.BaseTransport, _GuardedConnection] = {}
         self.middleware = self._make_middleware()
 
-    @property
-    def open_connections(self) -> int:
-        """Connections admitted and not yet closed."""
-        return len(self._open)
-
     def protocol_factory(self, make_protocol: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for ``loop.create_server`` that guards the
         protocols ``make_protocol`` makes (aiohttp's ``runner.server``). The

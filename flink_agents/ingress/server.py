@@ -97,7 +97,8 @@ async def _serve(
     await runner.setup()
     listening: Optional[asyncio.AbstractServer] = None
     try:
-        assert runner.server is not None  # set by setup()
+        if runner.server is None:  # setup() sets it
+            raise RuntimeError("aiohttp's runner has no server after setup()")
         listening = await asyncio.get_running_loop().create_server(
             guard.protocol_factory(runner.server), host, port, backlog=_BACKLOG
         )
@@ -126,6 +127,14 @@ class CallbackIngress:
         max_body_bytes: The largest POST body accepted, in bytes; when
             given, it replaces ``limits.max_body_bytes``.
         start_timeout_s: How long ``start`` waits for the socket, in seconds.
+
+    Attributes:
+        app: The aiohttp application; its counters are ``app[METRICS_KEY]``.
+        limits: The ``IngressLimits`` it serves under.
+
+    Raises:
+        ValueError: ``max_body_bytes`` out of range (``IngressLimits``
+            validates the rest when it is built).
 
     Single use: once stopped, make a new one to serve again. Usable as a
     context manager (``with CallbackIngress(store, port=0) as
