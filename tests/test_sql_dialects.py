@@ -235,3 +235,22 @@ def test_an_older_sqlite_file_gets_the_prune_indexes(tmp_path: Path) -> None:
         names = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
     connection.close()
     assert set(SCHEMA_OBJECTS) <= names and "journal_run_end" not in names
+
+
+def test_prune_pages_past_one_window_of_finished_runs(tmp_path: Path) -> None:
+    """More finished runs than one read of the run-end index holds, all
+    ending at one instant (a tie across the window boundary): each is
+    deleted once, with its nested run, and the run ending later stays."""
+    clock = FakeClock(100.0)
+    store = SQLiteJournalStore(tmp_path / "journal.db", clock=clock, synchronous="NORMAL")
+    runs = _sql.PRUNE_WINDOW_RUNS + 3
+    try:
+        for seq in range(runs):
+            store.append("job", f"k{seq % 7}", seq, [entry("a@0", 0), run_end()])
+        store.append("job/call-1", "k1", 1, [entry("c@0", 0)])
+        clock.now = 200.0
+        store.append("job", "late", 0, [run_end()])
+        assert store.prune(150.0) == 2 * runs + 1
+        assert store.count_entries() == 1 and store.load_run("job/call-1", "k1", 1) == {}
+    finally:
+        store.close()

@@ -52,6 +52,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _deleting(statement: str, batch: List[Tuple[Any, ...]]) -> Callable[[Any], int]:
+    """A ``_call`` body running ``statement`` once per parameter tuple of
+    ``batch``; returns the rows deleted."""
+
+    def delete(connection: Any) -> int:
+        with closing(connection.cursor()) as cursor:
+            cursor.executemany(statement, batch)
+            return max(cursor.rowcount, 0)
+
+    return delete
+
+
 class SQLJournalStore(JournalStore, CallbackStore):
     """A ``JournalStore`` and ``CallbackStore`` on an SQL database.
 
@@ -138,9 +150,10 @@ class SQLJournalStore(JournalStore, CallbackStore):
         before ``finished_before_s`` (Unix seconds), with the entries of the
         sub-agent runs nested under them.
 
-        The work is proportional to what it deletes: runs are deleted
-        ``PRUNE_BATCH_RUNS`` at a time, each batch one transaction, and the
-        write lock is released between batches. A run and its nested runs go
+        The work is proportional to what it deletes: finished runs are read
+        from the run-end index ``PRUNE_WINDOW_RUNS`` at a time, deleted in
+        key order ``PRUNE_BATCH_RUNS`` at a time, each batch one transaction,
+        and the write lock is released between batches (see ``_sql``). A run and its nested runs go
         in one batch, so a failure midway leaves whole runs deleted or kept.
 
         Returns:
@@ -296,28 +309,28 @@ class SQLJournalStore(JournalStore, CallbackStore):
         return self._prune("prune_callbacks", _sql_callbacks.PRUNE, finished_before_s)
 
     def _prune(self, operation: str, delete_run: str, finished_before_s: float) -> int:
-        """Page through the runs that ended before the cutoff, in run-end
-        order, running ``delete_run`` for each; one transaction (and one
-        retried call) per page."""
+        """Page through the runs that ended before the cutoff in run-end
+        order, ``PRUNE_WINDOW_RUNS`` at a time (a read); delete each page's
+        runs in key order (``_sql.prune_order``) with ``delete_run``,
+        ``PRUNE_BATCH_RUNS`` runs per transaction (and per retried call).
+
+        A run found here has ended; deleting it in a later transaction than
+        the one that found it is safe (nothing writes to a finished run, and
+        a run another prune deleted meanwhile deletes nothing)."""
         deleted, after = 0, _sql.BEFORE_ALL_ENDED
 
-        def batch(connection: Any) -> Tuple[int, List[Any]]:
-            ended = connection.execute(
+        def page(connection: Any) -> List[Any]:
+            return connection.execute(
                 self._sql(_sql.SELECT_ENDED), (float(finished_before_s), *after)
             ).fetchall()
-            if not ended:
-                return 0, ended
-            with closing(connection.cursor()) as cursor:
-                cursor.executemany(
-                    self._sql(delete_run),
-                    [_sql.run_parameters(journal_id, key, seq) for _, journal_id, key, seq in ended],
-                )
-                return max(cursor.rowcount, 0), ended
 
         while True:
-            count, ended = self._call(operation, None, batch, write=True)
-            deleted += count
-            if len(ended) < _sql.PRUNE_BATCH_RUNS:
+            ended = self._call(operation, None, page)
+            runs = _sql.prune_order(ended)
+            for start in range(0, len(runs), _sql.PRUNE_BATCH_RUNS):
+                batch = [_sql.run_parameters(*run) for run in runs[start : start + _sql.PRUNE_BATCH_RUNS]]
+                deleted += self._call(operation, None, _deleting(self._sql(delete_run), batch), write=True)
+            if len(ended) < _sql.PRUNE_WINDOW_RUNS:
                 return deleted
             after = tuple(ended[-1])
 
