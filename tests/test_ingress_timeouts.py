@@ -210,7 +210,7 @@ def test_connections_over_the_limit_are_refused_while_the_open_ones_keep_working
                 waited_s, answer = _closed_after(extra)
 
             assert answer == REFUSED_ANSWER and answer.startswith(b"HTTP/1.1 503 ")
-            assert waited_s < 1.0
+            assert waited_s < 2.0  # answered and closed on accept, nothing read
             # A connection already open resolves the callback as usual...
             body = b'{"decision": "approved"}'
             held[0].sendall(_head("POST", f"/callbacks/{callback_id}/resolve", len(body)) + body)
