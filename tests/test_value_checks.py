@@ -188,3 +188,27 @@ def test_values_the_codec_carries_are_sent_and_arrive_as_they_were(run: Runner) 
          "raw": b"\xff\x00" + bytes([i])}
         for i in range(2)
     ] for k in "pq"}
+
+
+class FallbackAgent(Agent):
+    """Catches a refused value where it hands it over and sends a fallback."""
+
+    @action(InputEvent)
+    @staticmethod
+    def send(event: InputEvent, ctx: RunnerContext) -> None:
+        counts = collections.Counter(event.input["words"])
+        try:
+            ctx.send_event(OutputEvent(output={"k": ctx.key, "counts": counts}))
+        except TypeError as refused:
+            ctx.send_event(OutputEvent(output={"k": ctx.key, "counts": dict(counts), "refused": str(refused)}))
+
+
+def test_a_refused_event_fails_at_send_event_where_the_action_can_handle_it(run: Runner) -> None:
+    records = [{"key": "a", "value": {"k": "a", "words": ["x", "y", "x"]}}]
+
+    result = run(FallbackAgent(), records)
+
+    assert result.failure is None, result.failure_text
+    [output] = result.outputs
+    assert output["counts"] == {"x": 2, "y": 1}
+    assert output["refused"].startswith("event OutputEvent.output.counts is a collections.Counter, which the codec")

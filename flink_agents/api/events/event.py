@@ -35,7 +35,8 @@ class Event(BaseModel):
     codec that journals it, so a refused value fails the sending action (under
     its error strategy) with a ``TypeError`` naming the action, key, record and
     field path, e.g. ``event OutputEvent.output.items[2] is a
-    builtins.function``. An event is taken as it is when sent.
+    builtins.function``. It is journaled as it is when the sending action
+    returns.
     """
 
     model_config = ConfigDict(extra="allow")

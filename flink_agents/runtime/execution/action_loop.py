@@ -134,6 +134,9 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
+            # Encoded now, as part of the action: an event holding a value
+            # the codec refuses is the action's error (terminal), naming it.
+            ctx.encoded_events = [encode_event(e) for e in ctx.sent_events]
             run.counters.actions += 1
             return ctx
         except (Exception, NondeterminismError, JournalUnavailable) as exc:

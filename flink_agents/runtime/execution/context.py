@@ -59,7 +59,7 @@ class ActionContext(RunnerContext):
         self._steering = run.services.steering
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
-        self.encoded_events: List[Dict[str, Any]] = []  # one per sent event, encoded when sent
+        self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
 
     @property
     def key(self) -> Any:
@@ -73,11 +73,12 @@ class ActionContext(RunnerContext):
     def send_event(self, event: Event) -> None:
         """Stage ``event``; it is queued when the action returns.
 
-        The event is encoded here, by the codec that journals it
-        (``runtime.execution.event_codec``): it is taken as it is now (a
-        change made to it after this call is not journaled, so a replay
-        would not see it: send a new event instead), and a value the codec
-        refuses fails here, in the action, under its error strategy.
+        Its values are checked here, by the codec that journals it
+        (``runtime.execution.event_codec``), so a value the codec refuses
+        fails this call, in the action, under its error strategy. The event
+        is journaled, and reaches its listeners, as it is when the action
+        returns (the action loop encodes it then; a value changed in
+        between is checked there, with the same error).
 
         Raises:
             TypeError: ``event`` is not an ``Event``, or a value in it cannot
@@ -90,9 +91,8 @@ class ActionContext(RunnerContext):
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         event.id = self._run.event_id(self.step, len(self.sent_events))
-        encoded = encode_event(event)
+        encode_event(event)  # the check; the loop encodes it again when the action returned
         self.sent_events.append(event)
-        self.encoded_events.append(encoded)
 
     @property
     def sensory_memory(self) -> MemoryObject:
