@@ -47,7 +47,7 @@ def _run(tmp_path: Path, lines: List[str], decode: Any = json.loads, **config: A
     )
     reviews = env.from_collection(lines, type_info=Types.STRING()).map(decode, output_type=Types.PICKLED_BYTE_ARRAY())
     outputs = agents_env.from_datastream(reviews, product_id_of, key_type=Types.STRING())
-    outputs.apply(ReviewAnalysisAgent()).to_datastream().map(lambda o: None).set_parallelism(1)
+    outputs.apply(ReviewAnalysisAgent()).to_datastream().print()
     agents_env.execute("failure-messages")
 
 
@@ -80,7 +80,7 @@ def test_an_unreachable_postgres_journal_fails_the_job_naming_the_store_error(tm
     line = str(error)
     assert "\n" not in line and "hasNext" not in line, line[:3000]
     assert getattr(error, "cause_type").startswith("flink_agents.stores."), line
-    assert f"127.0.0.1" in line and str(port) in line and "refused" in line, line
+    assert "127.0.0.1" in line and str(port) in line and "refused" in line, line
 
 
 @pytest.mark.timeout(300)
