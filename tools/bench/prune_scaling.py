@@ -4,9 +4,10 @@ For each size N (runs; 2k to 64k by default) it fills a fresh store with N
 finished runs through the port (each: two calls, a completion and the run-end
 marker; every 8th run also a nested sub-agent journal ``job/<call>`` and a
 callback), then prunes the oldest 10% (``prune_callbacks`` then ``prune``,
-as the engine does) and prints the seconds it took. Flat per-deleted-run
-time across sizes means pruning costs what it deletes, not what the store
-holds. For the SQL stores a second store object (its own connection) appends
+as the engine does) and prints the seconds it took, wall and CPU of the
+pruning thread (``time.thread_time``: on a shared machine the steadier of
+the two). Flat per-deleted-run time across sizes means pruning costs what it
+deletes, not what the store holds. For the SQL stores a second store object (its own connection) appends
 in a loop during the prune and the slowest of its appends is printed: a prune
 that holds the write lock throughout shows up there.
 
@@ -110,15 +111,15 @@ def measure(kind: str, make: Callable[[List[float]], Any], runs: int) -> str:
     other = (lambda: make([1e9])) if kind != "memory" else None
     with concurrent_writer(other) as latencies:
         time.sleep(0.01)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         callbacks = store.prune_callbacks(cutoff)
         entries = store.prune(cutoff)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
     store.close()
     pruned_runs = int(cutoff)
     slowest = f"{max(latencies) * 1000:8.1f}" if latencies else "       -"
     return (f"{kind:9s} {runs:7d} {before:9d} {entries:8d} {callbacks:6d} {elapsed:9.3f}"
-            f" {elapsed / pruned_runs * 1e6:10.1f} {slowest}")
+            f" {elapsed / pruned_runs * 1e6:10.1f} {cpu / pruned_runs * 1e6:10.1f} {slowest}")
 
 
 @contextmanager
@@ -154,7 +155,7 @@ def main() -> None:
         print(f"# postgres skipped: {DSN_ENV} is unset")
         kinds.remove("postgres")
     print(f"# {machine()}")
-    print("# store        runs   entries  deleted  calls   prune_s  us/pruned  writer_max_ms")
+    print("# store        runs   entries  deleted  calls   prune_s  us/pruned cpu_us/pruned writer_max_ms")
     with tempfile.TemporaryDirectory() as directory:
         for kind in kinds:
             for runs in (int(size) for size in args.sizes.split(",")):
