@@ -54,7 +54,9 @@ class JournalStore(ABC):
     Implementations must make ``append`` atomic (all entries or none) and
     durable when it returns, and must be safe to use from several processes
     (the Python workers of one job) at once. ``writes`` counts ``append``
-    calls that wrote: the runtime's commit count.
+    calls that wrote: the runtime's commit count. A failed read or write
+    raises one of the store's own errors (``stores.errors``), never a bare
+    driver error.
     """
 
     def __init__(self) -> None:
@@ -71,7 +73,12 @@ class JournalStore(ABC):
         An entry whose (step, ordinal) exists replaces it.
 
         Raises:
-            Exception: The store's own errors (the write did not happen).
+            JournalStoreError: The store's own errors (``stores.errors``),
+                naming the operation and the run: ``JournalUnavailableError``
+                once the store's retries ran out (the write may or may not
+                have landed: appends are idempotent, so a retry is safe), a
+                terminal kind otherwise (nothing was written).
+            TypeError: An entry's field has the wrong type (the in-memory store).
         """
 
     @abstractmethod
