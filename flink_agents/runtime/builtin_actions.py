@@ -13,6 +13,12 @@ checkpoint-stable. Tool calls get the runtime's own ids
 them; the provider's id is kept as ``original_id``. Providers reuse ids across
 turns, so theirs cannot key results.
 
+Only offered tools run: the tool request carries the names of the tools its
+setup offered (``ToolRequestEvent.offered_tools``), and a call to any other
+name (a tool registered for another setup, a built-in callback tool the
+setup does not list, a name nothing registers) is answered with a
+``ToolNotOffered`` error result that lists the offered tools only.
+
 Per-key conversations (``BaseChatModelSetup.conversation="per_key"``,
 ``runtime.features.conversation``): a request starts with the key's stored history
 before its messages, and the turn is stored (compacted) in short-term memory
