@@ -54,6 +54,9 @@ class Recording(Dialect):
     def classify(self, error: BaseException) -> Any:
         return self.inner.classify(error)
 
+    def check(self, connection: Any) -> None:
+        self.inner.check(connection)
+
     def is_broken(self, connection: Any) -> bool:
         broken, self.broken_once = self.broken_once, False
         if broken:

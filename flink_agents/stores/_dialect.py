@@ -98,6 +98,12 @@ class Dialect(ABC):
         ``JournalCorruptError``, ``JournalStoreError``) for the rest.
         """
 
+    def check(self, connection: Any) -> None:
+        """Called before every read and write on ``connection``; raises a
+        ``JournalStoreError`` if the connection no longer reaches the store
+        it opened (SQLite: the file was removed or replaced). By default a
+        no-op."""
+
     def is_broken(self, connection: Any) -> bool:
         """Whether ``connection`` can no longer be used (the store then drops
         it and the next call connects anew)."""

@@ -4,9 +4,12 @@ A read or write that fails with ``JournalUnavailableError`` (connection lost
 or refused, server not answering, SQLite file locked past its busy timeout,
 an I/O error) is tried again after a backoff that starts at
 ``initial_backoff_s`` and doubles up to ``max_backoff_s``, reconnecting first
-when the connection broke, until ``timeout_s`` has passed since the first
-failure; then the last error is raised, with a note saying how many attempts
-were made over how long. Every other store error is raised at once.
+when the connection broke, as long as the next attempt would start within
+``timeout_s`` of the call's start; then the last error is raised, with a note
+saying how many attempts were made over how long. An attempt in progress is
+not cut short, so a call gives up after at most ``timeout_s`` plus one
+attempt (the PostgreSQL connect timeout, 10 s, or the SQLite busy timeout,
+30 s, bound an attempt). Every other store error is raised at once.
 
 Job configuration keys (``open_journal_store``), all in seconds:
 
@@ -30,8 +33,8 @@ class StoreRetry:
     """Bounded exponential backoff for transient store failures.
 
     Attributes:
-        timeout_s: How long after a call's first failure it may still be
-            retried, in seconds; 0 means never.
+        timeout_s: How long after a call's start a retry may still begin,
+            in seconds; 0 means never.
         initial_backoff_s: The first wait, in seconds.
         max_backoff_s: The longest wait, in seconds (the waits double up to it).
 

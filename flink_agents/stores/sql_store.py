@@ -346,7 +346,11 @@ class SQLJournalStore(JournalStore, CallbackStore):
     ) -> T:
         """``body(connection)`` under this process's connection (in one write
         transaction if ``write``), retried on ``JournalUnavailableError`` as
-        ``self.retry`` allows, sleeping with the store's lock released.
+        ``self.retry`` allows, sleeping with the store's lock released. No
+        attempt starts later than ``retry.timeout_s`` after the call began,
+        and an attempt in progress is not cut short: a call gives up after at
+        most ``timeout_s`` plus one attempt (bounded by the PostgreSQL connect
+        timeout or the SQLite busy timeout).
 
         Args:
             operation: The port method, for error messages.
@@ -362,13 +366,14 @@ class SQLJournalStore(JournalStore, CallbackStore):
             Exception: What ``body`` raised that is not the driver's (a
                 ``ValueError`` of the port, say), unchanged.
         """
-        started: Optional[float] = None
+        started = self._monotonic()
         backoffs = self.retry.backoffs()
         attempts = 0
         while True:
             attempts += 1
             try:
                 with self._session() as connection:
+                    self._dialect.check(connection)
                     if not write:
                         return body(connection)
                     with self._dialect.transaction(connection):
@@ -381,7 +386,6 @@ class SQLJournalStore(JournalStore, CallbackStore):
             if not isinstance(failure, JournalUnavailableError):
                 raise failure
             now = self._monotonic()
-            started = now if started is None else started
             backoff = next(backoffs)
             if now - started + backoff > self.retry.timeout_s:
                 if attempts > 1:

@@ -20,6 +20,15 @@ after ``os.fork`` the child opens a new one and never touches the inherited
 connection, as SQLite requires. The store pickles without its connection, so
 it can travel to PyFlink's Python workers.
 
+Failures: a file locked by another writer past ``busy_timeout_ms``, or an
+I/O error, is ``JournalUnavailableError`` and retried (``StoreRetry``); a
+damaged file is ``JournalCorruptError``. Before every read and write the
+store compares the file at ``path`` with the one its connection opened
+(``os.stat``: device and inode): a file removed, renamed away or replaced
+under the running job fails that call with ``JournalReplacedError`` naming
+the path, and every later one, instead of writing on into a file nobody
+will read.
+
 Durability: WAL with ``synchronous=FULL`` (the default here) syncs the WAL on
 every commit, so a returned ``append`` survives a process crash and a power
 loss. ``synchronous="NORMAL"`` syncs only at checkpoints: a commit still
@@ -168,10 +177,11 @@ class SQLiteDialect(Dialect):
             return JournalCorruptError
         return JournalStoreError
 
-    def check_file(self, connection: sqlite3.Connection) -> None:
+    def check(self, connection: sqlite3.Connection) -> None:
         """Raise if the file at ``path`` is no longer the one ``connection``
         opened: removed, renamed away, or replaced by another file. One
-        ``os.stat`` (about a microsecond), compared by (st_dev, st_ino).
+        ``os.stat`` (about a microsecond) before every read and write,
+        compared by (st_dev, st_ino).
 
         Raises:
             JournalReplacedError: Naming the path and what changed.
@@ -196,13 +206,7 @@ class SQLiteDialect(Dialect):
     @contextmanager
     def transaction(self, connection: sqlite3.Connection) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` (take the write lock now, waiting up to the busy
-        timeout) ... ``COMMIT``; roll back on any exception.
-
-        Raises:
-            JournalReplacedError: The file was removed or replaced since the
-                connection opened it (``check_file``, before anything is written).
-        """
-        self.check_file(connection)
+        timeout) ... ``COMMIT``; roll back on any exception."""
         connection.execute("BEGIN IMMEDIATE")
         try:
             yield
