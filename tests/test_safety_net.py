@@ -8,6 +8,7 @@ interval."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any, Dict, List
 
@@ -411,3 +412,37 @@ def test_a_locked_sqlite_journal_fails_the_record_even_inside_except_exception(t
     assert isinstance(store_error.__cause__, sqlite3.OperationalError)
     assert driver.outputs == [] and driver.errors == []
     assert CALLS == Counter({("price", 1): 1})  # nothing built on the result that was not durable
+
+
+UNWOUND: List[int] = []
+
+
+async def _slow_or_failing(event: InputEvent, ctx: Any) -> None:
+    n = event.input["n"]
+    if n == 3:
+        raise ValueError("boom")
+    try:
+        await asyncio.sleep(5)
+        ctx.send_event(OutputEvent(output=n))
+    finally:
+        UNWOUND.append(n)  # a user's cleanup (closing a client, releasing a lock)
+
+
+def test_when_a_record_fails_the_runs_still_in_flight_unwind_on_their_loop(caplog: pytest.LogCaptureFixture) -> None:
+    import gc
+
+    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+
+    UNWOUND.clear()
+    agent = Agent().add_action("act", [InputEvent], _slow_or_failing)
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    env.from_list([{"key": f"k{n}", "value": {"n": n}} for n in range(8)]).apply(agent).to_list()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"), pytest.raises(ActionFailed, match="boom"):
+        env.execute()
+    gc.collect()
+
+    # Every other run was in flight: each was cancelled and ran its finally
+    # block before execute() returned, not later in the garbage collector.
+    assert sorted(UNWOUND) == [0, 1, 2, 4, 5, 6, 7]
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

@@ -38,6 +38,8 @@ from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
 __all__ = ["Completion", "KeyRunner"]
 
+_UNWIND_S = 5.0  # how long cancelled runs may take to unwind when the runner closes
+
 
 class _Worker:
     """The runner's view of one key: records to run, its state copy, results."""
@@ -95,9 +97,7 @@ class KeyRunner:
         asyncio.set_event_loop(self._loop)
         self._slots = RunSlots(self._max_concurrent_runs)
         self._loop.run_forever()
-        # Stopped: let async clients held per loop close on it.
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
+        self._close_loop()
 
     # -- host side (the operator thread) ------------------------------------
 
@@ -255,6 +255,20 @@ class KeyRunner:
                 if timer is not None:
                     timer.cancel()
 
+    def _close_loop(self) -> None:
+        """Close the stopped loop. Runs still in progress are cancelled and
+        unwind here, on the loop, within ``_UNWIND_S`` (else their coroutines
+        would be closed by the garbage collector, in no context of theirs);
+        then async clients held per loop close on it."""
+        loop = self._loop
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=_UNWIND_S))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
     def _changed_now(self) -> None:
         """Tell the waiting host: the runner's state changed (under the lock)."""
         self._changed.notify_all()
@@ -266,8 +280,7 @@ class KeyRunner:
         are still pending in the host's state and run again after a restore)."""
         if self._thread is None:
             if not self._loop.is_closed():
-                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-                self._loop.close()
+                self._close_loop()
             return
         # Safe before run_forever too: a stop scheduled early ends the loop
         # as soon as it starts.
