@@ -96,15 +96,16 @@ async def soak(
     print("#   records  block_s  cpu_s  prune_s  us/record  journal_entries  pruned_total", flush=True)
     try:
         started, cpu_started, pruned_before = time.perf_counter(), time.process_time(), 0.0
-        for first in range(0, records, concurrency):
-            batch = range(first, min(first + concurrency, records))
+        first = 0
+        while first < records:  # groups of distinct keys, never across a block's end
+            batch = range(first, min(first + concurrency, records, (first // block + 1) * block))
             clock.now += tick_s * len(batch)
             await asyncio.gather(*(engine.process(driver, f"k{n % keys}", f"review {n}") for n in batch))
-            n = batch[-1]
-            if (n + 1) % block < len(batch):
+            first = n = batch[-1] + 1
+            if n % block == 0:
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
                 in_prune = pruning.seconds - pruned_before
-                print(f"{n + 1:11d} {elapsed:8.2f} {cpu:6.2f} {in_prune:8.3f} {elapsed / block * 1e6:10.1f}"
+                print(f"{n:11d} {elapsed:8.2f} {cpu:6.2f} {in_prune:8.3f} {elapsed / block * 1e6:10.1f}"
                       f" {store.count_entries():16d} {pruning.deleted:13d}", flush=True)
                 driver.outputs.clear()
                 started, cpu_started, pruned_before = time.perf_counter(), time.process_time(), pruning.seconds
