@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, List
 
@@ -28,12 +29,17 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import JournalUnavailable
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores import (
+    ACCEPTED,
+    RESOLVED,
+    CallbackRef,
     JournalReplacedError,
     JournalUnavailableError,
     PostgresJournalStore,
     SQLiteJournalStore,
+    SQLJournalStore,
     StoreRetry,
 )
+from flink_agents.stores.sqlite_store import SQLiteDialect
 from tests.support.cuttable_proxy import CuttableProxy
 from tests.support.journal_stores import entry, postgres_schema
 
@@ -278,3 +284,40 @@ def test_store_retry_options_are_read_from_the_job_configuration(tmp_path: Path)
         open_journal_store({"journal.store": "sqlite", "journal.retry.timeout_s": "soon"})
     with pytest.raises(ValueError, match="max_backoff_s"):
         StoreRetry(initial_backoff_s=2.0, max_backoff_s=1.0)
+
+
+class _LosesTheFirstCommitReply(SQLiteDialect):
+    """SQLite whose first committed write then fails as a lost connection
+    would: the commit landed, the caller hears an error."""
+
+    failed = False
+
+    @contextmanager
+    def transaction(self, connection: sqlite3.Connection) -> Iterator[None]:
+        with super().transaction(connection):
+            yield
+        if not self.failed:
+            self.failed = True
+            error = sqlite3.OperationalError("disk I/O error")
+            error.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
+            raise error
+
+
+def test_a_complete_retried_after_its_commit_landed_is_still_accepted(tmp_path: Path) -> None:
+    fake = FakeTime()
+    store = SQLJournalStore(
+        SQLiteDialect(tmp_path / "journal.db"), sleep=fake.sleep, monotonic=fake.monotonic
+    )
+    store.register(CallbackRef("job", "k", 0, "wait@0", 0), "cb-1", "approval", 1, 10_000)
+    store.close()
+    store = SQLJournalStore(
+        _LosesTheFirstCommitReply(tmp_path / "journal.db"), sleep=fake.sleep, monotonic=fake.monotonic
+    )
+    try:
+        result = store.complete("cb-1", RESOLVED, b"yes", 500, count_late=True)
+        assert fake.slept == [0.05]  # retried once
+        assert result.outcome == ACCEPTED  # its own commit, not someone else's: not late
+        assert result.record is not None and result.record.late_completions == 0
+        assert store.get_callback("cb-1").late_completions == 0
+    finally:
+        store.close()
