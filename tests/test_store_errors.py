@@ -79,3 +79,14 @@ def test_a_damaged_sqlite_file_is_a_corrupt_journal_naming_the_file(tmp_path: Pa
     with pytest.raises(JournalCorruptError) as raised:
         SQLiteJournalStore(path, retry=NO_RETRY).load_run("job", "k", 0)
     assert raised.value.operation == "load_run" and str(path) in str(raised.value)
+
+
+def test_a_short_password_is_masked_as_a_token_without_mangling_the_message():
+    from flink_agents.stores.postgres_store import _without_password
+
+    text = "connection to server at 127.0.0.1 port 9 failed: p is wrong; is the server accepting connections?"
+
+    assert _without_password(text, "postgresql://u:p@127.0.0.1:9/db") == (
+        "connection to server at 127.0.0.1 port 9 failed: *** is wrong; is the server accepting connections?"
+    )
+    assert "s3cr3t!" not in _without_password("auth as u/s3cr3t! failed", "postgresql://u:s3cr3t!@h/db")

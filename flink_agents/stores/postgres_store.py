@@ -33,6 +33,7 @@ store can be built and pickled) without it or a server.
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Optional, Type
 
@@ -268,6 +269,10 @@ def _parse_dsn(dsn: str) -> Dict[str, Any]:
 
 
 def _without_password(text: str, dsn: str) -> str:
-    """``text`` with the DSN's password, if any, masked."""
+    """``text`` with the DSN's password, if any, masked where it stands as a
+    token of its own (a short password must not mask parts of words: with
+    password ``p``, "port" stays "port")."""
     password = _parse_dsn(dsn).get("password")
-    return text.replace(str(password), "***") if password else text
+    if not password:
+        return text
+    return re.sub(rf"(?<![\w]){re.escape(str(password))}(?![\w])", "***", text)
