@@ -322,6 +322,35 @@ def test_the_journal_keeps_finished_runs_thirty_minutes_and_prunes_at_most_once_
         engine.close()
 
 
+class _FailingPruneStore(InMemoryJournalStore):
+    def prune(self, finished_before_s: float) -> int:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_failing_prune_is_logged_and_counted_and_the_record_that_triggered_it_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [1_000.0]
+    store = _FailingPruneStore(clock=lambda: now[0])
+    engine = _engine(Agent().add_action("priced", [InputEvent], priced), store, clock=lambda: now[0])
+    ARG["value"] = 1
+    driver = LocalDriver()
+
+    async def three_records() -> None:
+        for _ in range(3):  # a minute apart: each one's prune is due, fails, and is tried again
+            now[0] += 61
+            await engine.process(driver, "k", "r")
+
+    try:
+        asyncio.run(three_records())
+    finally:
+        engine.close()
+
+    assert driver.outputs == [{"k": 9.5}] * 3 and driver.errors == []
+    assert engine.counters.prune_failures == 3
+    assert [r.levelname for r in caplog.records if "pruning the journal failed" in r.getMessage()] == ["WARNING"] * 3
+
+
 # ---- all or nothing per record, for outputs as for memory (issue 13.1) ------------------------
 
 

@@ -298,7 +298,7 @@ class AgentEngine:
             self.counters.calls_executed += journal.calls_executed
             self.counters.calls_replayed += journal.calls_replayed
         self.counters.records += 1
-        self._maybe_prune()
+        await self._maybe_prune()
 
     async def _close_callbacks(self, run: RunIdentity) -> bool:
         """Close the run's callbacks still pending; whether it made any (its
@@ -319,14 +319,27 @@ class AgentEngine:
     def _count_write(self) -> None:
         self.counters.journal_writes += 1
 
-    def _maybe_prune(self) -> None:
+    async def _maybe_prune(self) -> None:
+        """Prune runs finished over the retention ago, at most once per prune
+        interval, on the io pool (a large prune must not hold the loop's
+        thread). Housekeeping: a failure is logged and counted
+        (``prune_failures``), the record that happened to trigger it stands,
+        and the next interval tries again; a store that is really gone fails
+        the next journal read or write of a run."""
         now = self.clock.now()
         if now - self._last_prune < self._prune_interval_s:
             return
         self._last_prune = now
+        try:
+            await self.executors.io(self._prune, now - self._retention_s)
+        except Exception as error:
+            self.counters.prune_failures += 1
+            log.warning("pruning the journal failed (tried again in %.0f s): %r", self._prune_interval_s, error)
+
+    def _prune(self, finished_before_s: float) -> None:
         if self.callbacks is not None:  # first: it finds runs by their run-end markers
-            self.callbacks.prune(now - self._retention_s)
-        deleted = self.store.prune(now - self._retention_s)
+            self.callbacks.prune(finished_before_s)
+        deleted = self.store.prune(finished_before_s)
         if deleted:
             log.info("pruned %d journal entries of runs finished over %.0f s ago", deleted, self._retention_s)
 

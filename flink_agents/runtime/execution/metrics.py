@@ -33,6 +33,7 @@ class RunCounters:
     callbacks_cancelled: int = 0
     callbacks_closed: int = 0  # still pending when the run ended
     progress_publishes: int = 0  # progress stream: one per commit of a run
+    prune_failures: int = 0  # journal prunes that failed (tried again later)
 
     def as_dict(self) -> Dict[str, int]:
         return asdict(self)
