@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import sys
 import tempfile
+import time
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -80,14 +81,18 @@ def measure(runner: str, reviews: List[dict], latency_s: float, mode: str, paral
         base_url = urls.get(timeout=30)
         agent = ReviewAnalysisAgent(model="openai:scripted", base_url=base_url, max_retries=0)
         with tempfile.TemporaryDirectory() as directory:
+            cpu_started = time.process_time()
             if runner == "local":
                 outputs = run_locally(reviews, agent)
             else:
                 outputs = run_on_flink(reviews, agent, parallelism=parallelism, journal_path=Path(directory) / "journal.db",
                                        execution_mode=mode)
         assert len(outputs) == len(reviews)
+        # This process's CPU per run (the local runner: engine, model client
+        # and all; on Flink only the client's share, the workers are elsewhere).
+        cpu_per_run_ms = (time.process_time() - cpu_started) / len(reviews) * 1000
         stop.set()
-        return {"runs": len(reviews), **results.get(timeout=30)}
+        return {"runs": len(reviews), "cpu_per_run_ms": cpu_per_run_ms, **results.get(timeout=30)}
     finally:
         stop.set()
         server.join(timeout=10)
@@ -117,7 +122,8 @@ def main() -> None:
         rate = result["runs"] / result["span_s"]
         label = runner if runner == "local" else f"flink ({args.mode}, p={parallelism})"
         print(f"{label:22s}: {rate:6.1f} runs/s = {rate / bound:.2f} of C/L, {rate / min(bound, skew_bound):.2f} of "
-              f"the tighter bound (span {result['span_s']:.2f} s, at most {result['max_in_flight']} calls at once)")
+              f"the tighter bound (span {result['span_s']:.2f} s, at most {result['max_in_flight']} calls at once)"
+              + (f"; {result['cpu_per_run_ms']:.2f} ms CPU per run" if runner == "local" else ""))
 
 
 if __name__ == "__main__":

@@ -8,14 +8,23 @@ subclass that does not set one gets ``"<module>.<qualname>"``.
 
 from __future__ import annotations
 
+import random
 from typing import Any, ClassVar, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Event", "InputEvent", "OutputEvent"]
 
 E = TypeVar("E", bound="Event")
+
+
+def _unsent_event_id() -> UUID:
+    """A random version-4 UUID from ``random`` rather than ``os.urandom``: the
+    id of an event never sent needs to be unique, not unpredictable, and the
+    system call (which releases the GIL) cost more than the rest of
+    constructing a small event. ``random`` reseeds in a forked child."""
+    return UUID(int=random.getrandbits(128), version=4)
 
 
 class Event(BaseModel):
@@ -43,7 +52,7 @@ class Event(BaseModel):
 
     EVENT_TYPE: ClassVar[str] = "_event"
 
-    id: UUID = Field(default_factory=uuid4)
+    id: UUID = Field(default_factory=_unsent_event_id)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

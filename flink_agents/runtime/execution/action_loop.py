@@ -118,7 +118,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
     """Run one action on one event under its error policy; returns the
     finished context (staged writes and events not yet applied)."""
     identity = run.identity
-    policy = ErrorPolicy.for_action(spec.config, run.config, spec.function.is_async, spec.name)
+    policy = _policy(spec, run.config)
     attempt = 0
     while True:
         attempt += 1
@@ -167,6 +167,24 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
         finally:
             ctx.active = False
             exit_action(scope)
+
+
+# (id of spec) -> (spec, job config, its policy). The entry holds the spec and
+# the config, so their ids cannot be reused while cached, and a hit checks both
+# by identity: a plan's policies are worked out once, not at every step.
+_POLICIES: Dict[int, Tuple[ActionSpec, Any, ErrorPolicy]] = {}
+_MAX_CACHED_POLICIES = 4096
+
+
+def _policy(spec: ActionSpec, job_config: Any) -> ErrorPolicy:
+    cached = _POLICIES.get(id(spec))
+    if cached is not None and cached[0] is spec and cached[1] is job_config:
+        return cached[2]
+    policy = ErrorPolicy.for_action(spec.config, job_config, spec.function.is_async, spec.name)
+    if len(_POLICIES) >= _MAX_CACHED_POLICIES:
+        _POLICIES.clear()
+    _POLICIES[id(spec)] = (spec, job_config, policy)
+    return policy
 
 
 async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name: str, run: RunIdentity) -> Any:
