@@ -135,3 +135,53 @@ def test_journal_writes_run_on_the_io_pool_not_beside_user_calls() -> None:
         engine.close()
     assert writers and all(name.startswith("flink-agents-io") for name in writers), writers
     assert GATE.threads and all(name.startswith("flink-agents-call") for name in GATE.threads)
+
+
+# ---- a run's journal read waits off the loop's thread ------------------------------------------
+
+
+FAST_DONE = threading.Event()
+
+
+class _SlowReadStore(InMemoryJournalStore):
+    """A store whose reads wait for I/O, as a database's do; reading key
+    ``slow``'s run waits until key ``fast``'s run has finished."""
+
+    blocking_io = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast_finished_during_slow_read: bool | None = None
+
+    def load_run(self, journal_id: str, key: str, seq: int) -> Any:
+        if '"slow"' in key:
+            self.fast_finished_during_slow_read = FAST_DONE.wait(timeout=5)
+        return super().load_run(journal_id, key, seq)
+
+
+def _mark_done(event: InputEvent, ctx: Any) -> None:
+    if event.input == "fast":
+        FAST_DONE.set()
+    ctx.send_event(OutputEvent(output=event.input))
+
+
+def test_a_runs_journal_read_does_not_hold_the_other_runs_of_the_loop() -> None:
+    from flink_agents.runtime.execution.state import KeyState, PendingRecord
+    from flink_agents.runtime.scheduling.key_runner import KeyRunner
+
+    FAST_DONE.clear()
+    store = _SlowReadStore()
+    engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("mark", [InputEvent], _mark_done)), {},
+                         job_id="job", store=store)
+    runner = KeyRunner(engine, max_concurrent_runs=4)
+    try:
+        for key in ("slow", "fast"):
+            runner.submit(key, KeyState(journal_id="job", next_seq=1, pending=[PendingRecord(0, key)]))
+        assert runner.wait_for("slow", timeout_s=10) and runner.wait_for("fast", timeout_s=10)
+        outputs = {key: [c.outputs for c in runner.take(key)] for key in ("slow", "fast")}
+    finally:
+        runner.close()
+        engine.close()
+
+    assert store.fast_finished_during_slow_read is True
+    assert outputs == {"slow": [["slow"]], "fast": [["fast"]]}

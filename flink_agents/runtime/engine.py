@@ -243,7 +243,7 @@ class AgentEngine:
         progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
-        journal = RunJournal(
+        journal = await RunJournal.open(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
             on_commit=None if progress is None else progress.committed, executors=self.executors,
         )

@@ -59,6 +59,12 @@ class JournalStore(ABC):
     driver error.
     """
 
+    # Whether a call waits for I/O (a database file or server). The runtime
+    # then calls reads on its io pool, never on the event loop's thread that
+    # every run of a subtask shares; a store that answers from memory says
+    # False and is read in place.
+    blocking_io: bool = True
+
     def __init__(self) -> None:
         self.writes = 0
 

@@ -52,6 +52,8 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
         writes: Appends that wrote (see ``JournalStore``).
     """
 
+    blocking_io = False  # answers from memory: read in place (``JournalStore``)
+
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self._clock = clock

@@ -150,13 +150,16 @@ class RunJournal:
         self, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None],
         on_commit: Callable[[List[JournalEntry]], None] | None = None,
         executors: Any = None,
+        journaled: Dict[Tuple[str, int], JournalEntry] | None = None,
     ) -> None:
         self._store = store
         self._executors = executors
         self._run = (journal_id, key_text, seq)
         self._on_write = on_write
         self._on_commit = on_commit
-        self._journaled: Dict[Tuple[str, int], JournalEntry] = store.load_run(journal_id, key_text, seq)
+        self._journaled: Dict[Tuple[str, int], JournalEntry] = (
+            store.load_run(journal_id, key_text, seq) if journaled is None else journaled
+        )
         self._buffer: List[JournalEntry] = []
         self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
         self._in_flight = 0  # calls of this run running now
@@ -167,6 +170,30 @@ class RunJournal:
         self._commit_lock = asyncio.Lock()
         self.calls_executed = 0
         self.calls_replayed = 0
+
+    @classmethod
+    async def open(
+        cls, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None],
+        on_commit: Callable[[List[JournalEntry]], None] | None = None,
+        executors: Any = None,
+    ) -> "RunJournal":
+        """The run's journal, its entries read on the io pool (``executors``),
+        not on the loop's thread, when the store's reads wait for I/O
+        (``JournalStore.blocking_io``): a read waits for the database (and
+        rides out an outage for up to ``journal.retry.timeout_s``), and every
+        other run of the subtask would wait with it.
+
+        Raises:
+            JournalStoreError: The store could not read the run (its own
+                error types, ``flink_agents.stores``).
+        """
+        if not store.blocking_io:
+            journaled = store.load_run(journal_id, key_text, seq)
+        elif executors is None:
+            journaled = await asyncio.to_thread(store.load_run, journal_id, key_text, seq)
+        else:
+            journaled = await executors.io(store.load_run, journal_id, key_text, seq)
+        return cls(store, journal_id, key_text, seq, on_write, on_commit, executors, journaled)
 
     def journaled_entries(self) -> List[JournalEntry]:
         """The entries this run's journal holds (loaded and committed)."""

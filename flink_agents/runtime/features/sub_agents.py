@@ -113,7 +113,7 @@ class SubAgentRunner:
         if explicit_session:
             memory = parent.short_term_memory.get(session_path(session_id)) or {}
         state = KeyState(journal_id=run.journal_id, short_term_memory=memory)
-        journal = RunJournal(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
+        journal = await RunJournal.open(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
                              executors=self._executors)
         outputs: list = []
         try:
