@@ -135,5 +135,5 @@ def test_the_job_command_names_a_journal_it_cannot_open_in_one_line(tmp_path: Pa
     failed = [line for line in done.stderr.splitlines() if line.startswith("error: the job failed: ")]
     assert len(failed) == 1, done.stderr[-3000:]
     assert "hasNext" not in failed[0] and "Py4JJavaError" not in failed[0], failed[0]
-    assert "unable to open database file" in failed[0], failed[0]
+    assert "JournalStoreError" in failed[0] and "is a directory" in failed[0], failed[0]
     assert not output.exists()

@@ -90,3 +90,21 @@ def test_a_short_password_is_masked_as_a_token_without_mangling_the_message():
         "connection to server at 127.0.0.1 port 9 failed: *** is wrong; is the server accepting connections?"
     )
     assert "s3cr3t!" not in _without_password("auth as u/s3cr3t! failed", "postgresql://u:s3cr3t!@h/db")
+
+
+def test_a_journal_path_that_is_a_directory_fails_at_once_not_after_retries(tmp_path):
+    import time
+
+    from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError
+    from flink_agents.stores.factory import open_journal_store
+
+    directory = tmp_path / "journal.db"
+    directory.mkdir()
+    started = time.monotonic()
+
+    with pytest.raises(JournalStoreError, match="is a directory") as failure:
+        store = open_journal_store({"journal.store": "sqlite", "journal.sqlite.path": str(directory)})
+        store.load_run("job", '"k"', 0)
+
+    assert not isinstance(failure.value, JournalUnavailableError)  # terminal: no retries
+    assert time.monotonic() - started < 2

@@ -222,9 +222,12 @@ class SQLiteDialect(Dialect):
         Raises:
             JournalSchemaError: Another schema version, or not a journal (or
                 not an SQLite database at all).
-            JournalStoreError: The file cannot be put in WAL mode.
+            JournalStoreError: The file cannot be put in WAL mode, or the
+                path is a directory (no retry can open that).
             sqlite3.Error: The file cannot be opened.
         """
+        if self.path.is_dir():
+            raise JournalStoreError(f"{self.path} is a directory, not an SQLite journal file; give a file path")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(
             str(self.path),
