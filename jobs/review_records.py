@@ -56,20 +56,34 @@ class ReadResult:
     bad_lines: List[str] = field(default_factory=list)
 
 
-def _unencodable(review: ProductReview) -> str | None:
-    """The first text field holding a lone surrogate (``"\\ud800"`` in JSON
-    decodes to one): such text has no UTF-8 form, and Flink's string
-    serialization fails on it far from the line it came from."""
-    for name, value in review:
+def _unencodable(data: Any) -> str | None:
+    """The first text in the parsed line, key or value at any depth, holding
+    a lone surrogate (``"\\ud800"`` in JSON decodes to one): such text has no
+    UTF-8 form, and Flink's string serialization fails on it far from the
+    line it came from. Checked before the fields are validated, so the
+    reason names the surrogate wherever it is."""
+    def first(value: Any, where: str) -> str | None:
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
                 return (
-                    f"field {name!r}: lone surrogate {value[exc.start]!r} at character {exc.start + 1} "
+                    f"{where}: lone surrogate {value[exc.start]!r} at character {exc.start + 1} "
                     "(an unpaired \\uD800-\\uDFFF escape) cannot be encoded as UTF-8"
                 )
-    return None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                found = first(key, f"a field name ({key!r})") or first(item, f"field {key!r}")
+                if found is not None:
+                    return found
+        elif isinstance(value, list):
+            for item in value:
+                found = first(item, where)
+                if found is not None:
+                    return found
+        return None
+
+    return first(data, "the record")
 
 
 def _decode(raw: bytes, first_line: bool) -> tuple[dict | None, str | None]:
@@ -90,15 +104,15 @@ def _decode(raw: bytes, first_line: bool) -> tuple[dict | None, str | None]:
         return None, f"not valid JSON (nested too deep: beyond Python's recursion limit of {sys.getrecursionlimit()})"
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         return None, f"not valid JSON ({exc})"
-    try:
-        review = ProductReview.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "record"
-        return None, f"field {where!r}: {first['msg']}"
-    problem = _unencodable(review)
+    problem = _unencodable(data)
     if problem is not None:
         return None, problem
+    try:
+        ProductReview.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, f"field {where!r}: {first['msg']}" if where else f"the line is not a review object: {first['msg']}"
     return data, None
 
 

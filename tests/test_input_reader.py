@@ -144,3 +144,16 @@ def test_the_other_jobs_sharing_the_reader_refuse_bad_input_and_directory_output
     assert main(["--input", str(path), "--output", str(tmp_path), "--runner", "local"]) == 2
     assert f"error: output {tmp_path} is a directory" in capsys.readouterr().err
     assert not output.exists()
+
+
+@pytest.mark.parametrize("bad_line, reason", [
+    (b'{"id": "B0\\udc00", "review": "fine", "ts": 3}', "field 'id': lone surrogate '\\udc00' at character 3"),
+    (b'{"id": "B0BAD00004", "review": "fine", "ts": 3, "\\ud800": 1}',
+     "a field name ('\\ud800'): lone surrogate '\\ud800' at character 1"),
+    (b"[1, 2]", "the line is not a review object: Input should be a valid dictionary"),
+])
+def test_a_lone_surrogate_anywhere_is_named_as_such(tmp_path: Path, bad_line: bytes, reason: str) -> None:
+    path = _file_with(tmp_path, bad_line)
+    with pytest.raises(BadRecordError) as failure:
+        read_reviews(path)
+    assert str(failure.value).startswith(f"{path}:2: bad review record: {reason}")
