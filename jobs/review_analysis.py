@@ -236,7 +236,7 @@ def run_on_flink(
         restart_attempts: Restarts after a failure before the job fails.
 
     Raises:
-        flink_agents.runtime.flink.environment.FlinkJobFailed: The job
+        flink_agents.runtime.flink.failures.FlinkJobFailed: The job
             failed; the message names the root Python cause.
     """
     from pyflink.common import Types
@@ -274,10 +274,10 @@ def _collect(outputs: Any, on_output: Any) -> List[Dict[str, Any]]:
     it arrives.
 
     Raises:
-        flink_agents.runtime.flink.environment.FlinkJobFailed: The job
+        flink_agents.runtime.flink.failures.FlinkJobFailed: The job
             failed; the message names the root Python cause.
     """
-    from flink_agents.runtime.flink.environment import job_failures
+    from flink_agents.runtime.flink.failures import job_failures
 
     results: List[Dict[str, Any]] = []
     with job_failures(), outputs.execute_and_collect("review-analysis") as collected:
@@ -346,7 +346,7 @@ def _failure_summary(exc: BaseException) -> str:
     if "py4j" in sys.modules:  # the Flink runner ran: its errors are Py4J's
         from py4j.protocol import Py4JJavaError
 
-        from flink_agents.runtime.flink.environment import FlinkJobFailed
+        from flink_agents.runtime.flink.failures import FlinkJobFailed
 
         if isinstance(exc, Py4JJavaError):
             return str(exc if isinstance(exc, FlinkJobFailed) else FlinkJobFailed(exc))

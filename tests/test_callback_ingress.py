@@ -9,7 +9,6 @@ import json
 import logging
 import re
 import secrets
-import select
 import socket
 import subprocess
 import sys
@@ -23,11 +22,11 @@ from flink_agents.ingress import CallbackIngress, make_app
 from flink_agents.stores.callbacks import PENDING, REJECTED, RESOLVED, TIMED_OUT, CallbackRef
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
+from tests.support.serve_command import serve_command
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 NOW_S = 1_700_000_000.25  # the ingress clock in these tests
-CLI_LINE = re.compile(r"^serving callbacks on http://127\.0\.0\.1:(\d+) \(journal: (.+)\)$")
 
 # --- helpers --------------------------------------------------------------------------
 
@@ -370,25 +369,9 @@ def test_make_app_refuses_a_store_without_callbacks_and_a_bad_limit():
 # --- the command ----------------------------------------------------------------------
 
 
-def _first_line(process: subprocess.Popen, timeout_s: float) -> str:
-    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
-    assert ready, f"no output within {timeout_s} s"
-    return process.stdout.readline().decode().rstrip("\n")
-
-
 def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_path):
     path = tmp_path / "journal.db"  # created by --create: the ingress starts before the job
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", "--sqlite-path", str(path),
-         "--create"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        line = _first_line(process, 15)
-        match = CLI_LINE.match(line)
-        assert match, line
+    with serve_command("--sqlite-path", str(path), "--create") as (process, match):
         port = int(match.group(1))
         assert port > 0 and match.group(2) == f"sqlite {path}"
         assert path.is_file()  # --create made the journal at start
@@ -408,12 +391,6 @@ def test_callbacks_serve_command_completes_a_callback_and_stops_on_sigterm(tmp_p
         assert process.wait(timeout=5) == 0
         stderr = process.stderr.read().decode()
         assert "Traceback" not in stderr, stderr
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
 
 
 @pytest.mark.parametrize("arguments, message", [

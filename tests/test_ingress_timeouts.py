@@ -27,12 +27,12 @@ from flink_agents.ingress.connections import REFUSED_ANSWER
 from flink_agents.stores.callbacks import PENDING, RESOLVED, CallbackRef
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
+from tests.support.serve_command import serve_command
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 WAIT_S = 5.0  # the longest any read waits: a test fails rather than hangs
 SHORT_S = 1.0  # the limit under test
-CLI_LINE = re.compile(r"^serving callbacks on http://127\.0\.0\.1:(\d+) \(journal: .+\)$")
 
 
 def _register(store) -> str:
@@ -206,7 +206,6 @@ def test_connections_over_the_limit_are_refused_while_the_open_ones_keep_working
             _wait_for(lambda: metrics.connections()["open"] == 3, "three connections admitted")
 
             with _connect(ingress.port) as extra:
-                start = time.monotonic()
                 waited_s, answer = _closed_after(extra)
 
             assert answer == REFUSED_ANSWER and answer.startswith(b"HTTP/1.1 503 ")
@@ -295,17 +294,8 @@ def test_the_serve_command_rejects_a_bad_limit_naming_its_key(tmp_path):
 def test_the_serve_command_applies_its_connection_limit_and_header_timeout(tmp_path):
     path = tmp_path / "journal.db"
     SQLiteJournalStore(path).count_entries()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flink_agents.cli.main", "callbacks", "serve", "--port", "0", "--sqlite-path",
-         str(path), "--max-connections", "1", "--header-timeout-s", str(SHORT_S)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        ready, _, _ = select.select([process.stdout], [], [], 15)
-        assert ready, "the command printed nothing within 15 s"
-        line = process.stdout.readline().decode().rstrip("\n")
-        match = CLI_LINE.match(line)
-        assert match, line
+    with serve_command("--sqlite-path", str(path), "--max-connections", "1",
+                       "--header-timeout-s", str(SHORT_S)) as (process, match):
         port = int(match.group(1))
         with _connect(port) as first:
             time.sleep(0.2)  # admitted before the next one arrives
@@ -315,9 +305,3 @@ def test_the_serve_command_applies_its_connection_limit_and_header_timeout(tmp_p
             assert answer == b"" and waited_s < SHORT_S + 1.5
         process.terminate()
         assert process.wait(timeout=5) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
