@@ -14,6 +14,8 @@ setup(
     install_requires=[
         "apache-flink==2.3.0",
         "pydantic>=2.6,<3",
+        "docstring-parser>=0.16",  # tool schemas from Google, NumPy and reST docstrings
+        "PyYAML>=6",  # SKILL.md front matter (and YAML agents)
         "cloudpickle",  # apache-flink pins the version
         "protobuf",  # apache-flink constrains the version
         "openai>=1.40",

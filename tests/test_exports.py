@@ -32,6 +32,17 @@ EXPORTS = {
     "flink_agents.api.prompts.prompt": ["Prompt"],
     "flink_agents.api.tools.tool": ["Tool"],
     "flink_agents.api.execution_environment": ["AgentsExecutionEnvironment"],
+    "flink_agents.api.configuration": ["ConfigOption", "Configuration", "ReadableConfiguration", "WritableConfiguration"],
+    "flink_agents.api.core_options": [
+        "AgentConfigOptions",
+        "AgentExecutionOptions",
+        "ErrorHandlingStrategy",
+        "EventLogLevel",
+        "LoggerType",
+        "ShortTermMemoryTtlUpdate",
+        "ShortTermMemoryTtlVisibility",
+    ],
+    "flink_agents.plan.configuration": ["AgentConfiguration"],
 }
 
 # Members user code calls on the exported classes.
@@ -66,7 +77,7 @@ MEMBERS = {
         "get_config",
         "from_list",
         "from_datastream",
-        "from_table",  # a stub on both runners: see test_from_table_is_not_implemented_on_either_runner
+        "from_table",  # Flink runner only: tests/test_table_api_e2e.py
         "execute",
     ],
 }
@@ -113,8 +124,14 @@ def test_durable_execute_async_is_a_coroutine_and_memory_get_takes_a_path():
     from flink_agents.api.memory_object import MemoryObject
     from flink_agents.api.runner_context import RunnerContext
 
-    assert inspect.iscoroutinefunction(RunnerContext.durable_execute_async)
-    assert "path" in inspect.signature(MemoryObject.get).parameters
+    # Returns 0.3.1's AsyncExecutionResult: awaitable, and a coroutine (gather, create_task).
+    from collections.abc import Coroutine
+
+    from flink_agents.api.runner_context import AsyncExecutionResult
+
+    assert inspect.signature(RunnerContext.durable_execute_async).return_annotation in (AsyncExecutionResult, "AsyncExecutionResult")
+    assert issubclass(AsyncExecutionResult, Coroutine)
+    assert "path_or_ref" in inspect.signature(MemoryObject.get).parameters  # 0.3.1's name
 
 
 def test_without_a_flink_env_the_local_runner_is_returned():
@@ -138,25 +155,18 @@ def _both_runners():
     return {"local": local, "flink": flink}
 
 
-@pytest.mark.parametrize("runner", ["local", "flink"])
-def test_from_table_is_not_implemented_on_either_runner(runner):
-    """``from_table`` keeps its 0.3 name, but no runner implements it yet:
-    user code gets NotImplementedError naming the method, not a builder that
-    silently does nothing. Implementing it must replace this test."""
-    env = _both_runners()[runner]
+def test_from_table_on_the_local_runner_names_the_flink_runner():
+    """``from_table`` keeps its 0.3 name; the local runner has no tables and
+    says which runner offers it, not a builder that silently does nothing."""
+    env = _both_runners()["local"]
 
-    with pytest.raises(NotImplementedError, match=r"from_table\(\)"):
+    with pytest.raises(NotImplementedError, match=r"from_table\(\) is offered by the Flink runner only"):
         env.from_table(object(), key_selector=lambda row: row)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Flink runner inherits the base class's 'offered by the Flink runner only' message "
-    "(flink_agents/api/execution_environment.py, from_table): it should say the Flink runner does not "
-    "implement it yet",
-)
-def test_from_table_on_the_flink_runner_does_not_claim_the_flink_runner_offers_it():
-    with pytest.raises(NotImplementedError) as raised:
-        _both_runners()["flink"].from_table(object())
-
-    assert "offered by the Flink runner only" not in str(raised.value)
+def test_from_table_on_the_flink_runner_checks_its_input_before_any_table_environment():
+    """The Flink runner implements ``from_table``: a wrong input is a
+    TypeError naming the parameter (checked before a table environment is
+    created from the stand-in env, which would fail otherwise)."""
+    with pytest.raises(TypeError, match=r"from_table: input must be a pyflink.table.Table, not object"):
+        _both_runners()["flink"].from_table(object(), key_selector=lambda row: row)

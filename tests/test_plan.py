@@ -273,7 +273,7 @@ def test_add_resource_twice_under_one_name_is_rejected():
 @pytest.mark.parametrize(
     "arguments, kind, missing",
     [
-        ({"connection": "no_such_conn"}, "connection", "no_such_conn"),
+        # A missing connection compiles (0.3.1): tests/test_resources_env_compat.py.
         ({"connection": "conn", "prompt": "no_such_prompt"}, "prompt", "no_such_prompt"),
         ({"connection": "conn", "tools": ["lookup", "no_such_tool"]}, "tools", "no_such_tool"),
     ],

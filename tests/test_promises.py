@@ -353,19 +353,38 @@ class FakeValueState:
 
 
 class FakeCounter:
+    """A PyFlink counter, meter or distribution that records nothing."""
+
     def inc(self, n: int = 1) -> None:
         pass
 
     def dec(self, n: int = 1) -> None:
         pass
 
+    def mark_event(self, n: int = 1) -> None:
+        pass
+
+    def update(self, value: int) -> None:
+        pass
+
 
 class FakeMetricGroup:
-    def add_group(self, name: str) -> "FakeMetricGroup":
+    """PyFlink's ``MetricGroup`` interface (the operator mirrors metrics into it)."""
+
+    def add_group(self, name: str, extra: str | None = None) -> "FakeMetricGroup":
         return self
 
     def counter(self, name: str) -> FakeCounter:
         return FakeCounter()
+
+    def meter(self, name: str, time_span_in_seconds: int = 60) -> FakeCounter:
+        return FakeCounter()
+
+    def distribution(self, name: str) -> FakeCounter:
+        return FakeCounter()
+
+    def gauge(self, name: str, obj: Any) -> None:
+        pass
 
 
 class FakeRuntimeContext:

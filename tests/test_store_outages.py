@@ -280,7 +280,7 @@ def test_store_retry_options_are_read_from_the_job_configuration(tmp_path: Path)
         "journal.retry.timeout_s": "2.5", "journal.retry.max_backoff_s": 0.5,
     })
     assert store.retry == StoreRetry(timeout_s=2.5, initial_backoff_s=0.05, max_backoff_s=0.5)
-    with pytest.raises(ValueError, match="journal.retry.timeout_s must be a number"):
+    with pytest.raises(ValueError, match="'journal.retry.timeout_s': expected a number, got 'soon'"):
         open_journal_store({"journal.store": "sqlite", "journal.retry.timeout_s": "soon"})
     with pytest.raises(ValueError, match="max_backoff_s"):
         StoreRetry(initial_backoff_s=2.0, max_backoff_s=1.0)

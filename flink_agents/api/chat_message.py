@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from pydantic import BaseModel, Field
 
-__all__ = ["ChatMessage", "MessageRole"]
+__all__ = ["ChatMessage", "MessageRole", "find_first_system_message"]
 
 
 class MessageRole(str, Enum):
@@ -40,3 +40,22 @@ class ChatMessage(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.role.value}: {self.content}"
+
+
+def find_first_system_message(messages: Sequence[ChatMessage]) -> int:
+    """The index of the first system message of ``messages``, or -1 if there
+    is none (Flink Agents 0.3.1's helper of the same name and module; its
+    chat model setup inserts skill text right after that message).
+
+    Raises:
+        TypeError: An element of ``messages`` is not a ``ChatMessage`` (the
+            message names its index).
+    """
+    for index, message in enumerate(messages):
+        if not isinstance(message, ChatMessage):
+            raise TypeError(
+                f"messages[{index}] is a {type(message).__name__}; expected a ChatMessage"
+            )
+        if message.role == MessageRole.SYSTEM:
+            return index
+    return -1

@@ -20,6 +20,7 @@ __all__ = [
     "chat_model_connection",
     "chat_model_setup",
     "prompt",
+    "skills",
     "tool",
 ]
 
@@ -57,9 +58,9 @@ def action(*listen_events: type[Event] | str, **config: Any) -> Callable[[Any], 
 
 
 def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
-    def mark(fn: Any) -> Any:
-        setattr(_function_of(fn), RESOURCE_ATTR, kind)
-        return fn
+    def mark(func: Any) -> Any:  # "func", as Flink Agents 0.3.1's decorators name it
+        setattr(_function_of(func), RESOURCE_ATTR, kind)
+        return func
 
     return mark
 
@@ -72,3 +73,5 @@ chat_model_connection = _resource_marker(ResourceType.CHAT_MODEL_CONNECTION)
 chat_model_connection.__doc__ = "Mark a function returning a connection's ``ResourceDescriptor``."
 chat_model_setup = _resource_marker(ResourceType.CHAT_MODEL)
 chat_model_setup.__doc__ = "Mark a function returning a chat model setup's ``ResourceDescriptor``."
+skills = _resource_marker(ResourceType.SKILLS)
+skills.__doc__ = "Mark a function returning a ``Skills`` (where SKILL.md skills come from), as Flink Agents 0.3.1's ``@skills``."

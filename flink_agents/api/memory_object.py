@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
-from flink_agents.api.memory_reference import MemoryRef
+if TYPE_CHECKING:  # memory_reference imports MemoryType from here
+    from flink_agents.api.memory_reference import MemoryRef
 
-__all__ = ["MemoryObject", "MemoryType"]
+__all__ = ["MemoryObject", "MemoryType", "validate_memory_value"]
 
 
 class MemoryType(str, Enum):
@@ -28,9 +29,10 @@ class MemoryObject(ABC):
     """
 
     @abstractmethod
-    def get(self, path: str | MemoryRef) -> Any:
-        """The value at ``path``, a ``MemoryObject`` for a nested object, or
-        None if nothing is there."""
+    def get(self, path_or_ref: str | MemoryRef) -> Any:
+        """The value at ``path_or_ref`` (a dotted path, or a ``MemoryRef``
+        from ``set``), a ``MemoryObject`` for a nested object, or None if
+        nothing is there. The parameter name is Flink Agents 0.3.1's."""
 
     @abstractmethod
     def set(self, path: str, value: Any) -> MemoryRef:
@@ -60,3 +62,62 @@ class MemoryObject(ABC):
     @abstractmethod
     def get_fields(self) -> Dict[str, Any]:
         """This object's direct fields: values, and ``MemoryObject`` for objects."""
+
+
+# The values Flink Agents 0.3.1 accepts in memory (exact types: a bool
+# subclass or a str enum is not one of them).
+_PORTABLE_SCALARS = (bool, int, float, str)
+
+
+def validate_memory_value(path: str, value: Any) -> None:
+    """Check that ``value`` is a portable memory value, as Flink Agents
+    0.3.1's ``validate_memory_value`` does: recursively ``None``, ``bool``,
+    ``int``, ``float``, ``str``, ``list``, or ``dict`` with ``str`` keys.
+
+    A value that passes is stored by ``MemoryObject.set`` of every runner
+    (this project's and 0.3.1's). This project's ``set`` accepts more
+    (tuples, sets, enums, datetimes, UUIDs, pydantic models, dataclasses;
+    see ``runtime.durability.codec``), which 0.3.1 refuses; call this to
+    keep values portable.
+
+    Args:
+        path: The memory path the value is meant for (``"order.items"``),
+            named in the error.
+        value: The value to check.
+
+    Raises:
+        TypeError: A part of ``value`` is not portable; the message names
+            where (``memory path 'order.items'[2]``), its type, and a
+            conversion. A ``MemoryObject`` is refused with a pointer to
+            ``new_object``.
+    """
+    _check_portable(value, f"memory path {path!r}")
+
+
+def _check_portable(value: Any, where: str) -> None:
+    if value is None or type(value) in _PORTABLE_SCALARS:
+        return
+    if isinstance(value, MemoryObject):
+        raise TypeError(
+            f"value at {where} is a MemoryObject; create a nested object with "
+            "new_object(path) instead of storing one with set()"
+        )
+    if type(value) is list:
+        for index, item in enumerate(value):
+            _check_portable(item, f"{where}[{index}]")
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise TypeError(
+                    f"value at {where} has the key {key!r} of type {type(key).__name__}; memory "
+                    "dict keys must be str (convert with {str(k): v for k, v in value.items()})"
+                )
+            _check_portable(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"value at {where} has type {type(value).__name__}, which is not a portable memory "
+        "value (None, bool, int, float, str, list, or dict with str keys); convert it first, "
+        "e.g. str(value) for a UUID, value.model_dump(mode='json') for a pydantic model, "
+        "list(value) for a tuple or set"
+    )

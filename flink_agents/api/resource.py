@@ -8,7 +8,10 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Callable, Dict, Type
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic_core import PydanticSerializationError
+
+from flink_agents.api.resource_context import ResourceContext
 
 __all__ = [
     "Resource",
@@ -16,6 +19,7 @@ __all__ = [
     "ResourceName",
     "ResourceType",
     "SerializableResource",
+    "get_resource_class",
 ]
 
 
@@ -30,20 +34,28 @@ class ResourceType(str, Enum):
     VECTOR_STORE = "vector_store"
     PROMPT = "prompt"
     MCP_SERVER = "mcp_server"
+    SKILLS = "skills"
     AGENT = "agent"
 
 
 class Resource(BaseModel, ABC):
     """Base class of resources.
 
-    ``get_resource`` is bound by the runtime when the resource is created, so a
-    chat model setup can resolve its connection, prompt and tools by name.
-    Resources are created once per operator instance (subtask) and shared by
-    all keys it runs; ``open`` runs once after creation, ``close`` at shutdown.
+    The runtime gives each resource it builds a ``resource_context``
+    (``flink_agents.api.resource_context.ResourceContext``), as Flink Agents
+    0.3.1 does, so that a chat model setup can reach its connection, prompt
+    and tools by name: ``self.resource_context.get_resource(name, type)``.
+    ``get_resource`` is the same lookup as a plain callable (this project's
+    earlier spelling; both are bound). Resources are created once per
+    operator instance (subtask) and shared by all keys it runs; ``open`` runs
+    once after creation, ``close`` at shutdown.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
+    resource_context: ResourceContext | None = Field(
+        default=None, exclude=True, repr=False
+    )
     get_resource: Callable[[str, ResourceType], Any] | None = Field(
         default=None, exclude=True, repr=False
     )
@@ -59,9 +71,46 @@ class Resource(BaseModel, ABC):
     def close(self) -> None:
         """Release what ``open`` acquired. Called once at shutdown."""
 
+    # The metric group bound by ``RunnerContext.get_resource`` (0.3.1's API).
+    _metric_group: Any = PrivateAttr(default=None)
+
+    def set_metric_group(self, metric_group: Any) -> None:
+        """Bind the ``MetricGroup`` this resource reports to
+        (``flink_agents.api.metric_group``). ``RunnerContext.get_resource``
+        binds the calling action's group (or the one it is given), as Flink
+        Agents 0.3.1 does. A resource is shared by every key of the operator:
+        while runs of several actions use it at once, it reports to the group
+        bound last."""
+        self._metric_group = metric_group
+
+    @property
+    def metric_group(self) -> Any:
+        """The bound ``MetricGroup``, or None before any was bound."""
+        return self._metric_group
+
 
 class SerializableResource(Resource, ABC):
-    """A resource whose fields are JSON-serializable (prompts, tools' metadata)."""
+    """A resource whose fields are JSON-serializable (prompts, tools' metadata),
+    so that a plan can carry it as its class and fields."""
+
+    @model_validator(mode="after")
+    def validate_serializable(self) -> "SerializableResource":
+        """Check, when the resource is created, that its fields serialize to
+        JSON, as Flink Agents 0.3.1 does (fields declared with
+        ``exclude=True`` are not part of it).
+
+        Raises:
+            ValueError: A field cannot be serialized (pydantic reports it as a
+                ``ValidationError``, which is a ``ValueError``); the message
+                names the class.
+        """
+        try:
+            self.model_dump_json()
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{type(self).__name__} is a SerializableResource but its fields do not serialize to JSON: {exc}"
+            ) from exc
+        return self
 
 
 class ResourceDescriptor(BaseModel):
@@ -123,6 +172,46 @@ class ResourceDescriptor(BaseModel):
         for part in self.target_clazz.split("."):
             obj = getattr(obj, part)
         return obj
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when they name the same class with the same arguments, whether
+        # the class was given as an object or by name (as in 0.3.1).
+        if not isinstance(other, ResourceDescriptor):
+            return NotImplemented
+        return (self.target_module, self.target_clazz, self.arguments) == (
+            other.target_module, other.target_clazz, other.arguments
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # arguments are mutable
+
+
+def get_resource_class(module_path: str, class_name: str) -> Type[Resource]:
+    """The class ``class_name`` of module ``module_path``, as Flink Agents
+    0.3.1's ``get_resource_class`` finds it (``class_name`` may be dotted for
+    a nested class).
+
+    Args:
+        module_path: An importable module, e.g. ``"my_pkg.models"``.
+        class_name: A class of that module, e.g. ``"MyChatModelSetup"``.
+
+    Raises:
+        ValueError: ``module_path`` or ``class_name`` is empty.
+        ModuleNotFoundError: The module cannot be imported.
+        AttributeError: The module has no such class (the message names both).
+        TypeError: The name does not refer to a class.
+    """
+    if not module_path or not class_name:
+        raise ValueError(
+            f"get_resource_class needs module_path and class_name, got {module_path!r} and {class_name!r}"
+        )
+    obj: Any = importlib.import_module(module_path)
+    for part in class_name.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"module {module_path!r} has no class {class_name!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise TypeError(f"{module_path}.{class_name} is a {type(obj).__name__}, not a class")
+    return obj
 
 
 class ResourceName:

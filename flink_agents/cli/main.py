@@ -5,6 +5,7 @@
     flink-agents run review-analysis [...]  run the review-analysis job
     flink-agents run shipping-claims [...]  run the shipping-claims job (callbacks)
     flink-agents callbacks serve [...]      serve the callback ingress (HTTP)
+    flink-agents run-yaml FILE --input F    run a YAML-declared agent over JSON lines
 """
 
 from __future__ import annotations
@@ -133,6 +134,24 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_yaml(commands: Any) -> None:
+    run_yaml = commands.add_parser(
+        "run-yaml", help="run an agent declared in YAML over a JSON-lines input (docs/yaml_agents.md)"
+    )
+    run_yaml.add_argument("files", nargs="+", metavar="FILE",
+                          help="YAML agent files, loaded in order (agents and shared resources)")
+    run_yaml.add_argument("--input", required=True, metavar="FILE.jsonl", help="one JSON value per line")
+    run_yaml.add_argument("--output", metavar="FILE.jsonl",
+                          help="where to write one JSON line per output (default: standard output)")
+    run_yaml.add_argument("--agent", help="the agent to run, when the files declare more than one")
+    run_yaml.add_argument("--key", metavar="FIELD",
+                          help="key each record by this field (per-key order and memory); without it, "
+                               "each record is its own key (local runner only)")
+    run_yaml.add_argument("--runner", choices=("local", "flink"), default="local",
+                          help="the embedded local runner (default) or a local Flink mini-cluster")
+    run_yaml.add_argument("--parallelism", type=int, default=1, metavar="N", help="Flink parallelism (--runner flink)")
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flink-agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -169,8 +188,13 @@ def main(argv: List[str] | None = None) -> int:
                        help="time a kept-alive connection may wait for its next request (default 30)")
     serve.add_argument("--max-connections", dest="max_connections", metavar="N",
                        help="connections open at once; one more is answered 503 and closed (default 512)")
+    _add_run_yaml(commands)
     args = parser.parse_args(argv)
 
+    if args.command == "run-yaml":
+        from flink_agents.cli.run_yaml import run_yaml
+
+        return run_yaml(args)
     if args.command == "callbacks":
         return _callbacks_serve(args)
     if args.command == "plan" and args.plan_command == "show":

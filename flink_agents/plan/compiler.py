@@ -15,12 +15,13 @@ from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURC
 from flink_agents.api.events.chat_event import ChatRequestEvent
 from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
-from flink_agents.api.prompts.prompt import Prompt
+from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
 from flink_agents.api.tools.tool import FunctionTool
 from flink_agents.plan.agent_plan import ActionSpec, AgentPlan, ResourceKind, ResourceSpec
 from flink_agents.plan.errors import PlanError
 from flink_agents.plan.function_ref import FunctionRef
+from flink_agents.plan.skills import add_skills
 
 __all__ = ["compile_agent"]
 
@@ -99,6 +100,7 @@ def _compile_one(agent: Agent, tree: _Tree) -> AgentPlan:
     agent_name = type(agent).__qualname__
     actions = _collect_actions(agent, agent_name)
     resources = _collect_resources(agent, agent_name, tree)
+    add_skills(resources, agent_name)  # merged Skills + the load_skill tool
     _check_references(resources, agent_name)
 
     by_event: Dict[str, List[str]] = {}
@@ -220,7 +222,8 @@ def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, t
         return ResourceSpec(name=name, type=type, kind=ResourceKind.AGENT, child=tree.child(value, where))
     if isinstance(value, ResourceDescriptor):
         return ResourceSpec(name=name, type=type, kind=ResourceKind.DESCRIPTOR, descriptor=value)
-    if isinstance(value, Prompt):
+    if isinstance(value, LocalPrompt):
+        # Another Prompt subclass is a SerializableResource: class + fields.
         return ResourceSpec(
             name=name, type=type, kind=ResourceKind.PROMPT, value=value.model_dump(mode="json")
         )
@@ -272,9 +275,14 @@ def _collect_resources(agent: Agent, agent_name: str, tree: _Tree) -> Dict[Resou
 
 
 def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], agent_name: str) -> None:
-    """A chat model setup's connection, prompt and tools must exist."""
+    """A chat model setup's prompt and tools (when named) must exist.
+
+    Its connection is not checked here: as in Flink Agents 0.3.1, a setup
+    that overrides ``chat`` may never use one, so a connection that names
+    no resource fails only when the setup first uses it (a ``KeyError``
+    naming the setup and the connection, from the resource context).
+    """
     wanted = {
-        "connection": ResourceType.CHAT_MODEL_CONNECTION,
         "prompt": ResourceType.PROMPT,
         "tools": ResourceType.TOOL,
     }

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Callable
 
 from pydantic import BaseModel, PrivateAttr
 
+from flink_agents.api.function import resolve_function
 from flink_agents.plan.errors import PlanError
 
 __all__ = ["FunctionRef"]
@@ -70,10 +70,7 @@ class FunctionRef(BaseModel):
         """
         if self._fn is None:
             try:
-                obj: Any = importlib.import_module(self.module)
-                for part in self.qualname.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError) as exc:
+                self._fn = resolve_function(self.module, self.qualname)
+            except (ImportError, AttributeError, TypeError) as exc:
                 raise PlanError(f"cannot import function {self.name}: {exc}") from exc
-            self._fn = obj.__func__ if isinstance(obj, staticmethod) else obj
         return self._fn

@@ -47,6 +47,8 @@ from flink_agents.api.chat_models.chat_model import BaseChatModelSetup
 from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
 from flink_agents.api.events.event import Event
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
+from flink_agents.api.configuration import readable
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.api.resource import ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
@@ -55,12 +57,11 @@ from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, ou
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.durability.ids import tool_call_id
 
-__all__ = ["chat_model_action", "tool_call_action", "MAX_TOOL_ROUNDS_OPTION", "ToolNotOffered"]
+__all__ = ["chat_model_action", "tool_call_action", "ToolNotOffered"]
 
 log = logging.getLogger(__name__)
 
-MAX_TOOL_ROUNDS_OPTION = "chat.max_tool_rounds"
-_DEFAULT_MAX_TOOL_ROUNDS = 16
+_MAX_TOOL_ROUNDS = RuntimeOptions.CHAT_MAX_TOOL_ROUNDS
 _CONTEXT_PATH = "_flink_agents.chat"
 
 
@@ -78,7 +79,10 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
         path = f"{_CONTEXT_PATH}.{event.request_id.hex}"
         conversation = ctx.sensory_memory.get(path)
         if conversation is None:
-            raise RuntimeError(f"tool response {event.request_id} matches no pending chat request")
+            # The response to a ToolRequestEvent a user action sent (as 0.3.1
+            # code may): no chat of ours waits for it; the user's actions get it.
+            log.debug("tool response %s answers no chat request of this run", event.request_id)
+            return
         names = _tool_names(conversation["messages"])
         for call_id in conversation.pop("pending_calls"):
             if call_id not in event.responses:
@@ -103,7 +107,7 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
 
 
 async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
-    max_rounds = int(ctx.config.get(MAX_TOOL_ROUNDS_OPTION, _DEFAULT_MAX_TOOL_ROUNDS))
+    max_rounds = readable(ctx.config).get(_MAX_TOOL_ROUNDS)
     model = conversation["model"]
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
@@ -117,7 +121,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     while not reply.tool_calls and conversation.get("operations"):
         if conversation["round"] >= max_rounds:
             raise RuntimeError(
-                f"chat model {model!r} used more than {max_rounds} rounds ({MAX_TOOL_ROUNDS_OPTION})"
+                f"chat model {model!r} used more than {max_rounds} rounds ({_MAX_TOOL_ROUNDS.key})"
             )
         conversation["messages"].append(reply.model_dump(mode="json"))
         conversation["messages"].append(await _operation_outcomes(conversation.pop("operations"), ctx))
@@ -137,7 +141,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     if conversation["round"] >= max_rounds:
         raise RuntimeError(
             f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
-            f"({MAX_TOOL_ROUNDS_OPTION})"
+            f"({_MAX_TOOL_ROUNDS.key})"
         )
     calls = []
     for index, call in enumerate(reply.tool_calls):
@@ -174,14 +178,36 @@ async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, An
             extra_args={"steering": True},
         ).model_dump(mode="json"))
     messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
-    reply = await _journaled(ctx)(
-        f"chat:{model}",
-        [conversation["messages"], conversation["prompt_args"]],
-        lambda: setup.achat(messages, prompt_args=conversation["prompt_args"]),
-    )
+
+    async def ask() -> Any:
+        answer = await setup.achat(messages, prompt_args=conversation["prompt_args"])
+        _count_tokens(ctx, setup, model, answer)  # here: a replayed reply is not counted again
+        return answer
+
+    reply = await _journaled(ctx)(f"chat:{model}", [conversation["messages"], conversation["prompt_args"]], ask)
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
     return reply
+
+
+def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> None:
+    """Built-in metrics ``action.<action>.model.<model>.promptTokens`` and
+    ``.completionTokens`` (Flink Agents 0.3.1's names) of a model call that
+    ran, from the usage the provider reported in the reply's ``extra_args``:
+    ``usage: {prompt_tokens, completion_tokens}`` (this runtime's providers)
+    or 0.3.1's ``promptTokens``/``completionTokens``/``model_name``. The
+    model is the provider's model name, else the setup's resource name.
+    Nothing is counted when the provider reported no usage."""
+    extra = getattr(reply, "extra_args", None) or {}
+    usage = extra.get("usage") if isinstance(extra.get("usage"), dict) else {}
+    prompt = usage.get("prompt_tokens", extra.get("promptTokens"))
+    completion = usage.get("completion_tokens", extra.get("completionTokens"))
+    if prompt is None and completion is None:
+        return
+    name = extra.get("model_name") or getattr(setup, "model", None) or resource
+    group = ctx.action_metric_group.get_sub_group("model", str(name))
+    group.get_counter("promptTokens").inc(int(prompt or 0))
+    group.get_counter("completionTokens").inc(int(completion or 0))
 
 
 def _tool_names(messages: List[Dict[str, Any]]) -> Dict[str, str]:
@@ -306,19 +332,25 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         if not isinstance(tool, Tool):
             raise TypeError(f"resource {name!r} is not a tool")
         fn = getattr(tool, "func", None)
+        # Arguments as a list are positional (``Tool.call(*args)``, as 0.3.1 allows).
+        args, kwargs = (list(arguments), {}) if isinstance(arguments, list) else ((), arguments)
 
         async def invoke() -> Any:
+            # Built-in metric numOfToolCalls: a call that runs (a replayed one does not get here).
+            ctx.agent_metric_group.get_counter("numOfToolCalls").inc()
+            ctx.action_metric_group.get_sub_group("tool", name).get_counter("numOfToolCalls").inc()
             if fn is not None and inspect.iscoroutinefunction(fn):
-                return _json_result(await fn(**arguments))
-            return _json_result(await asyncio.to_thread(tool.call, **arguments))
+                return _json_result(await fn(*args, **kwargs))
+            return _json_result(await asyncio.to_thread(tool.call, *args, **kwargs))
 
         # Journaled: a tool with side effects does not run twice after a failover.
         return await _journaled(ctx)(f"tool:{name}", [arguments], invoke)
 
     outcomes = await asyncio.gather(*(run(c) for c in request.tool_calls), return_exceptions=True)
-    responses: Dict[str, Any] = {}
-    errors: Dict[str, str] = {}
-    external: Dict[str, str | None] = {}
+    # Keyed by the calls' own ids, of any hashable type (a UUID from 0.3.1 user code).
+    responses: Dict[Any, Any] = {}
+    errors: Dict[Any, str] = {}
+    external: Dict[Any, Any] = {}
     for call, outcome in zip(request.tool_calls, outcomes):
         call_id = call["id"]
         external[call_id] = call.get("original_id")

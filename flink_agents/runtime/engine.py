@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Tuple
 
+from flink_agents.api.configuration import ConfigurationView, ReadableConfiguration
+from flink_agents.api.core_options import AgentExecutionOptions, RuntimeOptions, validate_options
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.execution.action_loop import run_record
 from flink_agents.runtime.features.callbacks import CallbackHub
@@ -25,26 +27,21 @@ from flink_agents.runtime.scheduling.executors import Executors
 from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.durability.journal import RunJournal
 from flink_agents.runtime.execution.metrics import RunCounters
-from flink_agents.runtime.features.progress import PROGRESS_OPTION, RunProgress
+from flink_agents.runtime.features.progress import RunProgress
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
-from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, STEERING_OPTION, SteeringMailbox, SteeringQueueFull
+from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, SteeringMailbox, SteeringQueueFull
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
+from flink_agents.runtime.features.event_log import EventLog
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
 
-__all__ = ["AgentEngine", "RETENTION_OPTION", "PRUNE_INTERVAL_OPTION"]
+__all__ = ["AgentEngine"]
 
 log = logging.getLogger(__name__)
 
-MAX_CONCURRENT_RUNS_OPTION = "max_concurrent_runs"
-DEFAULT_MAX_CONCURRENT_RUNS = 64
-RETENTION_OPTION = "journal.retention_s"
-PRUNE_INTERVAL_OPTION = "journal.prune_interval_s"
-_DEFAULT_RETENTION_S = 1800.0
-_DEFAULT_PRUNE_INTERVAL_S = 60.0
 
 
 class AgentEngine:
@@ -52,8 +49,10 @@ class AgentEngine:
 
     Args:
         plan: The compiled agent.
-        config: The job's agent configuration (``ctx.config``; journal and
-            error options, see ``docs/operations.md``).
+        config: The job's agent configuration (``ctx.config``): a mapping
+            of keys declared in ``flink_agents.api.core_options`` (see
+            ``docs/operations.md``) and the user's own keys; every declared
+            option set in it is validated here.
         job_id: Journal namespace of keys this engine sees first.
         store: The journal store; default from ``config`` (``journal.store``,
             in-memory if unset).
@@ -63,20 +62,25 @@ class AgentEngine:
             injectable for tests.
         deadline_timers: The host's ``KeyedDriver.arm_deadline``, for a
             host whose timers survive a restore (the Flink operator).
+        task: ``(task name, subtask index)`` of the host, for the file
+            event logger's file name (``runtime.features.event_log``).
     """
 
     def __init__(
         self,
         plan: AgentPlan,
-        config: Dict[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
         job_id: str = "job",
         store: JournalStore | None = None,
         clock: Clock | Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         deadline_timers: Callable[[Any, str, int, int], None] | None = None,
+        task: Tuple[str, int] = ("local", 0),
     ) -> None:
         self.plan = plan
-        self.config = dict(config or {})
+        # Read-only and validated up front: a bad option fails the job at
+        # start, naming the key (flink_agents.api.core_options).
+        self.config: ReadableConfiguration = validate_options(ConfigurationView(config or {}))
         self.job_id = job_id
         self.counters = RunCounters()
         self._owns_store = store is None
@@ -84,13 +88,17 @@ class AgentEngine:
         # told otherwise; the Flink runner asks for SQLite by default.
         self.store = store if store is not None else open_journal_store({"journal.store": "memory", **self.config})
         self.clock = Clock.of(clock, sleep)
-        self._retention_s = float(self.config.get(RETENTION_OPTION, _DEFAULT_RETENTION_S))
-        self._prune_interval_s = float(self.config.get(PRUNE_INTERVAL_OPTION, _DEFAULT_PRUNE_INTERVAL_S))
+        self._retention_s = self.config.get(RuntimeOptions.JOURNAL_RETENTION_S)
+        self._prune_interval_s = self.config.get(RuntimeOptions.JOURNAL_PRUNE_INTERVAL_S)
         self._last_prune = self.clock.now()
         self._resources = ResourceCache(plan)
-        # Blocking user calls on a pool sized to the run concurrency, store
-        # I/O on its own (runtime.scheduling.executors).
-        self.executors = Executors(int(self.config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS)))
+        # Blocking user calls on a pool sized to num-async-threads (0.3.1's
+        # key), by default the run concurrency; store I/O on its own
+        # (runtime.scheduling.executors).
+        self.executors = Executors(
+            self.config.get(AgentExecutionOptions.NUM_ASYNC_THREADS)
+            or self.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
+        )
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
             CallbackHub(self.store, self.config, self.counters, self.clock, self.executors, deadline_timers)
@@ -101,9 +109,11 @@ class AgentEngine:
             self.clock,
         )
         self._running: set[Any] = set()
-        self.progress_enabled = _flag(self.config.get(PROGRESS_OPTION))
-        self.steering_enabled = _flag(self.config.get(STEERING_OPTION))
+        self.progress_enabled = self.config.get(RuntimeOptions.PROGRESS_ENABLED)
+        self.steering_enabled = self.config.get(RuntimeOptions.STEERING_ENABLED)
         self._mailboxes: Dict[Any, SteeringMailbox] = {}
+        # None unless something would be logged or told: no cost per event then.
+        self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
 
     def is_running(self, key: Any) -> bool:
         """Whether a run of ``key`` is in progress."""
@@ -243,9 +253,12 @@ class AgentEngine:
         progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
+        run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
         journal = await RunJournal.open(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
-            on_commit=None if progress is None else progress.committed, executors=self.executors,
+            on_commit=_both(None if progress is None else progress.committed,
+                            None if run_log is None else run_log.committed),
+            executors=self.executors,
         )
         if progress is not None and journal.is_replay:
             progress.replayed(journal.journaled_entries())
@@ -256,7 +269,7 @@ class AgentEngine:
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
                 RunServices(self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None),
-                self.clock,
+                self.clock, run_log,
             ), record)
         except RecordSkipped as skipped:
             failure = skipped.failure
@@ -272,6 +285,8 @@ class AgentEngine:
                 "attempts": skipped.attempts,
             })
             await journal.finish_async("skipped", force=await self._close_callbacks(run))
+            if run_log is not None:
+                run_log.finished()
         except ActionFailed as failure:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
@@ -288,6 +303,8 @@ class AgentEngine:
             raise
         else:
             await journal.finish_async("ok", force=await self._close_callbacks(run))
+            if run_log is not None:
+                run_log.finished()
             if progress is not None and progress.commits == 0 and not journal.is_replay:
                 progress.ended_without_commit("ok", outputs)
             for output in outputs:
@@ -351,12 +368,19 @@ class AgentEngine:
             self._sub_agents.close()
         finally:
             self.executors.close()
+            if self.event_log is not None:
+                self.event_log.close()
             if self._owns_store:
                 self.store.close()
 
 
-def _flag(value: Any) -> bool:
-    """A boolean option given as bool or text (``"true"``/``"false"``)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
+def _both(first: Callable[[Any], None] | None, second: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One ``on_commit`` calling ``first`` then ``second`` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(entries: Any) -> None:
+        first(entries)
+        second(entries)
+
+    return both

@@ -11,6 +11,9 @@ Keys (flat, dotted, as in a Flink configuration):
   (0.05), ``journal.retry.max_backoff_s`` (1): how long the SQL stores ride
   out a lost connection or a locked file (``stores.retry.StoreRetry``).
 
+The keys are declared, typed and validated in
+``flink_agents.api.core_options.RuntimeOptions`` (``JOURNAL_*``).
+
 Opening connects nothing: every store connects on its first read or write.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from flink_agents.api.configuration import readable
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.stores.journal import JournalStore
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.postgres_store import PostgresJournalStore
@@ -47,21 +52,19 @@ def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
             ``FLINK_AGENTS_POSTGRES_DSN`` gives a DSN, or a
             ``journal.retry.*`` value is not a number of seconds >= 0.
     """
-    kind = str(config.get("journal.store") or "sqlite").strip().lower()
+    options = readable(config)
+    kind = (options.get(RuntimeOptions.JOURNAL_STORE) or "sqlite").strip().lower()
     if kind == "sqlite":
-        path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
-        return SQLiteJournalStore(os.path.abspath(os.fspath(path)), retry=StoreRetry.from_config(config))
+        path = options.get(RuntimeOptions.JOURNAL_SQLITE_PATH) or DEFAULT_SQLITE_PATH
+        return SQLiteJournalStore(os.path.abspath(os.fspath(path)), retry=StoreRetry.from_config(options))
     if kind == "memory":
         return InMemoryJournalStore()
     if kind == "postgres":
-        dsn = config.get("journal.postgres.dsn") or os.environ.get(POSTGRES_DSN_ENV)
+        dsn = options.get(RuntimeOptions.JOURNAL_POSTGRES_DSN) or os.environ.get(POSTGRES_DSN_ENV)
         if not dsn:
             raise ValueError(
                 "journal.store is 'postgres' but no DSN is configured: set "
                 f"journal.postgres.dsn or the {POSTGRES_DSN_ENV} environment variable"
             )
-        return PostgresJournalStore(str(dsn), retry=StoreRetry.from_config(config))
-    raise ValueError(
-        f"unknown journal.store {config.get('journal.store')!r}; choose one of "
-        + ", ".join(repr(name) for name in STORES)
-    )
+        return PostgresJournalStore(str(dsn), retry=StoreRetry.from_config(options))
+    raise ValueError(f"configuration 'journal.store': must be one of {', '.join(map(repr, STORES))}, got {kind!r}")

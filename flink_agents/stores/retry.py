@@ -23,9 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+from flink_agents.api.configuration import readable
+from flink_agents.api.core_options import RuntimeOptions
+
 __all__ = ["RETRY_OPTIONS", "StoreRetry"]
 
-RETRY_OPTIONS = ("journal.retry.timeout_s", "journal.retry.initial_backoff_s", "journal.retry.max_backoff_s")
+RETRY_OPTIONS = (
+    RuntimeOptions.JOURNAL_RETRY_TIMEOUT_S.key,
+    RuntimeOptions.JOURNAL_RETRY_INITIAL_BACKOFF_S.key,
+    RuntimeOptions.JOURNAL_RETRY_MAX_BACKOFF_S.key,
+)
 
 
 @dataclass(frozen=True)
@@ -74,15 +81,16 @@ class StoreRetry:
         Raises:
             ValueError: A value is not a number, or out of range (naming the key).
         """
+        options = readable(config)
         values = {}
-        for key in RETRY_OPTIONS:
-            raw = config.get(key)
-            if raw is None:
-                continue
-            try:
-                values[key.rsplit(".", 1)[1]] = float(raw)
-            except (TypeError, ValueError):
-                raise ValueError(f"{key} must be a number of seconds, got {raw!r}") from None
+        for option in (
+            RuntimeOptions.JOURNAL_RETRY_TIMEOUT_S,
+            RuntimeOptions.JOURNAL_RETRY_INITIAL_BACKOFF_S,
+            RuntimeOptions.JOURNAL_RETRY_MAX_BACKOFF_S,
+        ):
+            value = options.get_optional(option)  # ValueError naming the key
+            if value is not None:
+                values[option.key.rsplit(".", 1)[1]] = value
         try:
             return cls(**values)
         except ValueError as error:

@@ -21,7 +21,9 @@ class Agent:
 
     def __init__(self) -> None:
         self._actions: Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]] = {}
-        self._resources: Dict[ResourceType, Dict[str, Any]] = {}
+        # One (empty) dict per kind, as in Flink Agents 0.3.1, so that
+        # ``agent.resources[ResourceType.TOOL]`` works before any is added.
+        self._resources: Dict[ResourceType, Dict[str, Any]] = {t: {} for t in ResourceType}
 
     @property
     def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]]:
@@ -66,9 +68,21 @@ class Agent:
                 (a ``Prompt``, a ``Tool``), a plain function for a tool, or an
                 ``Agent`` for ``ResourceType.AGENT``.
 
+        The argument order and names are Flink Agents 0.3.1's
+        (``add_resource(name, resource_type, instance)``).
+
         Raises:
-            ValueError: A resource of this kind and name exists.
+            ValueError: A resource of this kind and name exists, or
+                ``resource_type`` is not a ``ResourceType`` (or its value).
+            TypeError: ``instance`` is None or a str (give a
+                ``ResourceDescriptor(clazz="pkg.module.Class", ...)`` for a
+                class named by text).
         """
+        if instance is None or isinstance(instance, str):
+            raise TypeError(
+                f"add_resource({name!r}): instance is {instance!r}; expected a ResourceDescriptor, "
+                "a SerializableResource, a function (for a tool) or an Agent (for ResourceType.AGENT)"
+            )
         by_name = self._resources.setdefault(ResourceType(resource_type), {})
         if name in by_name:
             raise ValueError(f"{ResourceType(resource_type).value} resource {name!r} is already defined")

@@ -9,6 +9,7 @@ is run on a worker thread so it does not block other keys.
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 
@@ -76,6 +77,10 @@ class BaseChatModelSetup(Resource):
             messages (at least 2); whole oldest turns are dropped to keep it.
         conversation_max_tokens: Optional bound in estimated tokens
             (``ceil(chars / 4)`` plus 4 per message; at least 1).
+        skills: Names of the agent's SKILL.md skills offered to the model
+            (``flink_agents.api.skills``), as Flink Agents 0.3.1's ``skills``:
+            each call gets a system message listing them (after the first
+            system message), and the built-in ``load_skill`` tool is offered.
     """
 
     connection: str
@@ -85,10 +90,13 @@ class BaseChatModelSetup(Resource):
     conversation: Literal["none", "per_key"] = "none"
     conversation_max_messages: int = 40
     conversation_max_tokens: Optional[int] = None
+    skills: Optional[List[str]] = None
 
     _connection: BaseChatModelConnection | None = PrivateAttr(default=None)
     _prompt: Prompt | None = PrivateAttr(default=None)
     _tools: List[Tool] = PrivateAttr(default_factory=list)
+    _skills_prompt: str = PrivateAttr(default="")
+    _opened: bool = PrivateAttr(default=False)
 
     @classmethod
     def resource_type(cls) -> ResourceType:
@@ -118,21 +126,27 @@ class BaseChatModelSetup(Resource):
         return {"model": self.model} if self.model else {}
 
     def open(self) -> None:
-        """Resolve the connection, prompt and tools by name.
+        """Resolve the prompt and tools by name. The connection is resolved
+        when first used (``chat``/``achat``), so a setup that overrides
+        ``chat`` and never uses it needs none, as in Flink Agents 0.3.1.
 
         Raises:
-            KeyError: A named resource does not exist.
+            KeyError: A named prompt or tool does not exist.
         """
         if self.get_resource is None:
             raise RuntimeError(f"{type(self).__name__} was created outside a runtime")
-        self._connection = self.get_resource(
-            self.connection, ResourceType.CHAT_MODEL_CONNECTION
-        )
         if isinstance(self.prompt, str):
             self._prompt = self.get_resource(self.prompt, ResourceType.PROMPT)
         else:
             self._prompt = self.prompt
+        if self.skills:
+            from flink_agents.api.skills import LOAD_SKILL_TOOL
+
+            if LOAD_SKILL_TOOL not in self.tools:
+                self.tools = [*self.tools, LOAD_SKILL_TOOL]
+            self._skills_prompt = self.get_resource(LOAD_SKILL_TOOL, ResourceType.TOOL).discovery_prompt(self.skills)
         self._tools = [self.get_resource(t, ResourceType.TOOL) for t in self.tools]
+        self._opened = True
 
     @property
     def offered_tools(self) -> List[Tool]:
@@ -143,9 +157,14 @@ class BaseChatModelSetup(Resource):
         self, messages: Sequence[ChatMessage], prompt_args: Mapping[str, Any] | None
     ) -> List[ChatMessage]:
         if self._connection is None:
-            self.open()
+            if not self._opened:
+                self.open()
+            # KeyError naming this setup and the connection if it is missing.
+            self._connection = self.get_resource(
+                self.connection, ResourceType.CHAT_MODEL_CONNECTION
+            )
         if self._prompt is None:
-            return list(messages)
+            return self._with_skills(list(messages))
         prepared = self._prompt.fill_messages(prompt_args or {})
         # Drop empty user/system messages (the prompt carries the text); keep
         # every assistant and tool message: a tool call needs its answer.
@@ -153,7 +172,16 @@ class BaseChatModelSetup(Resource):
             m for m in messages
             if m.content or m.role in (MessageRole.ASSISTANT, MessageRole.TOOL)
         )
-        return prepared
+        return self._with_skills(prepared)
+
+    def _with_skills(self, messages: List[ChatMessage]) -> List[ChatMessage]:
+        """Insert the skills' system message after the first system message
+        (first if there is none), as Flink Agents 0.3.1 does."""
+        if not self._skills_prompt:
+            return messages
+        first = next((i for i, m in enumerate(messages) if m.role == MessageRole.SYSTEM), -1)
+        messages.insert(first + 1, ChatMessage(role=MessageRole.SYSTEM, content=self._skills_prompt))
+        return messages
 
     def chat(
         self,
@@ -174,7 +202,13 @@ class BaseChatModelSetup(Resource):
         prompt_args: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> ChatMessage:
-        """Async ``chat``."""
+        """Async ``chat``. A subclass that overrides ``chat`` (and not
+        ``achat``), as Flink Agents 0.3.1 setups do, has its ``chat`` run on
+        a worker thread, so the built-in chat action uses it."""
+        if type(self).chat is not BaseChatModelSetup.chat:
+            return await asyncio.to_thread(
+                functools.partial(self.chat, messages, prompt_args=prompt_args, **kwargs)
+            )
         prepared = self._prepare(messages, prompt_args)
         assert self._connection is not None  # set by _prepare
         return await self._connection.achat(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, Hashable, List, Optional
 from uuid import UUID
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from flink_agents.api.events.event import Event
 
@@ -15,8 +15,15 @@ __all__ = ["ToolRequestEvent", "ToolResponseEvent"]
 class ToolRequestEvent(Event):
     """Asks the built-in tool action to run ``tool_calls`` for ``model``.
 
-    Each call is ``{"id": str, "type": "function", "function": {"name": str,
-    "arguments": dict}, "original_id": str | None}``.
+    Each call is ``{"id": <hashable>, "type": "function", "function":
+    {"name": str, "arguments": dict | list | str}, "original_id": <any> |
+    None}``. The id may be any hashable value, e.g. a ``uuid.UUID`` as 0.3.1
+    user code creates with ``uuid.uuid4()``: the tool action answers with
+    the same ids (of the same type, also after a replay, since the journal
+    keeps types). ``arguments`` as a dict are passed by name, as a list
+    positionally (``Tool.call(*args)``), as a str parsed as JSON first.
+
+    Built as in 0.3.1: ``ToolRequestEvent(model, tool_calls)``.
 
     Attributes:
         offered_tools: Names of the tools the request offered the model (the
@@ -34,19 +41,57 @@ class ToolRequestEvent(Event):
     tool_calls: List[Dict[str, Any]]
     offered_tools: Optional[List[str]] = None
 
+    def __init__(self, model: str, tool_calls: List[Dict[str, Any]], **data: Any) -> None:
+        super().__init__(model=model, tool_calls=tool_calls, **data)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _ids_are_hashable(cls, calls: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """Responses are keyed by call id, so each id must be hashable."""
+        for index, call in enumerate(calls):
+            if "id" not in call:
+                raise ValueError(f"tool_calls[{index}] has no 'id'")
+            if not isinstance(call["id"], Hashable):
+                raise ValueError(
+                    f"tool_calls[{index}].id is a {type(call['id']).__name__}, which is not hashable; "
+                    "use a str, an int or a uuid.UUID"
+                )
+            function = call.get("function")
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError(f"tool_calls[{index}].function must be a dict with a str 'name'")
+        return calls
+
 
 class ToolResponseEvent(Event):
-    """Results of the calls of the request ``request_id``.
+    """Results of the calls of the request ``request_id``, keyed by the
+    calls' ids (any hashable type, as the request gave them).
+
+    Built as in 0.3.1: ``ToolResponseEvent(request_id, responses, external_ids)``.
 
     Attributes:
-        responses: Runtime call id -> the tool's result (or error text).
-        external_ids: Runtime call id -> the provider's call id.
-        errors: Runtime call id -> error text, for calls that raised.
+        responses: Call id -> the tool's result (or error text).
+        external_ids: Call id -> the provider's call id (``original_id``),
+            of whatever type the model gave (a str, a UUID, ...), or None.
+        errors: Call id -> error text, for calls that raised.
     """
 
     EVENT_TYPE: ClassVar[str] = "_tool_response_event"
 
     request_id: UUID
-    responses: Dict[str, Any]
-    external_ids: Dict[str, str | None] = Field(default_factory=dict)
-    errors: Dict[str, str] = Field(default_factory=dict)
+    responses: Dict[Hashable, Any]
+    external_ids: Dict[Hashable, Any] = Field(default_factory=dict)
+    errors: Dict[Hashable, str] = Field(default_factory=dict)
+
+    def __init__(
+        self,
+        request_id: UUID,
+        responses: Dict[Hashable, Any],
+        external_ids: Dict[Hashable, Any] | None = None,
+        **data: Any,
+    ) -> None:
+        super().__init__(
+            request_id=request_id,
+            responses=responses,
+            external_ids={} if external_ids is None else external_ids,
+            **data,
+        )

@@ -1,3 +1,4 @@
-from flink_agents.api.tools.tool import FunctionTool, Tool, ToolMetadata, ToolType
+from flink_agents.api.tools.function_tool import FunctionTool
+from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
 
 __all__ = ["FunctionTool", "Tool", "ToolMetadata", "ToolType"]

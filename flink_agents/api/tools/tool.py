@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-import inspect
-import re
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, field_validator
 
 from flink_agents.api.resource import ResourceType, SerializableResource
+from flink_agents.api.tools.utils import json_schema_of
+
+if TYPE_CHECKING:
+    from flink_agents.api.tools.function_tool import FunctionTool
 
 __all__ = ["FunctionTool", "Tool", "ToolMetadata", "ToolType"]
 
 
 class ToolType(str, Enum):
-    """Where a tool's code lives."""
+    """Where a tool's code lives (0.3.1's values)."""
 
+    MODEL_BUILT_IN = "model_built_in"
     FUNCTION = "function"
+    REMOTE_FUNCTION = "remote_function"
     MCP = "mcp"
+
+
+# The keys of a JSON schema a provider is given as a tool's parameters.
+_PARAMETER_KEYS = ("type", "properties", "required", "definitions", "$defs")
 
 
 class ToolMetadata(BaseModel):
@@ -29,18 +37,49 @@ class ToolMetadata(BaseModel):
         name: The tool's name as the model calls it.
         description: What it does (the docstring's summary).
         args_schema: JSON schema (draft 2020-12 subset, as the OpenAI function
-            calling API takes it) of the keyword arguments.
+            calling API takes it) of the arguments. 0.3.1 keeps a pydantic
+            model class here; one given is turned into its JSON schema
+            (``utils.json_schema_of``), and ``utils.create_model_from_schema``
+            turns the schema back into a model.
     """
 
     name: str
     description: str
     args_schema: Dict[str, Any]
 
+    @field_validator("args_schema", mode="before")
+    @classmethod
+    def _schema_of_model(cls, value: Any) -> Any:
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return json_schema_of(value)
+        return value
+
+    def get_parameters_dict(self) -> Dict[str, Any]:
+        """The schema's ``type``, ``properties``, ``required``,
+        ``definitions`` and ``$defs`` (what 0.3.1 hands a provider as the
+        tool's parameters)."""
+        return {k: v for k, v in self.args_schema.items() if k in _PARAMETER_KEYS}
+
 
 class Tool(SerializableResource, ABC):
     """A callable offered to chat models."""
 
     metadata: ToolMetadata
+
+    @staticmethod
+    def from_callable(func: Callable[..., Any], name: str | None = None) -> "FunctionTool":
+        """A ``FunctionTool`` running ``func`` (0.3.1's ``Tool.from_callable``).
+
+        Args:
+            func: A function or a ``staticmethod``.
+            name: The tool's name; defaults to ``func.__name__``.
+
+        Raises:
+            TypeError: As ``FunctionTool.from_callable``.
+        """
+        from flink_agents.api.tools.function_tool import FunctionTool
+
+        return FunctionTool.from_callable(func, name=name)
 
     @classmethod
     def resource_type(cls) -> ResourceType:
@@ -56,93 +95,23 @@ class Tool(SerializableResource, ABC):
         """The kind of tool."""
 
     @abstractmethod
-    def call(self, **kwargs: Any) -> Any:
-        """Run the tool with the model's arguments and return its result."""
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the tool and return its result.
 
-
-_ARG_LINE = re.compile(r"^(\s*)\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:$")
-
-
-def _parse_google_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Summary and per-argument descriptions of a Google-style docstring."""
-    summary_lines: list[str] = []
-    args: dict[str, str] = {}
-    section = "summary"
-    current: str | None = None
-    arg_indent: int | None = None
-    for line in inspect.cleandoc(doc or "").splitlines():
-        stripped = line.strip()
-        if _SECTION.match(stripped) and not line.startswith(" "):
-            section = "args" if stripped in ("Args:", "Arguments:", "Parameters:") else "other"
-            current, arg_indent = None, None
-            continue
-        if section == "summary":
-            if stripped:
-                summary_lines.append(stripped)
-            elif summary_lines:
-                section = "description"
-        elif section == "args" and stripped:
-            indent = len(line) - len(line.lstrip())
-            match = _ARG_LINE.match(line)
-            if match and (arg_indent is None or indent == arg_indent):
-                arg_indent = indent
-                current = match.group(2)
-                args[current] = match.group(3).strip()
-            elif current is not None:
-                args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(summary_lines), args
-
-
-def _schema_from_signature(fn: Callable[..., Any], arg_docs: dict[str, str]) -> dict:
-    fields: dict[str, Any] = {}
-    for name, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[name] = (annotation, Field(default, description=arg_docs.get(name)))
-    model = create_model(f"{fn.__name__}_args", **fields)
-    schema = model.model_json_schema()
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
-    return schema
-
-
-class FunctionTool(Tool):
-    """A tool backed by a Python function.
-
-    The schema comes from the signature (annotations, defaults) and the
-    Google-style docstring (summary, ``Args:`` descriptions).
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    func: Callable[..., Any] = Field(exclude=True)
-
-    @classmethod
-    def tool_type(cls) -> ToolType:
-        return ToolType.FUNCTION
-
-    @staticmethod
-    def from_callable(func: Callable[..., Any], name: str | None = None) -> "FunctionTool":
-        """Build a tool from ``func``.
-
-        Raises:
-            TypeError: ``func`` is not callable, or an annotation has no JSON schema.
+        The built-in tool action passes the model's arguments by name
+        (``call(**arguments)``), or positionally when the model gave a
+        list (``call(*arguments)``). 0.3.1's signature; a tool written for
+        an earlier release of this project with ``call(self, **kwargs)``
+        still runs.
         """
-        if isinstance(func, staticmethod):
-            func = func.__func__
-        if not callable(func):
-            raise TypeError(f"tool {name or func!r} is not callable")
-        summary, arg_docs = _parse_google_docstring(func.__doc__ or "")
-        metadata = ToolMetadata(
-            name=name or func.__name__,
-            description=summary or func.__name__,
-            args_schema=_schema_from_signature(func, arg_docs),
-        )
-        return FunctionTool(metadata=metadata, func=func)
 
-    def call(self, **kwargs: Any) -> Any:
-        return self.func(**kwargs)
+
+def __getattr__(name: str) -> Any:
+    # ``FunctionTool`` lives in ``function_tool`` (0.3.1's path) and is
+    # importable from here too; imported on first use, as that module
+    # imports this one.
+    if name == "FunctionTool":
+        from flink_agents.api.tools.function_tool import FunctionTool
+
+        return FunctionTool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,11 @@ pydantic model                     ``{"$pydantic": "module:qualname", "fields":
 dataclass instance                 ``{"$dataclass": "module:qualname", "fields": {...}}``
 exception                          ``{"$exception": {"type", "message", "args",
                                    "attrs"}}`` (``codec_exceptions``)
+``pyflink.common.Row``              ``{"$row": "module:qualname", "values": [...],
+                                   ["fields": [...]], ["kind": name]}``: field
+                                   names and a ``RowKind`` other than INSERT
+                                   kept (the class found by name on reading,
+                                   so only PyFlink's code needs PyFlink)
 dict with a non-str key            ``{"$map": [[key, value], ...]}``
 dict with a key starting ``$``     ``{"$dict": {...}}`` (so no data reads as a tag)
 =================================  ============================================
@@ -190,10 +195,13 @@ def _enc(value: Any) -> Any:
         from flink_agents.runtime.durability.codec_exceptions import encode_exception
 
         return {"$exception": encode_exception(value, _enc_part)}
+    if kind.__qualname__ == "Row" and kind.__module__ == _ROW_MODULE:
+        return _enc_row(value)
     raise Refused(
         f"is a {kind.__module__}.{kind.__qualname__}, which the codec cannot carry with its type "
         "(supported: JSON values, tuple, set, frozenset, bytes, datetime, date, time, timedelta, "
-        "Decimal, UUID, Enum, pydantic models, dataclasses, exceptions, dicts with any such keys)"
+        "Decimal, UUID, Enum, pydantic models, dataclasses, exceptions, pyflink.common.Row, "
+        "dicts with any such keys)"
     )
 
 
@@ -278,6 +286,28 @@ def _enc_model(value: BaseModel) -> Any:
     return out
 
 
+# The module of ``pyflink.common.Row``, matched by name: the codec carries
+# Rows without importing PyFlink (only runtime/flink does).
+_ROW_MODULE = "pyflink.common.types"
+
+
+def _enc_row(value: Any) -> Any:
+    """A ``pyflink.common.Row``: its values through this codec, its field
+    names (a Row built with keywords, or given names) and its ``RowKind``
+    when not INSERT."""
+    out: Dict[str, Any] = {
+        "$row": _name(type(value)),
+        "values": [_enc_part(item, f"[{i}]") for i, item in enumerate(value._values)],
+    }
+    fields = value.__dict__.get("_fields")
+    if fields is not None:
+        out["fields"] = [_enc_part(name, f"(field name {i})") for i, name in enumerate(fields)]
+    kind = value.get_row_kind()
+    if kind.name != "INSERT":
+        out["kind"] = kind.name
+    return out
+
+
 def _tz_fields(tz: Any, what: str) -> Dict[str, Any]:
     """How a value's time zone is written beside its ISO text."""
     if tz is None or tz is dt.timezone.utc:
@@ -343,6 +373,16 @@ def _dec_model(data: Dict[str, Any]) -> Any:
     return cls.model_construct(_fields_set=fields_set, **values)
 
 
+def _dec_row(data: Dict[str, Any]) -> Any:
+    cls = resolve_class(data["$row"])
+    row = cls(*decode(data["values"]))
+    if "fields" in data:
+        row.set_field_names(decode(data["fields"]))
+    if "kind" in data:
+        row.set_row_kind(type(row.get_row_kind())[data["kind"]])
+    return row
+
+
 def _dec_dataclass(data: Dict[str, Any]) -> Any:
     cls = resolve_class(data["$dataclass"])
     obj = cls.__new__(cls)
@@ -373,6 +413,7 @@ _DECODERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "$pydantic": _dec_model,
     "$model": lambda d: resolve_class(d["$model"]).model_validate(d["data"]),  # the legacy form
     "$dataclass": _dec_dataclass,
+    "$row": _dec_row,
     "$exception": _dec_exception,
     "$dict": lambda d: {k: decode(v) for k, v in d["$dict"].items()},
     "$map": lambda d: {decode(k): decode(v) for k, v in d["$map"]},
@@ -403,6 +444,10 @@ def plain_json(data: Any) -> Any:
         return {k: plain_json(v) for k, v in data.items()}
     if tag in ("$tuple", "$set", "$frozenset"):
         return [plain_json(v) for v in data[tag]]
+    if tag == "$row":
+        values = [plain_json(v) for v in data["values"]]
+        fields = data.get("fields")
+        return dict(zip((_plain_key(plain_json(f)) for f in fields), values)) if fields is not None else values
     if tag in ("$pydantic", "$dataclass"):
         return {**plain_json(data["fields"]), **plain_json(data.get("extra", {}))}
     if tag == "$model":

@@ -21,6 +21,12 @@ journal recorded gets ``NondeterminismError``, as a replay does.
 
 An action returns ``None``: anything else is an error naming the action
 (an output must be sent with ``ctx.send_event``, or it would be lost).
+
+Built-in metrics read ``counters.events`` and ``counters.actions``; an
+executed step also reports its time (``runtime.execution.metrics``). When
+the job logs events, the run's event log (``runtime.features.event_log``)
+is told what was taken and which steps handled it, and delivers it once
+durable.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import deque
 from typing import Any, Awaitable, Deque, Dict, Tuple
 
@@ -74,19 +81,21 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     # Commits replace the map rather than mutate it, so this is a snapshot.
     memory_at_start = state.short_term_memory
     event_index = 0
+    event_log = run.event_log  # runtime.features.event_log; None: no event log (one test per event)
 
     try:
         while queue:
             event, encoded = queue.popleft()
             counters.events += 1
-            actions = run.plan.actions_for(event.EVENT_TYPE)
+            logged = None if event_log is None else event_log.took(event)
+            actions = run.plan.actions_for(event.get_type())
             if encoded is None and len(actions) + isinstance(event, OutputEvent) > 1:
                 encoded = encode_event(event)  # before any listener can change it
             if isinstance(event, OutputEvent):
                 run.emit(decode_event(encoded).output if actions else event.output)
             if not actions and not isinstance(event, OutputEvent):
                 counters.unhandled_events += 1
-                log.debug("no action listens to %s (key %r, record #%d)", event.EVENT_TYPE, identity.key, identity.seq)
+                log.debug("no action listens to %s (key %r, record #%d)", event.get_type(), identity.key, identity.seq)
             for index, spec in enumerate(actions):
                 step = f"{spec.name}@{event_index}"
                 done = journal.completion(step)
@@ -94,7 +103,10 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                     counters.steps_replayed += 1
                     sensory = apply_diff(sensory, done["sensory"])
                     state.short_term_memory = apply_diff(state.short_term_memory, done["stm"])
-                    queue.extend((decode_event(e), e) for e in done["events"])
+                    replayed = [(decode_event(e), e) for e in done["events"]]
+                    queue.extend(replayed)
+                    if event_log is not None:
+                        event_log.stepped(logged, spec.name, step, [e for e, _ in replayed], replayed=True)
                     continue
                 # A listener's changes to its event never reach another
                 # listener: on a replay, a replayed step does not run again.
@@ -108,6 +120,10 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                     "stm": ctx.short_term.diff(),
                 })
                 queue.extend(zip(ctx.sent_events, ctx.encoded_events))
+                if event_log is not None:
+                    event_log.stepped(logged, spec.name, step, ctx.sent_events, replayed=False)
+            if event_log is not None:
+                event_log.processed(logged)
             event_index += 1
     except BaseException:
         state.short_term_memory = memory_at_start
@@ -120,6 +136,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
     identity = run.identity
     policy = _policy(spec, run.config)
     attempt = 0
+    started = time.perf_counter()
     while True:
         attempt += 1
         ctx = ActionContext(
@@ -138,6 +155,9 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             # the codec refuses is the action's error (terminal), naming it.
             ctx.encoded_events = [encode_event(e) for e in ctx.sent_events]
             run.counters.actions += 1
+            # Built-in metrics: an executed step (never a replayed one), its
+            # time from the first attempt's start, retries included.
+            run.counters.metrics.builtin.action_executed(spec.name, int((time.perf_counter() - started) * 1000))
             return ctx
         except (Exception, NondeterminismError, JournalUnavailable) as exc:
             ctx.active = False  # orphaned calls of this attempt journal nothing

@@ -7,10 +7,12 @@ import inspect
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.callbacks import Callback
+from flink_agents.api.configuration import ReadableConfiguration, readable
 from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
+from flink_agents.api.metric_group import MetricGroup
 from flink_agents.api.resource import Resource, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.runner_context import AsyncExecutionResult, RunnerContext
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import TaskScope, position
 from flink_agents.runtime.durability.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
@@ -102,53 +104,78 @@ class ActionContext(RunnerContext):
     def short_term_memory(self) -> MemoryObject:
         return MemoryNode(self.short_term)
 
-    def get_resource(self, name: str, type: ResourceType) -> Resource:
-        return self._resources(name, type)
+    def get_resource(self, name: str, type: ResourceType, metric_group: MetricGroup | None = None) -> Resource:
+        resource = self._resources(name, type)
+        bind = getattr(resource, "set_metric_group", None)  # a sub-agent handle has none
+        if bind is not None:
+            bind(metric_group if metric_group is not None else self.action_metric_group)
+        return resource
 
     @property
-    def config(self) -> Dict[str, Any]:
-        return dict(self._job_config)
+    def config(self) -> ReadableConfiguration:
+        return readable(self._job_config)
 
     @property
     def action_config(self) -> Dict[str, Any]:
         return dict(self._action_config)
 
+    @property
+    def agent_metric_group(self) -> MetricGroup:
+        """The engine's metric registry root (``runtime.execution.metrics``)."""
+        return self.runtime_run.counters.metrics.root
+
+    @property
+    def action_metric_group(self) -> MetricGroup:
+        """``action.<this action>`` of the engine's metric registry."""
+        return self.runtime_run.counters.metrics.builtin.action_group(self.action_name)
+
     def _next_position(self, kind: str = "call") -> tuple[str, int]:
         """``(journal step, ordinal)`` of the running task's next ``kind``."""
         return position(self, self.step, kind)
 
-    def durable_execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Journaled ``fn(*args, **kwargs)``: on replay the journaled result is
-        returned (or its exception re-raised) without calling ``fn``.
+    def durable_execute(
+        self, func: Callable[..., Any], *args: Any, reconciler: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """Journaled ``func(*args, **kwargs)``: on replay the journaled result is
+        returned (or its exception re-raised) without calling ``func``.
 
         Raises:
-            TypeError: ``fn`` is a coroutine function, or its result is not
+            TypeError: ``func`` is a coroutine function, or its result is not
                 JSON-serializable.
             NondeterminismError: On replay, the journal recorded another call here.
         """
-        if inspect.iscoroutinefunction(fn):
+        _refuse_reconciler(reconciler, func)
+        if inspect.iscoroutinefunction(func):
             raise TypeError(
-                f"durable_execute got coroutine function {fn.__qualname__}; "
+                f"durable_execute got coroutine function {func.__qualname__}; "
                 "use 'await ctx.durable_execute_async(...)' in an async action"
             )
         return self._journal.call_sync(
-            *self._next_position(), function_id_of(fn), args_digest(*args, **kwargs),
-            lambda: fn(*args, **kwargs),
+            *self._next_position(), function_id_of(func), args_digest(*args, **kwargs),
+            lambda: func(*args, **kwargs),
         )
 
-    async def durable_execute_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def durable_execute_async(
+        self, func: Callable[..., Any], *args: Any, reconciler: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> AsyncExecutionResult:
         """Async ``durable_execute``: a coroutine function is awaited, a plain
-        one runs on a worker thread."""
+        one runs on a worker thread. Nothing happens until the returned
+        ``AsyncExecutionResult`` is awaited (as in Flink Agents 0.3.1); the
+        journal position is taken then."""
+        _refuse_reconciler(reconciler, func)
 
         async def run() -> Any:
-            if inspect.iscoroutinefunction(fn):
-                return await fn(*args, **kwargs)
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            if inspect.iscoroutinefunction(func):
+                return await func(*args, **kwargs)
+            return await asyncio.to_thread(func, *args, **kwargs)
 
-        step, ordinal = self._next_position()
-        return await self._journal.call(
-            step, ordinal, function_id_of(fn), args_digest(*args, **kwargs), run, alive=self._alive,
-        )
+        async def journaled() -> Any:
+            step, ordinal = self._next_position()
+            return await self._journal.call(
+                step, ordinal, function_id_of(func), args_digest(*args, **kwargs), run, alive=self._alive,
+            )
+
+        return AsyncExecutionResult.deferred(journaled)
 
     async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
         """Runtime-internal: journal a built-in call (model, tool)."""
@@ -262,3 +289,19 @@ class ActionContext(RunnerContext):
         """Runtime-internal: make everything journaled so far durable now
         (before the run parks on an outside event)."""
         await self._journal.commit_async()
+
+
+def _refuse_reconciler(reconciler: Callable[[], Any] | None, func: Callable[..., Any]) -> None:
+    """Flink Agents 0.3.1's ``reconciler=`` needs a journaled "call started"
+    mark that this journal does not keep; refuse it rather than pass it to
+    ``func`` or re-run a call the user wanted reconciled.
+
+    Raises:
+        NotImplementedError: ``reconciler`` is given.
+    """
+    if reconciler is not None:
+        raise NotImplementedError(
+            f"durable call of {getattr(func, '__qualname__', func)!r}: reconciler= (Flink Agents 0.3.1) "
+            "is not supported by this runtime; a call whose outcome was not journaled runs again "
+            "after a failover. Make the call idempotent and drop reconciler="
+        )

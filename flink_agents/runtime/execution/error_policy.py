@@ -4,11 +4,13 @@
 again with exponential backoff, then fails; ``skip`` drops the record's run
 (short-term memory as before the record) and emits an error record to the
 error side output. Set job-wide in the agent configuration, or per action in
-its ``action_config``:
+its ``action_config`` (options declared in ``flink_agents.api.core_options``;
+Flink Agents 0.3.1's spellings in brackets work too):
 
-    error_strategy: "fail" | "retry" | "skip"
-    error_retry.max_attempts: int (default 3, counting the first run)
-    error_retry.initial_backoff_s: float (default 0.1)
+    error_strategy ["error-handling-strategy"]: "fail" | "retry" | "skip" ["ignore"]
+    error_retry.max_attempts: int (default 3 under retry, counting the first run)
+        ["max-retries": retries after the first run, i.e. attempts - 1]
+    error_retry.initial_backoff_s: float (default 0.1) ["retry-wait-interval": int seconds]
     error_retry.max_backoff_s: float (default 10.0)
 
 With ``skip``, ``error_retry.max_attempts`` also applies before skipping
@@ -31,11 +33,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["ErrorPolicy", "STRATEGIES", "TIMEOUT_OPTION"]
+from flink_agents.api.configuration import ConfigOption, ReadableConfiguration, readable
+from flink_agents.api.core_options import RuntimeOptions
+
+__all__ = ["ErrorPolicy", "STRATEGIES"]
 
 STRATEGIES = ("fail", "retry", "skip")
-TIMEOUT_OPTION = "action.timeout_s"  # job-wide; per action also ``timeout_s``
-_ACTION_TIMEOUT_OPTIONS = ("timeout_s", TIMEOUT_OPTION)
+_TIMEOUT = RuntimeOptions.ACTION_TIMEOUT_S  # job-wide; per action also ``timeout_s``
+_ACTION_TIMEOUT_OPTIONS = ("timeout_s", _TIMEOUT.key)
 
 
 @dataclass(frozen=True)
@@ -68,28 +73,35 @@ class ErrorPolicy:
 
         Raises:
             ValueError: Unknown strategy, a non-positive attempt count or
-                timeout, or a per-action timeout on a sync action.
+                timeout, a value of the wrong type, one option set under two
+                spellings to different values, or a per-action timeout on a
+                sync action (naming the key and, per action, the action).
         """
+        own, job = readable(action_config), readable(job_config)
 
-        def option(name: str, default: Any) -> Any:
-            return action_config.get(name, job_config.get(name, default))
+        def option(declared: ConfigOption) -> Any:
+            try:
+                value = own.get_optional(declared)
+            except ValueError as error:
+                raise ValueError(f"action {action!r}: {error}") from None
+            if value is None:
+                value = job.get_optional(declared)
+            return declared.get_default_value() if value is None else value
 
-        strategy = option("error_strategy", "fail")
-        if strategy not in STRATEGIES:
-            raise ValueError(f"error_strategy must be one of {STRATEGIES}, not {strategy!r}")
-        max_attempts = int(option("error_retry.max_attempts", 3 if strategy == "retry" else 1))
-        if max_attempts < 1:
-            raise ValueError(f"error_retry.max_attempts must be >= 1, not {max_attempts}")
+        strategy = option(RuntimeOptions.ERROR_STRATEGY)
+        max_attempts = option(RuntimeOptions.ERROR_RETRY_MAX_ATTEMPTS) or (3 if strategy == "retry" else 1)
         return ErrorPolicy(
             strategy=strategy,
             max_attempts=max_attempts,
-            initial_backoff_s=float(option("error_retry.initial_backoff_s", 0.1)),
-            max_backoff_s=float(option("error_retry.max_backoff_s", 10.0)),
-            timeout_s=_timeout_s(action_config, job_config, is_async, action),
+            initial_backoff_s=float(option(RuntimeOptions.ERROR_RETRY_INITIAL_BACKOFF_S)),
+            max_backoff_s=float(option(RuntimeOptions.ERROR_RETRY_MAX_BACKOFF_S)),
+            timeout_s=_timeout_s(own, job, is_async, action),
         )
 
 
-def _timeout_s(action_config: Mapping[str, Any], job_config: Mapping[str, Any], is_async: bool, action: str) -> float | None:
+def _timeout_s(
+    action_config: ReadableConfiguration, job_config: ReadableConfiguration, is_async: bool, action: str
+) -> float | None:
     """The action's timeout in seconds (None: none)."""
     for name in _ACTION_TIMEOUT_OPTIONS:
         if name in action_config:
@@ -97,12 +109,12 @@ def _timeout_s(action_config: Mapping[str, Any], job_config: Mapping[str, Any], 
             value = action_config[name]
             break
     else:
-        own, name, value = False, TIMEOUT_OPTION, job_config.get(TIMEOUT_OPTION)
+        own, name, value = False, _TIMEOUT.key, job_config.get(_TIMEOUT.key)
     if value is None:
         return None
     try:
-        timeout_s = float(value)
-    except (TypeError, ValueError):
+        timeout_s = _TIMEOUT.convert(value, name)
+    except ValueError:
         timeout_s = float("nan")
     if not timeout_s > 0:  # also NaN
         raise ValueError(f"{name} of action {action!r} must be a positive number of seconds, not {value!r}")

@@ -92,8 +92,8 @@ class MemoryNode(MemoryObject):
         self._memory = memory
         self._prefix = prefix
 
-    def get(self, path: str | MemoryRef) -> Any:
-        full = path.path if isinstance(path, MemoryRef) else _join(self._prefix, path)
+    def get(self, path_or_ref: str | MemoryRef) -> Any:
+        full = path_or_ref.path if isinstance(path_or_ref, MemoryRef) else _join(self._prefix, path_or_ref)
         data = self._memory.data
         if full not in data:
             return None

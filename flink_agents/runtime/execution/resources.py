@@ -1,17 +1,71 @@
-"""Builds an agent's resources from its plan, once per operator instance."""
+"""Builds an agent's resources from its plan, once per operator instance,
+and gives each a ``ResourceContext`` through which it reaches the others."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
-from flink_agents.api.prompts.prompt import Prompt
+from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.resource import Resource, ResourceType
+from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
 from flink_agents.plan.agent_plan import AgentPlan, ResourceKind, ResourceSpec
 
-__all__ = ["ResourceCache"]
+__all__ = ["ResourceCache", "ResourceContextImpl"]
+
+
+class ResourceContextImpl(ResourceContext):
+    """The context of one resource: lookups go to the agent's
+    ``ResourceCache``; a missing name is a ``KeyError`` naming the resource
+    that asked, so a setup whose connection names nothing fails when (and
+    only when) it first uses that connection.
+    """
+
+    def __init__(self, cache: "ResourceCache", owner: Tuple[ResourceType, str] | None = None) -> None:
+        self._cache = cache
+        self._owner = owner
+
+    def get_resource(self, name: str, resource_type: ResourceType) -> Resource:
+        """See ``ResourceContext.get_resource``.
+
+        Raises:
+            KeyError: No such resource, e.g. "chat_model resource 'my_setup'
+                uses chat_model_connection 'gone', which MyAgent does not
+                declare (known: [...])".
+        """
+        try:
+            return self._cache.get(name, resource_type)
+        except _Missing as missing:
+            if self._owner is None:
+                raise
+            kind, owner = self._owner
+            raise KeyError(
+                f"{kind.value} resource {owner!r} uses {ResourceType(resource_type).value} {name!r}, "
+                f"which {missing.agent} does not declare (known: {missing.known})"
+            ) from None
+
+    def generate_available_skills_prompt(self, *skill_names: str) -> str:
+        """See ``ResourceContext``; from the agent's skills (``runtime.features.skills``)."""
+        from flink_agents.runtime.features.skills.tools import available_skills_prompt
+
+        return available_skills_prompt(self._cache.get, skill_names)
+
+    def get_skill_dirs(self, *skill_names: str) -> List[str]:
+        """See ``ResourceContext``; from the agent's skills (``runtime.features.skills``)."""
+        from flink_agents.runtime.features.skills.tools import skill_dirs
+
+        return skill_dirs(self._cache.get, skill_names)
+
+
+class _Missing(KeyError):
+    """A resource the plan does not have (a ``KeyError``, as before)."""
+
+    def __init__(self, message: str, agent: str, known: list) -> None:
+        super().__init__(message)
+        self.agent = agent
+        self.known = known
 
 
 class ResourceCache:
@@ -43,6 +97,12 @@ class ResourceCache:
 
                 found = self._built[(type, name)] = builtin_callback_tool(name)
             if found is None:
+                if not self._plan.has_resource(name, type):
+                    known = sorted(self._plan.resources.get(type, {}))
+                    raise _Missing(
+                        f"{self._plan.agent} has no {type.value} resource {name!r} (known: {known})",
+                        self._plan.agent, known,
+                    )
                 found = self._build(self._plan.resource_spec(name, type))
                 self._built[(type, name)] = found
             return found
@@ -54,8 +114,9 @@ class ResourceCache:
 
             assert spec.child is not None  # the compiler sets it
             return LocalSubAgentHandle(spec.name, spec.child)  # type: ignore[return-value]
+        context = ResourceContextImpl(self, (spec.type, spec.name))
         if spec.kind == ResourceKind.PROMPT:
-            resource = Prompt.model_validate(spec.value)
+            resource = LocalPrompt.model_validate(spec.value)
         elif spec.kind == ResourceKind.FUNCTION_TOOL:
             assert spec.function is not None and spec.value is not None  # compiler sets both
             resource = FunctionTool(
@@ -64,9 +125,14 @@ class ResourceCache:
         else:
             assert spec.descriptor is not None  # DESCRIPTOR and SERIALIZED carry one
             cls = spec.descriptor.clazz
-            resource = cls(**spec.descriptor.arguments, get_resource=self.get)
-        if isinstance(resource, Resource) and resource.get_resource is None:
-            resource.get_resource = self.get
+            # As Flink Agents 0.3.1: the context is a constructor argument, so
+            # a resource may use it in its own validators.
+            resource = cls(**spec.descriptor.arguments, resource_context=context)
+        if isinstance(resource, Resource):
+            if resource.resource_context is None:
+                resource.resource_context = context
+            if resource.get_resource is None:
+                resource.get_resource = context.get_resource
         resource.open()
         return resource
 

@@ -97,6 +97,8 @@ class Run:
         emit: Where the run's outputs go, as they are dequeued.
         services: Sub-agents, callbacks, steering.
         clock: Time (``now``, ``sleep``).
+        event_log: The run's ``RunEventLog`` (``runtime.features.event_log``),
+            None when the job logs no events (and for sub-agent runs).
     """
 
     plan: "AgentPlan"
@@ -109,3 +111,4 @@ class Run:
     emit: Callable[[Any], None]
     services: RunServices = NO_SERVICES
     clock: Clock = field(default=SYSTEM_CLOCK)
+    event_log: Any = None

@@ -38,8 +38,10 @@ import logging
 import os
 import secrets
 import threading
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
+from flink_agents.api.configuration import readable
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.api.callbacks import (
     MAX_CALLBACK_TIMEOUT_S,
     MIN_CALLBACK_TIMEOUT_S,
@@ -67,9 +69,7 @@ from flink_agents.stores.callbacks import (
 
 __all__ = [
     "BASE_URL_ENV",
-    "BASE_URL_OPTION",
     "CallbackHub",
-    "POLL_INTERVAL_OPTION",
     "RuntimeCallback",
     "decode_body",
     "validate_timeout",
@@ -78,10 +78,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BASE_URL_ENV = "CALLBACK_BASE_URL"
-BASE_URL_OPTION = "callbacks.base_url"
-POLL_INTERVAL_OPTION = "callbacks.poll_interval_ms"
 DEFAULT_BASE_URL = "http://127.0.0.1:8089"
-_DEFAULT_POLL_INTERVAL_MS = 100
 _ID_BYTES = 24  # 192 bits from the OS's CSPRNG, URL-safe base64: 32 characters
 
 
@@ -207,7 +204,7 @@ class CallbackHub:
     def __init__(
         self,
         store: CallbackStore,
-        config: Dict[str, Any],
+        config: Mapping[str, Any],
         counters: RunCounters,
         clock: Any = None,
         executors: Any = None,
@@ -215,9 +212,10 @@ class CallbackHub:
     ) -> None:
         self._store = store
         self._in_thread: Callable[..., Awaitable[Any]] = asyncio.to_thread if executors is None else executors.io
-        base = config.get(BASE_URL_OPTION) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-        self.base_url = str(base).rstrip("/")
-        self._poll_s = float(config.get(POLL_INTERVAL_OPTION, _DEFAULT_POLL_INTERVAL_MS)) / 1000.0
+        options = readable(config)
+        base = options.get(RuntimeOptions.CALLBACKS_BASE_URL) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        self.base_url = base.rstrip("/")
+        self._poll_s = options.get(RuntimeOptions.CALLBACKS_POLL_INTERVAL_MS) / 1000.0
         self._counters = counters
         self._clock = Clock.of(clock)
         self._waiting: Dict[str, _Waiting] = {}

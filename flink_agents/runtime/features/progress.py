@@ -47,9 +47,9 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry
 
-__all__ = ["PROGRESS_OPTION", "RunProgress", "records_of"]
+__all__ = ["RunProgress", "records_of"]
 
-PROGRESS_OPTION = "progress.enabled"
+# Turned on by ``progress.enabled`` (``RuntimeOptions.PROGRESS_ENABLED``).
 _OUTPUT_EVENT = "flink_agents.api.events.event:OutputEvent"
 _STEP_INDEX = re.compile(r"@(\d+)")
 

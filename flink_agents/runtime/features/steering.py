@@ -25,10 +25,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Tuple
 
-__all__ = ["MAX_STEERING_QUEUE", "STEERING_OPTION", "SteeringMailbox", "SteeringQueueFull", "steering_error"]
+__all__ = ["MAX_STEERING_QUEUE", "SteeringMailbox", "SteeringQueueFull", "steering_error"]
 
 MAX_STEERING_QUEUE = 32
-STEERING_OPTION = "steering.enabled"
+# Turned on by ``steering.enabled`` (``RuntimeOptions.STEERING_ENABLED``).
 
 
 class SteeringQueueFull(Exception):

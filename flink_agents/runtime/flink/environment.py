@@ -11,10 +11,11 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
 
 from flink_agents.api.agents.agent import Agent
+from flink_agents.api.core_options import AgentConfigOptions, RuntimeOptions, validate_options
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import RETENTION_OPTION
 from flink_agents.runtime.flink.failures import job_failures
+from flink_agents.runtime.flink.table import ConvertingOperatorFunction, OutputConverter, table_to_datastream
 from flink_agents.runtime.flink.operator import (
     ERROR_OUTPUT,
     INPUT_TAG,
@@ -22,13 +23,9 @@ from flink_agents.runtime.flink.operator import (
     STEERING_TAG,
     AgentOperatorFunction,
 )
-from flink_agents.runtime.features.steering import STEERING_OPTION
-from flink_agents.runtime.features.progress import PROGRESS_OPTION
 from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 
-__all__ = ["FlinkExecutionEnvironment", "JOB_ID_OPTION"]
-
-JOB_ID_OPTION = "job_id"
+__all__ = ["FlinkExecutionEnvironment"]
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +46,11 @@ class FlinkAgentBuilder(AgentBuilder):
         self._outputs: DataStream | None = None
         self._progress = False
 
-    def apply(self, agent: Agent) -> AgentBuilder:
+    def apply(self, agent: Agent | str) -> AgentBuilder:
         if self._plan is not None:
             raise RuntimeError("apply() was already called on this input")
-        self._plan = AgentPlan.from_agent(agent)
-        self._agent_name = type(agent).__name__
+        self._plan = AgentPlan.from_agent(self._env._agent_to_apply(agent))
+        self._agent_name = agent if isinstance(agent, str) else type(agent).__name__
         return self
 
     def with_steering(self, steering: DataStream, key_selector: Callable[[Any], Any] | Any) -> "FlinkAgentBuilder":
@@ -94,7 +91,11 @@ class FlinkAgentBuilder(AgentBuilder):
 
         Args:
             output_type: Flink type information of the outputs; default pickled
-                Python objects.
+                Python objects. Given, each output is converted to it first
+                (``runtime.flink.output_conversion``: a dict, pydantic
+                model or ``Row`` to a ``Types.ROW_NAMED`` row, say), and one
+                that does not fit fails the job with ``OutputTypeError``
+                naming the key, the field and the value.
             progress: Also publish the progress stream (``progress_stream()``;
                 same as the option ``progress.enabled``).
 
@@ -103,20 +104,26 @@ class FlinkAgentBuilder(AgentBuilder):
         """
         if self._plan is None:
             raise RuntimeError("call apply(agent) before to_datastream()")
+        # Code over config.yaml, flattened for the workers; every declared
+        # option checked here, so a bad value fails before the job starts.
         config: Dict[str, Any] = dict(self._env.get_config())
-        config.setdefault(RETENTION_OPTION, self._env.default_retention_s())
-        if config.get("journal.store") == "sqlite":
+        config.setdefault(RuntimeOptions.JOURNAL_RETENTION_S.key, self._env.default_retention_s())
+        options = validate_options(config)
+        if (options.get(RuntimeOptions.JOURNAL_STORE) or "sqlite").strip().lower() == "sqlite":
             # Resolved here: Python workers run in another working directory.
-            path = config.get("journal.sqlite.path") or DEFAULT_SQLITE_PATH
-            config["journal.sqlite.path"] = os.path.abspath(os.fspath(path))
+            path = options.get(RuntimeOptions.JOURNAL_SQLITE_PATH) or DEFAULT_SQLITE_PATH
+            config[RuntimeOptions.JOURNAL_SQLITE_PATH.key] = os.path.abspath(os.fspath(path))
         if progress:
-            config[PROGRESS_OPTION] = True
+            config[RuntimeOptions.PROGRESS_ENABLED.key] = True
         if self._steering is not None:
-            config[STEERING_OPTION] = True
-        self._progress = bool(config.get(PROGRESS_OPTION))
-        job_id = str(config.get(JOB_ID_OPTION) or self._env.job_id)
+            config[RuntimeOptions.STEERING_ENABLED.key] = True
+        self._progress = bool(progress or options.get(RuntimeOptions.PROGRESS_ENABLED))
+        job_id = options.get(AgentConfigOptions.JOB_IDENTIFIER) or self._env.job_id
         _single_element_bundles(self._env.env)
-        function = AgentOperatorFunction(self._plan, config, job_id)
+        if output_type is None:
+            function = AgentOperatorFunction(self._plan, config, job_id)
+        else:  # each output converted to the type, misfits named (runtime.flink.table)
+            function = ConvertingOperatorFunction(self._plan, config, job_id, OutputConverter(output_type))
         self._outputs = (
             self._keyed_input().process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
             .name(f"agent:{self._agent_name}")
@@ -136,6 +143,45 @@ class FlinkAgentBuilder(AgentBuilder):
             raise RuntimeError("call to_datastream() before error_stream()")
         return self._outputs.get_side_output(ERROR_OUTPUT)
 
+    def to_table(self, schema: Any, output_type: Any) -> Any:
+        """The agent's outputs as a ``pyflink.table.Table``, as Flink Agents
+        0.3.1 offers it: ``to_datastream(output_type)`` handed to
+        ``StreamTableEnvironment.from_data_stream(stream, schema)`` of the
+        environment's table environment (``t_env``).
+
+        Args:
+            schema: A ``pyflink.table.Schema`` whose columns match the
+                fields of ``output_type`` (or None: the columns are
+                ``output_type``'s fields).
+            output_type: The outputs' type, usually
+                ``Types.ROW_NAMED(names, types)`` (also ``RowTypeInfo``,
+                plain or inside ``ExternalTypeInfo``); its field names are
+                the columns. Each output is converted to it: a ``Row``, a
+                dict, a pydantic model or a dataclass by field name, a
+                tuple by position.
+
+        Raises:
+            RuntimeError: ``apply`` was not called.
+            TypeError: ``output_type`` is not a ``TypeInformation``, or
+                ``schema`` is not a ``Schema``.
+            OutputTypeError: (when the job runs) an output does not fit
+                ``output_type``; names the key, the field and the value.
+        """
+        from pyflink.common.typeinfo import TypeInformation
+        from pyflink.table import Schema
+
+        if self._plan is None:
+            raise RuntimeError("call apply(agent) before to_table()")
+        if not isinstance(output_type, TypeInformation):
+            raise TypeError(
+                "to_table: output_type must be a pyflink TypeInformation such as "
+                f"Types.ROW_NAMED(['id', 'result'], [Types.LONG(), Types.STRING()]), not {type(output_type).__name__}"
+            )
+        if schema is not None and not isinstance(schema, Schema):
+            raise TypeError(f"to_table: schema must be a pyflink.table.Schema or None, not {type(schema).__name__}")
+        stream = self.to_datastream(output_type)
+        t_env = self._env.t_env
+        return t_env.from_data_stream(stream) if schema is None else t_env.from_data_stream(stream, schema)
 
     def progress_stream(self) -> DataStream:
         """The runs' progress records (``flink_agents.runtime.features.progress``): one
@@ -228,18 +274,20 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
 
     Args:
         env: The job's ``StreamExecutionEnvironment``.
-        t_env: A ``StreamTableEnvironment`` (for tables; not used yet).
+        t_env: The ``StreamTableEnvironment`` of ``from_table``/``to_table``;
+            None: one is created from ``env`` when first needed.
         **config: Agent configuration (also settable via ``get_config()``).
     """
 
     def __init__(self, env: StreamExecutionEnvironment, t_env: Any = None, **config: Any) -> None:
         super().__init__()
         self.env = env
-        self.t_env = t_env
+        self._t_env = t_env  # created from env when first needed (the t_env property)
         self._config.update(config)
-        self._config.setdefault("journal.store", "sqlite")
-        # Stable across restarts of the same job only if the user sets job_id.
-        self.job_id = str(config.get(JOB_ID_OPTION) or uuid.uuid4().hex[:12])
+        self._config.setdefault(RuntimeOptions.JOURNAL_STORE.key, "sqlite")
+        # Stable across restarts of the same job only if the user sets
+        # job-identifier (or job_id); to_datastream() reads it again.
+        self.job_id = self._config.get(AgentConfigOptions.JOB_IDENTIFIER) or uuid.uuid4().hex[:12]
 
     def from_datastream(self, input: DataStream, key_selector: Callable[[Any], Any] | Any = None, key_type: Any = None) -> AgentBuilder:
         """Key ``input`` by ``key_selector`` (a function or ``KeySelector``);
@@ -253,6 +301,44 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
         if key_selector is None:
             raise ValueError("from_datastream needs a key_selector (or a KeyedStream)")
         return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type), input, key_selector, key_type)
+
+    @property
+    def t_env(self) -> Any:
+        """The ``StreamTableEnvironment`` of ``from_table``/``to_table``: the
+        one given, else one created from ``env`` (once, on first use), as
+        Flink Agents 0.3.1 does."""
+        if self._t_env is None:
+            from pyflink.table import StreamTableEnvironment
+
+            self._t_env = StreamTableEnvironment.create(stream_execution_environment=self.env)
+        return self._t_env
+
+    def from_table(self, input: Any, key_selector: Callable[[Any], Any] | Any = None, key_type: Any = None) -> AgentBuilder:
+        """Run an agent over the rows of a ``Table``, as Flink Agents 0.3.1
+        does: each row reaches the agent as a ``pyflink.common.Row``
+        (``InputEvent.input``; fields by name, ``row["id"]`` or ``row.id``).
+
+        Args:
+            input: A ``pyflink.table.Table`` of this environment's ``t_env``,
+                insert-only (``runtime.flink.table.table_to_datastream``).
+            key_selector: The key of a row: a ``KeySelector`` or a function
+                of the ``Row``.
+            key_type: The keys' Flink type (default: pickled).
+
+        Raises:
+            TypeError: ``input`` is not a ``Table``.
+            ValueError: No ``key_selector``.
+            pyflink.util.exceptions.TableException: The table produces
+                updates (a non-windowed aggregate, say); an agent takes
+                insert-only rows.
+        """
+        from pyflink.table import Table
+
+        if not isinstance(input, Table):
+            raise TypeError(f"from_table: input must be a pyflink.table.Table, not {type(input).__name__}")
+        if key_selector is None:
+            raise ValueError("from_table needs a key_selector: a KeySelector or a function of the row")
+        return self.from_datastream(table_to_datastream(self.t_env, input), key_selector, key_type)
 
     def default_retention_s(self) -> float:
         """How long journal entries of finished runs are kept by default.

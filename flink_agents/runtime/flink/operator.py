@@ -5,7 +5,7 @@ Mapping onto Flink:
   runs one ``AgentEngine`` for all keys routed to it;
 - each key's queue and sequence numbers are one ``ValueState`` and its
   short-term memory another (with Flink state TTL when
-  ``short_term_memory.ttl_s`` is set), both JSON with a schema version, so a
+  ``short-term-memory.state-ttl.ms`` is set), both JSON with a schema version, so a
   checkpoint or savepoint holds every key and a restore resumes it;
 - records run on a ``KeyRunner`` (a background asyncio loop), up to
   ``max_concurrent_runs`` at once, so one key's model call does not hold the
@@ -43,7 +43,9 @@ Mapping onto Flink:
 - error records of skipped records go to the ``ERROR_OUTPUT`` side output,
   progress records (``progress.enabled``) to ``PROGRESS_OUTPUT``, each in a
   callback of its key after the commit it reports landed;
-  engine counters are mirrored into Flink metrics (group ``flink_agents``).
+  engine counters are mirrored into Flink metrics (group ``flink_agents``),
+  and user and built-in metrics (``ctx.agent_metric_group``) into the
+  operator's metric group (``runtime.flink.metrics``), in its callbacks.
 """
 
 from __future__ import annotations
@@ -54,21 +56,29 @@ from pyflink.common import Time, Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
+from flink_agents.api.configuration import ReadableConfiguration
+from flink_agents.api.core_options import (
+    AgentExecutionOptions,
+    RuntimeOptions,
+    ShortTermMemoryTtlUpdate,
+    ShortTermMemoryTtlVisibility,
+    validate_options,
+)
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.durability.codec_classes import register_plan_classes
 from flink_agents.runtime.durability.ids import key_text
 from flink_agents.runtime.execution.completion import apply_completions
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import FlinkDriver
+from flink_agents.runtime.flink.metrics import FlinkMetricMirror, task_identity
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.execution.state import KeyState, PendingRecord, admit
 from flink_agents.runtime.features.steering import SteeringQueueFull, steering_error
 
-__all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "MEMORY_TTL_OPTION"]
+__all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME"]
 
 KEY_STATE_NAME = "flink_agents.key_state.v1"
 MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
-MEMORY_TTL_OPTION = "short_term_memory.ttl_s"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
 PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
 END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE: fires with the final watermark
@@ -77,13 +87,27 @@ INPUT_TAG = "i"  # with steering, main records arrive as (INPUT_TAG, record)
 STEERING_TAG = "s"  # and steering messages as (STEERING_TAG, message)
 
 
-def _memory_descriptor(ttl_s: float | None) -> ValueStateDescriptor:
+def _memory_descriptor(options: ReadableConfiguration) -> ValueStateDescriptor:
+    """The short-term memory state, with Flink state TTL when
+    ``short-term-memory.state-ttl.ms`` (or ``short_term_memory.ttl_s``) is
+    above 0, its update type and visibility from 0.3.1's options."""
     descriptor = ValueStateDescriptor(MEMORY_STATE_NAME, Types.STRING())
-    if ttl_s is not None:
+    ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
+    if ttl_ms:
+        update = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
+        visibility = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY)
         ttl = (
-            StateTtlConfig.new_builder(Time.milliseconds(int(ttl_s * 1000)))
-            .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
-            .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+            StateTtlConfig.new_builder(Time.milliseconds(ttl_ms))
+            .set_update_type(
+                StateTtlConfig.UpdateType.OnReadAndWrite
+                if update is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
+                else StateTtlConfig.UpdateType.OnCreateAndWrite
+            )
+            .set_state_visibility(
+                StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+                if visibility is ShortTermMemoryTtlVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+                else StateTtlConfig.StateVisibility.NeverReturnExpired
+            )
             .build()
         )
         descriptor.enable_time_to_live(ttl)
@@ -95,41 +119,50 @@ class AgentOperatorFunction(KeyedProcessFunction):
 
     Args:
         plan: The compiled agent (shipped to workers with the function).
-        config: The agent configuration (``ctx.config``).
+        config: The agent configuration (``ctx.config``), flat keys.
         job_id: Journal namespace for keys first seen by this job.
+
+    Raises:
+        ValueError: A declared option in ``config`` has a bad value (naming
+            the key), raised here on the client before the job starts.
     """
 
     def __init__(self, plan: AgentPlan, config: Dict[str, Any], job_id: str) -> None:
         self._plan = plan
         self._config = dict(config)
+        options = validate_options(self._config)
         self._job_id = job_id
         self._engine: AgentEngine | None = None
         self._driver: FlinkDriver | None = None
         self._runner: KeyRunner | None = None
         self._metrics: Dict[str, Any] = {}
         self._reported: Dict[str, int] = {}
-        self._inline_wait_s = float(self._config.get("flink.inline_wait_ms", 2)) / 1000.0
-        self._poll_interval_ms = int(self._config.get("flink.poll_interval_ms", 100))
+        self._mirror: FlinkMetricMirror | None = None  # user and built-in metrics (runtime.flink.metrics)
+        self._inline_wait_s = options.get(RuntimeOptions.INLINE_WAIT_MS) / 1000.0
+        self._poll_interval_ms = options.get(RuntimeOptions.POLL_INTERVAL_MS)
         # A key whose run waits for a callback (maybe for hours) polls less
         # often: thousands of parked keys must not cost a timer each 100 ms.
-        self._parked_poll_interval_ms = int(self._config.get("flink.parked_poll_interval_ms", 1000))
+        self._parked_poll_interval_ms = options.get(RuntimeOptions.PARKED_POLL_INTERVAL_MS)
         # Per key with callbacks in flight: id -> (deadline ms, record seq);
         # mirrors KeyState.callback_deadlines so polls need not read state.
         self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         register_plan_classes(self._plan)
-        ttl_s = self._config.get(MEMORY_TTL_OPTION)
         self._driver = FlinkDriver(
             runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
-            runtime_context.get_state(_memory_descriptor(None if ttl_s is None else float(ttl_s))),
+            runtime_context.get_state(_memory_descriptor(validate_options(self._config))),
         )
-        self._engine = AgentEngine(self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline)
-        max_runs = int(self._config.get("max_concurrent_runs", 64))
-        self._runner = KeyRunner(self._engine, max_runs, int(self._config.get("flink.max_backlog", 16 * max_runs)))
+        self._engine = AgentEngine(
+            self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline,
+            task=task_identity(runtime_context),
+        )
+        max_runs = self._engine.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
+        self._runner = KeyRunner(self._engine, max_runs, self._engine.config.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs)
         group = runtime_context.get_metrics_group().add_group("flink_agents")
         self._metrics = {name: group.counter(name) for name in self._engine.counters.as_dict()}
         self._reported = {name: 0 for name in self._metrics}
+        self._mirror = FlinkMetricMirror(self._engine.counters.metrics, runtime_context.get_metrics_group())
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any]:
         assert self._engine is not None and self._driver is not None and self._runner is not None
@@ -349,6 +382,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
             elif delta < 0:
                 self._metrics[name].dec(-delta)
             self._reported[name] = total
+        if self._mirror is not None:
+            self._mirror.sync()
 
     def close(self) -> None:
         if self._runner is not None:

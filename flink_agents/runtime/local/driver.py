@@ -26,14 +26,21 @@ class LocalDriver(KeyedDriver):
         memory_ttl_s: Short-term memory of a key not written for this long is
             dropped at the key's next load (as Flink state TTL does); None keeps it.
         clock: Unix seconds; injectable for tests.
+        memory_ttl_renewed_on_read: Whether a load of the key also renews the
+            TTL (Flink's ``OnReadAndWrite``; 0.3.1's default update type),
+            else only writes do (``OnCreateAndWrite``).
     """
 
-    def __init__(self, memory_ttl_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, memory_ttl_s: float | None = None, clock: Callable[[], float] = time.time,
+        memory_ttl_renewed_on_read: bool = False,
+    ) -> None:
         self.states: Dict[Any, KeyState] = {}
         self.outputs: List[Dict[Any, Any]] = []
         self.errors: List[Dict[str, Any]] = []
         self.progress: List[Dict[str, Any]] = []
         self._memory_ttl_s = memory_ttl_s
+        self._renew_on_read = memory_ttl_renewed_on_read
         self._clock = clock
         self._memory_written_at: Dict[Any, float] = {}
         # The memory map last stored per key: commits replace the map on a
@@ -49,6 +56,8 @@ class LocalDriver(KeyedDriver):
             if written is not None and self._clock() - written >= self._memory_ttl_s:
                 state.short_term_memory = {}
                 del self._memory_written_at[key]
+            elif written is not None and self._renew_on_read:
+                self._memory_written_at[key] = self._clock()
         return state
 
     def store(self, key: Any, state: KeyState) -> None:

@@ -10,21 +10,26 @@ host loop (``local/host.py``, in place of Flink's callbacks) differ.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import DEFAULT_MAX_CONCURRENT_RUNS, MAX_CONCURRENT_RUNS_OPTION, AgentEngine
+from flink_agents.api.configuration import ConfigurationView
+from flink_agents.api.core_options import (
+    AgentConfigOptions,
+    AgentExecutionOptions,
+    RuntimeOptions,
+    ShortTermMemoryTtlUpdate,
+    validate_options,
+)
+from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.local.host import LocalHost
-from flink_agents.runtime.features.progress import PROGRESS_OPTION
-from flink_agents.runtime.features.steering import STEERING_OPTION, SteeringQueueFull, steering_error
+from flink_agents.runtime.features.steering import SteeringQueueFull, steering_error
 
-__all__ = ["LocalExecutionEnvironment", "MAX_CONCURRENT_RUNS_OPTION"]
-
-MAX_BACKLOG_OPTION = "flink.max_backlog"  # the same bound as on Flink
+__all__ = ["LocalExecutionEnvironment"]
 
 
 def _split_record(index: int, record: Any) -> tuple[Any, Any]:
@@ -49,7 +54,8 @@ def _split_record(index: int, record: Any) -> tuple[Any, Any]:
 
 
 class LocalAgentBuilder(AgentBuilder):
-    def __init__(self, env: "LocalExecutionEnvironment", records: List[tuple[Any, Any]]) -> None:
+    def __init__(self, env: "LocalExecutionEnvironment", records: List[Dict[str, Any]]) -> None:
+        # The caller's list itself: read at execute() (see from_list).
         self._env = env
         self._records = records
         self._plan: AgentPlan | None = None
@@ -58,11 +64,12 @@ class LocalAgentBuilder(AgentBuilder):
         self._progress: List[Dict[str, Any]] | None = None
         self._steering: List[tuple[Any, Any]] = []
         self._executed = False
+        self.metrics: Dict[str, Any] | None = None  # filled by execute()
 
-    def apply(self, agent: Agent) -> AgentBuilder:
+    def apply(self, agent: Agent | str) -> AgentBuilder:
         if self._plan is not None:
             raise RuntimeError("apply() was already called on this input")
-        self._plan = AgentPlan.from_agent(agent)
+        self._plan = AgentPlan.from_agent(self._env._agent_to_apply(agent))
         self._env._builders.append(self)
         return self
 
@@ -109,24 +116,30 @@ class LocalAgentBuilder(AgentBuilder):
             self._progress = []
         return self._progress
 
-    def _run(self, config: Dict[str, Any]) -> Dict[str, int]:
+    def _run(self, config: Mapping[str, Any]) -> Dict[str, int]:
         assert self._plan is not None  # registered by apply()
         self._executed = True
-        config = {"journal.store": "memory", **config}
+        config = {RuntimeOptions.JOURNAL_STORE.key: "memory", **config}
         if self._progress is not None:
-            config[PROGRESS_OPTION] = True
+            config[RuntimeOptions.PROGRESS_ENABLED.key] = True
         if self._steering:
-            config[STEERING_OPTION] = True
+            config[RuntimeOptions.STEERING_ENABLED.key] = True
+        options = validate_options(ConfigurationView(config))
         # A fresh in-memory journal cannot collide with another execution's,
         # so a fixed id keeps derived ids reproducible; a persistent store
-        # needs a new namespace per execution unless job_id is given.
-        default_id = "local" if config["journal.store"] == "memory" else uuid.uuid4().hex[:12]
-        engine = AgentEngine(self._plan, config, job_id=str(config.get("job_id") or default_id))
-        ttl_s = config.get("short_term_memory.ttl_s")
-        driver = LocalDriver(memory_ttl_s=None if ttl_s is None else float(ttl_s))
-        max_runs = int(config.get(MAX_CONCURRENT_RUNS_OPTION, DEFAULT_MAX_CONCURRENT_RUNS))
+        # needs a new namespace per execution unless job-identifier is given.
+        in_memory = (options.get(RuntimeOptions.JOURNAL_STORE) or "memory").strip().lower() == "memory"
+        default_id = "local" if in_memory else uuid.uuid4().hex[:12]
+        engine = AgentEngine(self._plan, options, job_id=options.get(AgentConfigOptions.JOB_IDENTIFIER) or default_id)
+        ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
+        driver = LocalDriver(
+            memory_ttl_s=ttl_ms / 1000.0 if ttl_ms else None,
+            memory_ttl_renewed_on_read=options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
+            is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE,
+        )
+        max_runs = options.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
         # The loop runs on this thread while the host waits (KeyRunner docstring).
-        runner = KeyRunner(engine, max_runs, int(config.get(MAX_BACKLOG_OPTION, 16 * max_runs)), loop_thread=False)
+        runner = KeyRunner(engine, max_runs, options.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs, loop_thread=False)
         host = LocalHost(engine, driver, runner)
         for key, message in self._steering:
             try:
@@ -134,7 +147,7 @@ class LocalAgentBuilder(AgentBuilder):
             except SteeringQueueFull as full:
                 driver.emit_error(key, steering_error(key, message, full))
         try:
-            for key, value in self._records:
+            for key, value in [_split_record(i, r) for i, r in enumerate(self._records)]:
                 host.accept(key, value)
             host.drain()
         finally:
@@ -150,6 +163,8 @@ class LocalAgentBuilder(AgentBuilder):
             self._errors.extend(driver.errors)
             if self._progress is not None:
                 self._progress.extend(driver.progress)
+            # Built-in and user metrics (runtime.execution.metrics), also of a failed execution.
+            self.metrics = engine.counters.metrics.snapshot()
         return engine.counters.as_dict()
 
 
@@ -161,10 +176,27 @@ class LocalExecutionEnvironment(AgentsExecutionEnvironment):
         self._config.update(config)
         self._builders: List[LocalAgentBuilder] = []
         self.last_counters: List[Dict[str, int]] = []
+        # Per applied input of the last execute(): metric name -> value
+        # (MetricRegistry.snapshot; docs/operations.md, "Event log and metrics").
+        self.last_metrics: List[Dict[str, Any]] = []
 
     def from_list(self, input: List[Dict[str, Any]]) -> AgentBuilder:
-        records = [_split_record(i, r) for i, r in enumerate(input)]
-        return LocalAgentBuilder(self, records)
+        """Records ``{"key": k, "value": v}`` (or ``"k"``/``"v"``; without a
+        key, one is made from the record's position).
+
+        The list is read when ``execute()`` runs, as in Flink Agents 0.3.1:
+        records appended to it after this call are processed too. Records
+        already in it are checked now, the rest at ``execute()``.
+
+        Raises:
+            TypeError: A record is not a dict, or its key is unhashable.
+            ValueError: A record has no ``"value"`` (or ``"v"``).
+        """
+        if not isinstance(input, list):
+            input = list(input)  # an iterator cannot grow: read it once
+        for index, record in enumerate(input):
+            _split_record(index, record)
+        return LocalAgentBuilder(self, input)
 
     def execute(self, job_name: str | None = None) -> List[Dict[str, int]]:
         """Run every applied input; fills the lists returned by ``to_list()``.
@@ -177,5 +209,8 @@ class LocalExecutionEnvironment(AgentsExecutionEnvironment):
             flink_agents.runtime.errors.ActionFailed: An action raised.
         """
         builders, self._builders = self._builders, []
-        self.last_counters = [b._run(self._config) for b in builders]
+        try:
+            self.last_counters = [b._run(self._config) for b in builders]
+        finally:
+            self.last_metrics = [b.metrics for b in builders if b.metrics is not None]
         return self.last_counters

@@ -7,8 +7,9 @@ there together, blocking user calls (sync tools, sync functions given to
 concurrent runs, and starve the journal's commits and the callback poller of
 threads. So the engine keeps two pools:
 
-- **calls**, sized to the run concurrency (``max_concurrent_runs``, default
-  64): installed as the default executor of every loop a run executes on,
+- **calls**, sized by ``num-async-threads`` (Flink Agents 0.3.1's key),
+  by default the run concurrency (``max_concurrent_runs``, default 64):
+  installed as the default executor of every loop a run executes on,
   so ``asyncio.to_thread`` inside user code and the runtime's own offloads
   of sync user code land there;
 - **io**, a small pool of its own for journal writes and callback store

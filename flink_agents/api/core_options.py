@@ -1,0 +1,393 @@
+"""Every configuration option, declared in one place.
+
+``AgentConfigOptions`` and ``AgentExecutionOptions`` carry Flink Agents
+0.3.1's keys, types and defaults (its ``api/core_options.py``), so 0.3.1 code
+such as ``config.set(AgentExecutionOptions.MAX_RETRIES, 5)`` or
+``ctx.config.get(AgentExecutionOptions.ERROR_HANDLING_STRATEGY)`` works here.
+``RuntimeOptions`` declares this runtime's own options (journal store,
+concurrency, callbacks, steering, progress, timeouts). They live in this one
+module, beside 0.3.1's, so one table (``docs/operations.md``, "Configuration
+options") lists every key and a key's two spellings are declared together:
+where 0.3.1 and this runtime name one setting differently (``job-identifier``
+and ``job_id``, ``short-term-memory.state-ttl.ms`` and
+``short_term_memory.ttl_s``, ``error-handling-strategy`` and
+``error_strategy``, ``max-retries`` and ``error_retry.max_attempts``,
+``retry-wait-interval`` and ``error_retry.initial_backoff_s``), each option
+lists the other spelling as an alias with its unit conversion, and both
+spellings set to different values are an error naming both keys.
+
+The Kafka and Fluss action-state store options of 0.3.1 are declared so
+0.3.1 code that sets them still runs, but nothing reads them: this runtime
+journals into its own stores (``RuntimeOptions.JOURNAL_STORE``).
+"""
+
+from __future__ import annotations
+
+import functools
+from enum import Enum
+from typing import Any, Dict, FrozenSet, Mapping, Tuple
+
+from flink_agents.api.configuration import ConfigAlias, ConfigOption, ReadableConfiguration, readable
+
+__all__ = [
+    "AgentConfigOptions",
+    "AgentExecutionOptions",
+    "ErrorHandlingStrategy",
+    "EventLogLevel",
+    "LoggerType",
+    "RuntimeOptions",
+    "ShortTermMemoryTtlUpdate",
+    "ShortTermMemoryTtlVisibility",
+    "all_options",
+    "spellings_of",
+    "validate_options",
+]
+
+
+class ErrorHandlingStrategy(Enum):
+    """What happens when an action fails (0.3.1's enum; ``SKIP`` is this
+    runtime's name for ``IGNORE``).
+
+    ``FAIL`` fails the record and so the job; ``RETRY`` runs the action again
+    with exponential backoff (``max-retries``, ``retry-wait-interval``), then
+    fails; ``IGNORE`` drops the record's run and emits an error record to the
+    error side output. In 0.3.1 the strategy covers the built-in chat action
+    only; here it covers every action.
+    """
+
+    RETRY = "retry"
+    FAIL = "fail"
+    IGNORE = "ignore"
+    SKIP = "ignore"  # an alias of IGNORE: this runtime's ``error_strategy: skip``
+
+
+class ShortTermMemoryTtlUpdate(Enum):
+    """When the short-term memory TTL restarts (0.3.1's enum)."""
+
+    ON_CREATE_AND_WRITE = "ON_CREATE_AND_WRITE"
+    ON_READ_AND_WRITE = "ON_READ_AND_WRITE"
+
+
+class ShortTermMemoryTtlVisibility(Enum):
+    """Whether expired short-term memory not yet cleaned up is still read (0.3.1's enum)."""
+
+    NEVER_RETURN_EXPIRED = "NEVER_RETURN_EXPIRED"
+    RETURN_EXPIRED_IF_NOT_CLEANED_UP = "RETURN_EXPIRED_IF_NOT_CLEANED_UP"
+
+
+class LoggerType(Enum):
+    """Built-in event logger types (0.3.1's enum)."""
+
+    SLF4J = "slf4j"
+    FILE = "file"
+
+
+class EventLogLevel(Enum):
+    """How much of each event the event log records (0.3.1's enum)."""
+
+    OFF = "OFF"
+    STANDARD = "STANDARD"
+    VERBOSE = "VERBOSE"
+
+
+def _positive(value: float) -> bool:
+    return value > 0
+
+
+def _non_negative(value: float) -> bool:
+    return value >= 0
+
+
+_NOT_USED = "Declared for 0.3.1 compatibility; not used: this runtime journals into its own stores (journal.store)."
+
+
+def _strategy_name(strategy: ErrorHandlingStrategy) -> str:
+    return "skip" if strategy is ErrorHandlingStrategy.IGNORE else strategy.value
+
+
+class AgentConfigOptions:
+    """Flink Agents 0.3.1's core options (event log, action-state store, job identity)."""
+
+    EVENT_LOGGER_TYPE = ConfigOption(
+        "eventLoggerType", LoggerType, LoggerType.SLF4J,
+        description="Built-in event logger: 'file' writes JSON lines under baseLogDir; "
+        "'slf4j' (0.3.1's default) goes to Python logging here. Setting baseLogDir selects 'file'.",
+    )
+    BASE_LOG_DIR = ConfigOption(
+        "baseLogDir", str, None,
+        description="Directory of the file event logger's files; setting it selects the file logger.",
+    )
+    PRETTY_PRINT = ConfigOption(
+        "prettyPrint", bool, False, description="Write each logged event as indented multi-line JSON."
+    )
+    ACTION_STATE_STORE_BACKEND = ConfigOption("actionStateStoreBackend", str, None, description=_NOT_USED)
+    KAFKA_BOOTSTRAP_SERVERS = ConfigOption("kafkaBootstrapServers", str, "localhost:9092", description=_NOT_USED)
+    KAFKA_ACTION_STATE_TOPIC = ConfigOption("kafkaActionStateTopic", str, None, description=_NOT_USED)
+    KAFKA_ACTION_STATE_TOPIC_NUM_PARTITIONS = ConfigOption(
+        "kafkaActionStateTopicNumPartitions", int, 64, description=_NOT_USED
+    )
+    KAFKA_ACTION_STATE_TOPIC_REPLICATION_FACTOR = ConfigOption(
+        "kafkaActionStateTopicReplicationFactor", int, 1, description=_NOT_USED
+    )
+    FLUSS_BOOTSTRAP_SERVERS = ConfigOption("flussBootstrapServers", str, "localhost:9123", description=_NOT_USED)
+    FLUSS_ACTION_STATE_DATABASE = ConfigOption("flussActionStateDatabase", str, "flink_agents", description=_NOT_USED)
+    FLUSS_ACTION_STATE_TABLE = ConfigOption("flussActionStateTable", str, None, description=_NOT_USED)
+    FLUSS_ACTION_STATE_TABLE_BUCKETS = ConfigOption("flussActionStateTableBuckets", int, 64, description=_NOT_USED)
+    FLUSS_SECURITY_PROTOCOL = ConfigOption("flussSecurityProtocol", str, "PLAINTEXT", description=_NOT_USED)
+    FLUSS_SASL_MECHANISM = ConfigOption("flussSaslMechanism", str, "PLAIN", description=_NOT_USED)
+    FLUSS_SASL_JAAS_CONFIG = ConfigOption("flussSaslJaasConfig", str, None, description=_NOT_USED)
+    FLUSS_SASL_USERNAME = ConfigOption("flussSaslUsername", str, None, description=_NOT_USED)
+    FLUSS_SASL_PASSWORD = ConfigOption("flussSaslPassword", str, None, description=_NOT_USED)
+    JOB_IDENTIFIER = ConfigOption(
+        "job-identifier", str, None,
+        aliases=("job_id",),
+        description="Journal namespace of the job: keep it across restarts and savepoints so a "
+        "restored job finds its journal. Default: a fresh id per job ('local' for the in-memory "
+        "journal of the local runner).",
+    )
+    EVENT_LOG_LEVEL = ConfigOption(
+        "event-log.level", EventLogLevel, EventLogLevel.STANDARD,
+        description="Event log verbosity: OFF, STANDARD (long strings, arrays and deep objects "
+        "truncated) or VERBOSE (whole events); per event type with event-log.type.<TYPE>.level.",
+    )
+    EVENT_LOG_MAX_STRING_LENGTH = ConfigOption(
+        "event-log.standard.max-string-length", int, 2000, check=_non_negative, requirement="must be >= 0",
+        description="At STANDARD, strings longer than this are truncated.",
+    )
+    EVENT_LOG_MAX_ARRAY_ELEMENTS = ConfigOption(
+        "event-log.standard.max-array-elements", int, 20, check=_non_negative, requirement="must be >= 0",
+        description="At STANDARD, arrays longer than this are truncated.",
+    )
+    EVENT_LOG_MAX_DEPTH = ConfigOption(
+        "event-log.standard.max-depth", int, 5, check=_non_negative, requirement="must be >= 0",
+        description="At STANDARD, objects nested deeper than this are summarized.",
+    )
+    EVENT_LISTENERS = ConfigOption(
+        "event-listeners", list, None,
+        description="Event listeners: import paths ('module:Class' or 'module.Class') of classes "
+        "built without arguments, called for every event.",
+    )
+
+
+class AgentExecutionOptions:
+    """Flink Agents 0.3.1's execution options (errors, threads, memory TTL)."""
+
+    ERROR_HANDLING_STRATEGY = ConfigOption(
+        "error-handling-strategy", ErrorHandlingStrategy, ErrorHandlingStrategy.FAIL,
+        aliases=("error_strategy",),
+        description="What a failing action does: fail (the job), retry (with backoff, then fail) "
+        "or ignore (skip the record; an error record goes to the error side output). "
+        "Here it covers every action; in 0.3.1 only the chat action.",
+    )
+    MAX_RETRIES = ConfigOption(
+        "max-retries", int, 3,
+        aliases=(ConfigAlias("error_retry.max_attempts", int, lambda attempts: attempts - 1, "attempts = retries + 1"),),
+        check=_non_negative, requirement="must be >= 0",
+        description="Retries after the first attempt under the retry strategy (also before skipping "
+        "under ignore). When neither spelling is set, retry makes 3 attempts and ignore skips at the "
+        "first failure.",
+    )
+    RETRY_WAIT_INTERVAL = ConfigOption(
+        "retry-wait-interval", int, 1,
+        aliases=(ConfigAlias("error_retry.initial_backoff_s", float, round),),
+        check=_non_negative, requirement="must be >= 0",
+        description="First wait between attempts in seconds; doubles each retry. When neither "
+        "spelling is set the first wait is 0.1 s.",
+    )
+    NUM_ASYNC_THREADS = ConfigOption(
+        "num-async-threads", int, None, check=_positive, requirement="must be >= 1",
+        description="Threads for blocking user calls (sync tools, sync model connections, sync "
+        "functions given to durable_execute_async). Default: max_concurrent_runs.",
+    )
+    CHAT_ASYNC = ConfigOption(
+        "chat.async", bool, True,
+        description="Accepted for 0.3.1 compatibility; the built-in chat action always runs "
+        "the model call off the event loop here.",
+    )
+    TOOL_CALL_ASYNC = ConfigOption(
+        "tool-call.async", bool, True,
+        description="Accepted for 0.3.1 compatibility; the built-in tool action always runs sync "
+        "tools off the event loop here.",
+    )
+    RAG_ASYNC = ConfigOption(
+        "rag.async", bool, True, description="Accepted for 0.3.1 compatibility; not read here."
+    )
+    SHORT_TERM_MEMORY_STATE_TTL_MS = ConfigOption(
+        "short-term-memory.state-ttl.ms", int, 0,
+        aliases=(ConfigAlias("short_term_memory.ttl_s", float, lambda s: round(s * 1000), "seconds"),),
+        check=_non_negative, requirement="must be >= 0 (0 turns TTL off)",
+        description="Short-term memory of a key expires this long after its last write "
+        "(milliseconds; 0: never).",
+    )
+    SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE = ConfigOption(
+        "short-term-memory.state-ttl.update-type", ShortTermMemoryTtlUpdate,
+        ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE,
+        description="On Flink: whether reads also restart the TTL (Flink StateTtlConfig update type). "
+        "The local runner restarts it on writes only.",
+    )
+    SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY = ConfigOption(
+        "short-term-memory.state-ttl.visibility", ShortTermMemoryTtlVisibility,
+        ShortTermMemoryTtlVisibility.NEVER_RETURN_EXPIRED,
+        description="On Flink: whether expired memory not yet cleaned up is still read.",
+    )
+
+
+_STORES = ("sqlite", "memory", "postgres")
+
+
+class RuntimeOptions:
+    """This runtime's own options (no 0.3.1 counterpart, or this runtime's
+    spelling of one: see the aliases)."""
+
+    JOURNAL_STORE = ConfigOption(
+        "journal.store", str, None, check=lambda kind: kind.strip().lower() in _STORES,
+        requirement=f"must be one of {', '.join(repr(kind) for kind in _STORES)}",
+        description="Journal store: sqlite (default on the Flink runner), memory (default on the "
+        "local runner) or postgres.",
+    )
+    JOURNAL_SQLITE_PATH = ConfigOption(
+        "journal.sqlite.path", str, "flink_agents_journal.db",
+        description="SQLite journal file (made absolute on the client).",
+    )
+    JOURNAL_POSTGRES_DSN = ConfigOption(
+        "journal.postgres.dsn", str, None,
+        description="PostgreSQL DSN of the journal; default the FLINK_AGENTS_POSTGRES_DSN environment variable.",
+    )
+    JOURNAL_RETRY_TIMEOUT_S = ConfigOption(
+        "journal.retry.timeout_s", float, 10.0, check=_non_negative, requirement="must be >= 0",
+        description="How long a journal read or write rides out a store outage (seconds; 0: no retry).",
+    )
+    JOURNAL_RETRY_INITIAL_BACKOFF_S = ConfigOption(
+        "journal.retry.initial_backoff_s", float, 0.05, check=_non_negative, requirement="must be >= 0",
+        description="First wait between store retries (seconds; doubles).",
+    )
+    JOURNAL_RETRY_MAX_BACKOFF_S = ConfigOption(
+        "journal.retry.max_backoff_s", float, 1.0, check=_non_negative, requirement="must be >= 0",
+        description="Longest wait between store retries (seconds).",
+    )
+    JOURNAL_RETENTION_S = ConfigOption(
+        "journal.retention_s", float, 1800.0, check=_non_negative, requirement="must be >= 0",
+        description="Journal entries of finished records are pruned after this long (seconds). "
+        "On Flink the default is raised to cover the checkpoint interval.",
+    )
+    JOURNAL_PRUNE_INTERVAL_S = ConfigOption(
+        "journal.prune_interval_s", float, 60.0, check=_non_negative, requirement="must be >= 0",
+        description="How often the journal is pruned (seconds).",
+    )
+    MAX_CONCURRENT_RUNS = ConfigOption(
+        "max_concurrent_runs", int, 64, check=_positive, requirement="must be >= 1",
+        description="Runs (keys) in flight at once per subtask.",
+    )
+    MAX_BACKLOG = ConfigOption(
+        "flink.max_backlog", int, None, check=_positive, requirement="must be >= 1",
+        description="Records accepted but not yet running per subtask before input is held back "
+        "(default 16 x max_concurrent_runs).",
+    )
+    INLINE_WAIT_MS = ConfigOption(
+        "flink.inline_wait_ms", float, 2.0, check=_non_negative, requirement="must be >= 0",
+        description="Flink runner: how long an input record waits for its run to finish before "
+        "the operator returns and polls later (milliseconds).",
+    )
+    POLL_INTERVAL_MS = ConfigOption(
+        "flink.poll_interval_ms", int, 100, check=_positive, requirement="must be >= 1",
+        description="Flink runner: timer interval polling runs in flight (milliseconds).",
+    )
+    PARKED_POLL_INTERVAL_MS = ConfigOption(
+        "flink.parked_poll_interval_ms", int, 1000, check=_positive, requirement="must be >= 1",
+        description="Flink runner: poll interval of a key waiting on a callback (milliseconds).",
+    )
+    ERROR_STRATEGY = ConfigOption(
+        "error_strategy", str, "fail",
+        aliases=(ConfigAlias("error-handling-strategy", ErrorHandlingStrategy, _strategy_name),),
+        check=lambda name: name in ("fail", "retry", "skip"), requirement="must be one of 'fail', 'retry', 'skip'",
+        description="Job-wide or per action (action_config): fail, retry or skip (0.3.1's ignore).",
+    )
+    ERROR_RETRY_MAX_ATTEMPTS = ConfigOption(
+        "error_retry.max_attempts", int, None,
+        aliases=(ConfigAlias("max-retries", int, lambda retries: retries + 1, "retries = attempts - 1"),),
+        check=_positive, requirement="must be >= 1",
+        description="Attempts, counting the first run (default 3 under retry, 1 under skip).",
+    )
+    ERROR_RETRY_INITIAL_BACKOFF_S = ConfigOption(
+        "error_retry.initial_backoff_s", float, 0.1,
+        aliases=(ConfigAlias("retry-wait-interval", int),),
+        check=_non_negative, requirement="must be >= 0",
+        description="First wait between attempts (seconds; doubles each attempt).",
+    )
+    ERROR_RETRY_MAX_BACKOFF_S = ConfigOption(
+        "error_retry.max_backoff_s", float, 10.0, check=_non_negative, requirement="must be >= 0",
+        description="Longest wait between attempts (seconds).",
+    )
+    ACTION_TIMEOUT_S = ConfigOption(
+        "action.timeout_s", float, None, check=_positive, requirement="must be a positive number of seconds",
+        description="Job-wide timeout of async actions (seconds); per action 'timeout_s' in action_config.",
+    )
+    CHAT_MAX_TOOL_ROUNDS = ConfigOption(
+        "chat.max_tool_rounds", int, 16, check=_positive, requirement="must be >= 1",
+        description="Model calls the built-in chat action makes for one request before it fails.",
+    )
+    CALLBACKS_BASE_URL = ConfigOption(
+        "callbacks.base_url", str, None,
+        description="Base URL of the callback ingress in callback URLs; default the "
+        "CALLBACK_BASE_URL environment variable, else http://127.0.0.1:8089.",
+    )
+    CALLBACKS_POLL_INTERVAL_MS = ConfigOption(
+        "callbacks.poll_interval_ms", float, 100.0, check=_positive, requirement="must be > 0",
+        description="How often pending callbacks are polled in the store (milliseconds).",
+    )
+    PROGRESS_ENABLED = ConfigOption(
+        "progress.enabled", bool, False,
+        description="Emit the progress stream (set by progress_stream()/to_progress_list()).",
+    )
+    STEERING_ENABLED = ConfigOption(
+        "steering.enabled", bool, False, description="Accept steering messages (set by with_steering())."
+    )
+
+
+_OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, RuntimeOptions)
+
+
+def all_options() -> Tuple[Tuple[str, str, ConfigOption], ...]:
+    """Every declared option as (class name, attribute name, option), in declaration order."""
+    return tuple(
+        (cls.__name__, name, value)
+        for cls in _OPTION_CLASSES
+        for name, value in vars(cls).items()
+        if isinstance(value, ConfigOption)
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _spelling_groups() -> Dict[str, FrozenSet[str]]:
+    groups: Dict[str, set[str]] = {}
+    for _, _, option in all_options():
+        merged = set(option.keys)
+        for key in option.keys:
+            merged |= groups.get(key, set())
+        for key in merged:
+            groups[key] = merged
+    return {key: frozenset(keys) for key, keys in groups.items()}
+
+
+def spellings_of(key: str) -> FrozenSet[str]:
+    """Every key that names the same setting as ``key`` (itself included);
+    ``{key}`` for a key no option declares."""
+    return _spelling_groups().get(key, frozenset({key}))
+
+
+def validate_options(config: Mapping[str, Any]) -> ReadableConfiguration:
+    """Check every declared option set in ``config``, so a bad value fails
+    when the job starts rather than when the option is first read.
+
+    Returns:
+        ``config`` as a ``ReadableConfiguration``.
+
+    Raises:
+        ValueError: The first option whose value does not convert, fails its
+            check, or is set under two spellings to different values (the
+            message names the key or keys and the value).
+    """
+    view = readable(config)
+    for _, _, option in all_options():
+        view.get_optional(option)
+    return view

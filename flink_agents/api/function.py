@@ -1,0 +1,127 @@
+"""Descriptors of user functions, at Flink Agents 0.3.1's module path.
+
+A ``PythonFunction`` names a Python callable by ``module`` and ``qualname``
+(``ClassName.method`` for a method), so it survives JSON, and resolves it by
+importing. Unlike 0.3.1's, one made by ``from_callable`` also keeps the
+callable itself (not in the JSON), so a function that cannot be imported by
+name (defined in ``__main__``, or inside a function) still resolves in the
+process that built it; ``flink_agents.plan.FunctionRef`` resolves its
+functions through ``resolve_function`` below.
+
+Left out: 0.3.1's ``JavaFunction`` (and ``ACTION_PARAMETER_TYPES``)
+describe Java methods run by Flink Agents' Java operator; this runtime is
+pure Python (see ``docs/compatibility.md``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from abc import ABC
+from typing import Any, Callable, Dict
+
+from pydantic import BaseModel, PrivateAttr, model_serializer
+
+__all__ = ["Function", "PythonFunction", "resolve_function"]
+
+
+def resolve_function(module: str, qualname: str) -> Callable[..., Any]:
+    """The object named ``qualname`` in ``module``, imported by name.
+
+    Nested names (``Outer.Inner.method``) are followed attribute by
+    attribute; a ``staticmethod`` or ``classmethod`` found in a class's
+    namespace is unwrapped to its function.
+
+    Raises:
+        ImportError: ``module`` cannot be imported.
+        AttributeError: ``module`` has no ``qualname``.
+        TypeError: What is found is not callable.
+    """
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        owner = obj
+        obj = getattr(owner, part)
+        if isinstance(owner, type):
+            raw = inspect.getattr_static(owner, part, None)
+            if isinstance(raw, staticmethod):
+                obj = raw.__func__
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if not callable(obj):
+        raise TypeError(f"{module}:{qualname} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+class Function(BaseModel, ABC):
+    """Base class of function descriptors (0.3.1's marker class): pure data."""
+
+
+class PythonFunction(Function):
+    """Names a Python callable: ``module`` + ``qualname``, as in 0.3.1.
+
+    Serialized (``model_dump``) as ``{"func_type": "PythonFunction",
+    "module": ..., "qualname": ...}``, 0.3.1's form.
+
+    Attributes:
+        module: The module the callable is defined in.
+        qualname: Its qualified name in that module (``Class.method`` for a
+            method).
+    """
+
+    module: str
+    qualname: str
+
+    _fn: Callable[..., Any] | None = PrivateAttr(default=None)
+
+    @model_serializer
+    def _serialize(self) -> Dict[str, Any]:
+        return {"func_type": type(self).__qualname__, "module": self.module, "qualname": self.qualname}
+
+    @staticmethod
+    def from_callable(func: Callable[..., Any]) -> "PythonFunction":
+        """The descriptor of ``func`` (a function, or a ``staticmethod``),
+        keeping ``func`` at hand for ``as_callable``.
+
+        Raises:
+            TypeError: ``func`` is not callable or has no ``__qualname__``
+                (a ``functools.partial``, an instance with ``__call__``).
+        """
+        if isinstance(func, (staticmethod, classmethod)):
+            func = func.__func__
+        if not callable(func):
+            raise TypeError(f"PythonFunction.from_callable: func must be callable, got a {type(func).__name__}")
+        qualname = getattr(func, "__qualname__", None)
+        module = getattr(func, "__module__", None)
+        if not isinstance(qualname, str) or not isinstance(module, str):
+            raise TypeError(
+                f"PythonFunction.from_callable: {func!r} has no __module__/__qualname__ to be named by; "
+                "pass a function defined with def"
+            )
+        described = PythonFunction(module=module, qualname=qualname)
+        described._fn = func
+        return described
+
+    def as_callable(self) -> Callable[..., Any]:
+        """The callable: the one ``from_callable`` kept, else imported by
+        name (``resolve_function``) and kept.
+
+        Raises:
+            ImportError, AttributeError: It cannot be found by its name.
+            TypeError: The name is not of a callable.
+        """
+        if self._fn is None:
+            self._fn = resolve_function(self.module, self.qualname)
+        return self._fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function (as 0.3.1's plan-side ``PythonFunction`` does)."""
+        return self.as_callable()(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        # The name is the identity; the kept callable is a cache (pydantic's
+        # equality would compare it too).
+        if not isinstance(other, PythonFunction):
+            return NotImplemented
+        return (self.module, self.qualname) == (other.module, other.qualname)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable model, as pydantic's

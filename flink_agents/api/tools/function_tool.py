@@ -1,0 +1,108 @@
+"""``FunctionTool``: a tool backed by a Python function (0.3.1's path; also
+importable from ``flink_agents.api.tools.tool``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from pydantic import ConfigDict, Field, model_validator
+
+from flink_agents.api.function import PythonFunction
+from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
+from flink_agents.api.tools.utils import create_schema_from_function, docstring_description, json_schema_of
+
+__all__ = ["FunctionTool"]
+
+
+def metadata_of(func: Callable[..., Any], name: str | None = None) -> ToolMetadata:
+    """A tool's metadata from ``func``, as 0.3.1 derives it: its name, the
+    docstring's description (any style ``docstring-parser`` reads; the
+    function's name when there is none) and the schema of its parameters
+    (``utils.create_schema_from_function``, without titles).
+
+    Raises:
+        TypeError: ``func`` is not callable, or an annotation has no JSON
+            schema (the message names the tool).
+    """
+    tool_name = name or getattr(func, "__name__", None) or type(func).__name__
+    try:
+        model = create_schema_from_function(tool_name, func)
+        schema = json_schema_of(model)
+    except Exception as exc:  # pydantic's schema errors name the annotation
+        raise TypeError(f"tool {tool_name!r}: {exc}") from exc
+    return ToolMetadata(name=tool_name, description=docstring_description(func) or tool_name, args_schema=schema)
+
+
+class FunctionTool(Tool):
+    """A tool backed by a Python function.
+
+    Built with ``FunctionTool.from_callable(func)`` (or
+    ``Tool.from_callable``), or as 0.3.1 builds one,
+    ``FunctionTool(func=PythonFunction.from_callable(func))``: a
+    ``PythonFunction`` is resolved to its callable, and ``metadata``, when
+    not given, is derived from the function (``metadata_of``).
+
+    Attributes:
+        func: The function run by ``call`` (not serialized).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    func: Callable[..., Any] = Field(exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_and_describe(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "func" not in data:
+            return data
+        data = dict(data)
+        func = data["func"]
+        if isinstance(func, PythonFunction):
+            func = data["func"] = func.as_callable()
+        elif isinstance(func, (staticmethod, classmethod)):
+            func = data["func"] = func.__func__
+        if not callable(func):
+            raise TypeError(f"FunctionTool: func must be callable or a PythonFunction, got a {type(func).__name__}")
+        if data.get("metadata") is None:
+            data["metadata"] = metadata_of(func)
+        return data
+
+    @classmethod
+    def tool_type(cls) -> ToolType:
+        return ToolType.FUNCTION
+
+    @staticmethod
+    def from_callable(func: Callable[..., Any], name: str | None = None) -> "FunctionTool":
+        """Build a tool from ``func``.
+
+        Args:
+            func: A function or a ``staticmethod``.
+            name: The tool's name; defaults to ``func.__name__``.
+
+        Raises:
+            TypeError: ``func`` is not callable, or an annotation has no JSON schema.
+        """
+        if isinstance(func, (staticmethod, classmethod)):
+            func = func.__func__
+        if not callable(func):
+            raise TypeError(f"tool {name or func!r} is not callable")
+        return FunctionTool(metadata=metadata_of(func, name), func=func)
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function with ``args`` mapped onto its parameters in
+        order and ``kwargs`` by name (0.3.1's ``call(*args, **kwargs)``).
+
+        Raises:
+            TypeError: The arguments do not fit the function's parameters
+                (the message names the tool and its parameters); whatever
+                the function raises.
+        """
+        try:
+            bound = inspect.signature(self.func).bind(*args, **kwargs)
+        except TypeError as exc:
+            params = ", ".join(inspect.signature(self.func).parameters)
+            raise TypeError(f"tool {self.name!r} takes ({params}): {exc}") from None
+        except ValueError:  # no signature (a builtin): let the call decide
+            return self.func(*args, **kwargs)
+        return self.func(*bound.args, **bound.kwargs)

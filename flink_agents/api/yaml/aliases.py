@@ -1,0 +1,131 @@
+"""Short names a YAML agent file may use: event aliases in ``listen_to`` and
+class aliases in a resource's ``clazz``.
+
+The tables are Flink Agents 0.3.1's (``flink_agents.api.yaml.aliases``
+there): ``EVENT_ALIASES`` maps an alias to an ``EVENT_TYPE`` string,
+``CLAZZ_ALIASES`` maps resource type -> language -> alias -> fully
+qualified class name, with 0.3.1's class paths. Some name providers this
+release does not ship yet (``anthropic``, ``ollama``, ...): the loader
+refuses those by alias when their class cannot be imported, and they work
+as soon as the class lands at that path. ``local`` is this project's
+addition: the offline deterministic chat model.
+
+Only the ``python`` bucket exists: this runtime has no JVM bridge, so
+0.3.1's ``type: java`` aliases have no class here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Dict
+
+from flink_agents.api.resource import ResourceName, ResourceType
+
+__all__ = [
+    "AliasNotAvailable",
+    "CLAZZ_ALIASES",
+    "EVENT_ALIASES",
+    "is_alias",
+    "resolve_clazz",
+    "resolve_event_type",
+]
+
+_EVENTS = "flink_agents.api.events"
+EVENT_ALIASES: Dict[str, str] = {
+    "input": f"{_EVENTS}.event.InputEvent",
+    "output": f"{_EVENTS}.event.OutputEvent",
+    "chat_request": f"{_EVENTS}.chat_event.ChatRequestEvent",
+    "chat_response": f"{_EVENTS}.chat_event.ChatResponseEvent",
+    "tool_request": f"{_EVENTS}.tool_event.ToolRequestEvent",
+    "tool_response": f"{_EVENTS}.tool_event.ToolResponseEvent",
+    "context_retrieval_request": f"{_EVENTS}.context_retrieval_event.ContextRetrievalRequestEvent",
+    "context_retrieval_response": f"{_EVENTS}.context_retrieval_event.ContextRetrievalResponseEvent",
+}
+
+_CHAT = "flink_agents.integrations.chat_models"
+_EMBEDDING = "flink_agents.integrations.embedding_models"
+CLAZZ_ALIASES: Dict[ResourceType, Dict[str, Dict[str, str]]] = {
+    ResourceType.CHAT_MODEL_CONNECTION: {
+        "python": {
+            "ollama": f"{_CHAT}.ollama_chat_model.OllamaChatModelConnection",
+            "openai": ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION,
+            "anthropic": f"{_CHAT}.anthropic.anthropic_chat_model.AnthropicChatModelConnection",
+            "tongyi": f"{_CHAT}.tongyi_chat_model.TongyiChatModelConnection",
+            "azure_openai": f"{_CHAT}.azure.azure_openai_chat_model.AzureOpenAIChatModelConnection",
+            "local": ResourceName.ChatModel.LOCAL_CONNECTION,
+        },
+    },
+    ResourceType.CHAT_MODEL: {
+        "python": {
+            "ollama": f"{_CHAT}.ollama_chat_model.OllamaChatModelSetup",
+            "openai": ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP,
+            "anthropic": f"{_CHAT}.anthropic.anthropic_chat_model.AnthropicChatModelSetup",
+            "tongyi": f"{_CHAT}.tongyi_chat_model.TongyiChatModelSetup",
+            "azure_openai": f"{_CHAT}.azure.azure_openai_chat_model.AzureOpenAIChatModelSetup",
+            "local": ResourceName.ChatModel.LOCAL_SETUP,
+        },
+    },
+    ResourceType.EMBEDDING_MODEL_CONNECTION: {
+        "python": {
+            "ollama": f"{_EMBEDDING}.local.ollama_embedding_model.OllamaEmbeddingModelConnection",
+            "openai": f"{_EMBEDDING}.openai_embedding_model.OpenAIEmbeddingModelConnection",
+            "tongyi": f"{_EMBEDDING}.tongyi_embedding_model.TongyiEmbeddingModelConnection",
+        },
+    },
+    ResourceType.EMBEDDING_MODEL: {
+        "python": {
+            "ollama": f"{_EMBEDDING}.local.ollama_embedding_model.OllamaEmbeddingModelSetup",
+            "openai": f"{_EMBEDDING}.openai_embedding_model.OpenAIEmbeddingModelSetup",
+            "tongyi": f"{_EMBEDDING}.tongyi_embedding_model.TongyiEmbeddingModelSetup",
+        },
+    },
+    ResourceType.VECTOR_STORE: {
+        "python": {
+            "chroma": "flink_agents.integrations.vector_stores.chroma.chroma_vector_store.ChromaVectorStore",
+        },
+    },
+}
+
+
+class AliasNotAvailable(LookupError):
+    """An alias whose class this release cannot provide: a 0.3.1 provider
+    not shipped yet, or a ``java`` alias."""
+
+
+def is_alias(name: str, resource_type: ResourceType) -> bool:
+    """Whether ``name`` is a class alias of ``resource_type``'s section."""
+    return name in CLAZZ_ALIASES.get(resource_type, {}).get("python", {})
+
+
+def resolve_event_type(name: str) -> str:
+    """The ``EVENT_TYPE`` string an event alias stands for; any other name (a
+    custom event's ``EVENT_TYPE``) unchanged, as 0.3.1 does.
+
+    Raises:
+        AliasNotAvailable: A 0.3.1 alias whose event class this release does
+            not ship yet (``context_retrieval_request``, ...).
+    """
+    event_type = EVENT_ALIASES.get(name)
+    if event_type is None:
+        return name
+    module_name, _, class_name = event_type.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), class_name).EVENT_TYPE
+    except (ImportError, AttributeError):
+        raise AliasNotAvailable(
+            f"event alias {name!r} stands for {class_name}, which this release does not ship yet"
+        ) from None
+
+
+def resolve_clazz(name: str, resource_type: ResourceType, language: str = "python") -> str:
+    """The fully qualified class name an alias stands for in ``resource_type``'s
+    section; any other name (a class path) unchanged, as 0.3.1 does. The
+    class is not imported here (the loader does, and names the alias if it
+    is missing).
+
+    Raises:
+        AliasNotAvailable: ``language`` is ``"java"``: no Java classes here.
+    """
+    if language == "java":
+        raise AliasNotAvailable("Java resources are not available: this runtime has no JVM bridge")
+    return CLAZZ_ALIASES.get(resource_type, {}).get("python", {}).get(name, name)

@@ -1,0 +1,417 @@
+"""The event log (0.3.1's keys: levels, truncation, the file logger) and
+event listeners, which see an event only once it is durable."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel
+from flink_agents.api.decorators import action
+from flink_agents.api.event_listener import EventContext, EventListener
+from flink_agents.api.events.event import Event, InputEvent, OutputEvent
+from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+from flink_agents.api.runner_context import RunnerContext
+from flink_agents.plan import AgentPlan
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.errors import ActionFailed
+from flink_agents.runtime.features.event_log import EVENT_LOGGER_NAME, truncate
+from flink_agents.runtime.local.driver import LocalDriver
+
+LONG = "word " * 100  # 500 characters
+
+
+class Report(Event):
+    title: str
+    tags: List[str]
+    nested: Dict[str, Any]
+
+
+class ReportingAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    def report(event: InputEvent, ctx: RunnerContext) -> None:
+        ctx.send_event(Report(
+            title=LONG, tags=[f"t{i}" for i in range(30)],
+            nested={"level2": {"level3": {"level4": {"deep": 1}, "note": "x"}}},
+        ))
+
+    @action(Report)
+    @staticmethod
+    def publish(event: Report, ctx: RunnerContext) -> None:
+        ctx.send_event(OutputEvent(output=len(event.title)))
+
+
+def _log_lines(tmp_path: Path, agent: Agent, records: List[Dict[str, Any]], **options: Any) -> List[Dict[str, Any]]:
+    """Run ``agent`` on the local runner with the file event logger under
+    ``tmp_path`` (configured as 0.3.1 code does) and read the log file."""
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    config = env.get_config()
+    config.set(AgentConfigOptions.BASE_LOG_DIR, str(tmp_path))
+    for key, value in options.items():
+        config[key] = value
+    env.from_list(records).apply(agent).to_list()
+    env.execute()
+    files = list(tmp_path.iterdir())
+    if not files:
+        return []
+    (log_file,) = files
+    assert log_file.name == "events-local-local-0.log"  # events-{jobId}-{taskName}-{subtaskId}.log
+    return [json.loads(line) for line in log_file.read_text().splitlines()]
+
+
+def test_standard_level_truncates_strings_arrays_and_depth(tmp_path):
+    lines = _log_lines(tmp_path, ReportingAgent(), [{"key": "k1", "value": "hello"}], **{
+        "event-log.standard.max-string-length": 20,
+        "event-log.standard.max-array-elements": 3,
+        "event-log.standard.max-depth": 3,
+    })
+
+    assert [line["eventType"] for line in lines] == ["_input_event", Report.EVENT_TYPE, "_output_event"]
+    first, report, output = lines
+    assert first["logLevel"] == "STANDARD"
+    assert first["key"] == "k1" and first["seq"] == 0
+    assert first["action"] is None and first["handledBy"] == ["report"]
+    assert first["timestamp"].endswith("Z")
+    assert first["event"]["input"] == "hello" and first["event"]["eventType"] == "_input_event"
+    assert report["action"] == "report" and report["handledBy"] == ["publish"]
+    event = report["event"]
+    assert event["title"] == {"truncatedString": LONG[:20] + "...", "omittedChars": 480}
+    assert event["tags"] == {"truncatedList": ["t0", "t1", "t2"], "omittedElements": 27}
+    # depth 1 is the event, 2 its field "nested", 3 "level2": scalars kept, the rest counted
+    assert event["nested"] == {"level2": {"truncatedObject": {}, "omittedFields": 1}}
+    assert len(event["id"]) == 36  # identifying fields are never truncated
+    assert output["event"]["output"] == 500 and output["handledBy"] == []
+
+
+def test_verbose_logs_whole_events(tmp_path):
+    lines = _log_lines(tmp_path, ReportingAgent(), [{"key": "k1", "value": "hello"}], **{
+        "event-log.level": "VERBOSE", "event-log.standard.max-string-length": 20,
+    })
+    report = lines[1]
+    assert report["logLevel"] == "VERBOSE"
+    assert report["event"]["title"] == LONG
+    assert len(report["event"]["tags"]) == 30
+    assert report["event"]["nested"]["level2"]["level3"]["level4"] == {"deep": 1}
+
+
+def test_off_writes_nothing_and_builds_no_event_log(tmp_path):
+    assert _log_lines(tmp_path, ReportingAgent(), [{"key": "k1", "value": "hello"}], **{"event-log.level": "OFF"}) == []
+    engine = AgentEngine(AgentPlan.from_agent(ReportingAgent()), {
+        "event-log.level": "OFF", "baseLogDir": str(tmp_path),
+    })
+    assert engine.event_log is None
+    engine.close()
+    # 0.3.1's default level (STANDARD) with no logger asked for: nothing to
+    # do, also when the root logger is at INFO (as in PyFlink's workers).
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.INFO)
+    try:
+        engine = AgentEngine(AgentPlan.from_agent(ReportingAgent()), {})
+        assert engine.event_log is None
+        engine.close()
+    finally:
+        root.setLevel(before)
+
+
+def test_the_logging_event_logger_when_asked_for(caplog):
+    with caplog.at_level(logging.INFO, logger=EVENT_LOGGER_NAME):
+        env = AgentsExecutionEnvironment.get_execution_environment()
+        env.from_list([{"key": "k", "value": "v"}]).apply(PlainAgent()).to_list()
+        env.execute()
+    records = [json.loads(r.getMessage()) for r in caplog.records if r.name == EVENT_LOGGER_NAME]
+    assert [(r["eventType"], r["key"]) for r in records] == [("_input_event", "k"), ("_output_event", "k")]
+
+
+def test_per_type_levels_override_the_global_level(tmp_path):
+    lines = _log_lines(tmp_path, ReportingAgent(), [{"key": "k1", "value": "hello"}], **{
+        "event-log.level": "OFF",
+        f"event-log.type.{Report.EVENT_TYPE}.level": "VERBOSE",
+        "event-log.type._output_event.level": "STANDARD",
+    })
+    assert [(line["eventType"], line["logLevel"]) for line in lines] == [
+        (Report.EVENT_TYPE, "VERBOSE"), ("_output_event", "STANDARD"),
+    ]
+
+
+def test_dotted_types_resolve_up_their_package():
+    from flink_agents.runtime.features.event_log import EventLog
+
+    log = EventLog.from_config({
+        "event-log.level": "STANDARD",
+        "event-log.type.com.example.level": "VERBOSE", "event-log.type.com.example.app.Order.level": "OFF",
+        "event-listeners": [f"{__name__}:Recorder"],
+    }, "job")
+    assert log is not None
+    assert log.level_of("com.example.app.Order") is EventLogLevel.OFF
+    assert log.level_of("com.example.app.Invoice") is EventLogLevel.VERBOSE
+    assert log.level_of("org.other.Thing") is EventLogLevel.STANDARD
+    log.close()
+
+
+def test_bad_event_log_values_name_the_key():
+    plan = AgentPlan.from_agent(ReportingAgent())
+    with pytest.raises(ValueError, match="event-log.type._output_event.level"):
+        AgentEngine(plan, {"event-log.type._output_event.level": "LOUD", "event-listeners": []})
+    with pytest.raises(ValueError, match="event-listeners"):
+        AgentEngine(plan, {"event-listeners": [f"{__name__}:NoSuchListener"]})
+    with pytest.raises(TypeError, match="event-listeners.*not an EventListener"):
+        AgentEngine(plan, {"event-listeners": [f"{__name__}:Step"]})
+    with pytest.raises(TypeError, match="event-listeners.*without arguments"):
+        AgentEngine(plan, {"event-listeners": [f"{__name__}:Report"]})
+
+
+def test_the_truncation_counter_counts_truncated_records(tmp_path):
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    env.get_config().set(AgentConfigOptions.BASE_LOG_DIR, str(tmp_path))
+    env.from_list([{"key": "a", "value": "x"}, {"key": "b", "value": "y"}]).apply(ReportingAgent()).to_list()
+    env.execute()
+    (metrics,) = env.last_metrics
+    assert metrics["eventLogTruncatedEvents"] == 2  # the Report of each record (defaults: 20 tags)
+
+
+def test_truncate_keeps_its_input_and_zero_turns_a_limit_off():
+    event = {"eventType": "t", "id": "x" * 50, "text": "y" * 50, "items": list(range(50))}
+    cut, hit = truncate(event, 10, 0, 0)
+    assert hit and cut["id"] == "x" * 50 and cut["items"] == list(range(50))
+    assert cut["text"] == {"truncatedString": "y" * 10 + "...", "omittedChars": 40}
+    assert event["text"] == "y" * 50
+    assert truncate(event, 0, 0, 0) == (event, False)
+
+
+# -- listeners -------------------------------------------------------------------------
+
+SEEN: List[Tuple[str, int]] = []  # (event type, journal writes when the listener saw it)
+ENGINE: List[AgentEngine] = []
+PROBED: List[List[str]] = []
+IDS: List[str] = []
+FAIL_ONCE: List[bool] = []  # DurableAgent's second action fails while this holds True
+
+
+class Recorder(EventListener):
+    """Records each event with the engine's journal writes at that moment."""
+
+    def on_event_processed(self, context: EventContext, event: Event) -> None:
+        assert context.event_type == event.get_type()
+        SEEN.append((context.event_type, ENGINE[-1].counters.journal_writes if ENGINE else -1))
+        IDS.append(str(event.id))
+
+
+class Step(Event):
+    fail: bool = False
+
+
+def _probe() -> int:
+    PROBED.append([event_type for event_type, _ in SEEN])
+    return 1
+
+
+class DurableAgent(Agent):
+    """InputEvent -> first (no journaled call) -> Step -> second (a journaled
+    call, then maybe a failure) -> OutputEvent."""
+
+    @action(InputEvent)
+    @staticmethod
+    def first(event: InputEvent, ctx: RunnerContext) -> None:
+        ctx.send_event(Step(fail=event.input == "fail"))
+
+    @action(Step)
+    @staticmethod
+    def second(event: Step, ctx: RunnerContext) -> None:
+        ctx.durable_execute(_probe)
+        if event.fail or (FAIL_ONCE and FAIL_ONCE[0]):
+            raise RuntimeError("second failed")
+        ctx.send_event(OutputEvent(output="done"))
+
+
+class PlainAgent(Agent):
+    """No journaled call at all; fails on input "fail"."""
+
+    @action(InputEvent)
+    @staticmethod
+    def only(event: InputEvent, ctx: RunnerContext) -> None:
+        if event.input == "fail":
+            raise RuntimeError("only failed")
+        ctx.send_event(OutputEvent(output=event.input))
+
+
+@pytest.fixture()
+def listening():
+    SEEN.clear()
+    PROBED.clear()
+    ENGINE.clear()
+    IDS.clear()
+    FAIL_ONCE.clear()
+
+    def engine_for(agent: Agent, store: Any = None) -> AgentEngine:
+        engine = AgentEngine(
+            AgentPlan.from_agent(agent), {"event-listeners": [f"{__name__}:Recorder"]}, job_id="job", store=store,
+        )
+        ENGINE.append(engine)
+        return engine
+
+    yield engine_for
+    for engine in ENGINE:
+        engine.close()
+
+
+def test_a_listener_sees_an_event_only_after_its_steps_committed(listening):
+    engine = listening(DurableAgent())
+    asyncio.run(engine.process(LocalDriver(), "k", "ok"))
+
+    # The InputEvent's step committed before the journaled call ran (the
+    # first write), so the call already saw it; Step and the output came
+    # with the run's last write.
+    assert PROBED == [["_input_event"]]
+    assert SEEN == [("_input_event", 1), (Step.EVENT_TYPE, 2), ("_output_event", 2)]
+    assert engine.counters.journal_writes == 2
+
+
+def test_a_failed_run_delivers_only_what_committed(listening):
+    engine = listening(DurableAgent())
+    with pytest.raises(ActionFailed):
+        asyncio.run(engine.process(LocalDriver(), "k", "fail"))
+    # Step's action failed: Step was never processed and is not delivered.
+    assert [event_type for event_type, _ in SEEN] == ["_input_event"]
+
+
+def test_a_run_without_journaled_calls_delivers_when_it_finished(listening):
+    engine = listening(PlainAgent())
+    driver = LocalDriver()
+    asyncio.run(engine.process(driver, "k", "a"))
+    assert SEEN == [("_input_event", 0), ("_output_event", 0)]
+    SEEN.clear()
+    with pytest.raises(ActionFailed):
+        asyncio.run(engine.process(driver, "j", "fail"))
+    assert SEEN == []  # its run failed: nothing of it stands
+
+
+def test_listeners_and_the_file_log_share_the_run(tmp_path):
+    SEEN.clear()
+    ENGINE.clear()
+    lines = _log_lines(tmp_path, PlainAgent(), [{"key": "k", "value": "v"}], **{
+        "event-listeners": f"{__name__}:Recorder",
+    })
+    assert [line["eventType"] for line in lines] == ["_input_event", "_output_event"]
+    assert [event_type for event_type, _ in SEEN] == ["_input_event", "_output_event"]
+
+
+# -- on the mini-cluster ------------------------------------------------------------------
+
+
+class FlinkMeteredAgent(Agent):
+    """Reports one metric of each kind, in a key-value sub-group too, after
+    a journaled call; record ``x == SLOW_X`` first waits a few seconds, so
+    the job is still running while Flink's REST API is read."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def on_input(event: InputEvent, ctx: RunnerContext) -> None:
+        if event.input["x"] == SLOW_X:
+            await asyncio.sleep(SLOW_S)
+        doubled = await ctx.durable_execute_async(_double, event.input["x"])
+        ctx.agent_metric_group.get_counter("numInputs").inc()
+        ctx.agent_metric_group.get_meter("numInputsPerSec").mark()
+        ctx.action_metric_group.get_histogram("valueSeen").update(event.input["x"])
+        ctx.agent_metric_group.get_sub_group("shop", "books").get_gauge("lastValue").update(event.input["x"])
+        ctx.send_event(OutputEvent(output={"k": event.input["k"], "doubled": doubled}))
+
+
+SLOW_X = 11
+SLOW_S = 8.0
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _operator_metrics(port: int, names: List[str], until: Any, timeout_s: float) -> Dict[str, float]:
+    """Flink's REST view of the agent operator's metrics, summed over its
+    subtasks (``<subtask>.<operator>.<metric>``), polled until ``until(values)``."""
+    import time
+    import urllib.request
+
+    base = f"http://127.0.0.1:{port}"
+    values: Dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            for job in json.load(urllib.request.urlopen(f"{base}/jobs", timeout=5))["jobs"]:
+                vertices = json.load(urllib.request.urlopen(f"{base}/jobs/{job['id']}", timeout=5))["vertices"]
+                for vertex in vertices:
+                    url = f"{base}/jobs/{job['id']}/vertices/{vertex['id']}/metrics"
+                    ids = [m["id"] for m in json.load(urllib.request.urlopen(url, timeout=5))
+                           if m["id"].split(".", 2)[-1] in names]
+                    if ids:
+                        found = json.load(urllib.request.urlopen(f"{url}?get={','.join(ids)}", timeout=5))
+                        values = {}
+                        for metric in found:
+                            name = metric["id"].split(".", 2)[-1]
+                            text = str(metric["value"])
+                            number = float(text) if text.replace(".", "", 1).isdigit() else text
+                            values[name] = values.get(name, 0) + number if isinstance(number, float) else number
+            if until(values):
+                return values
+        except OSError:
+            pass  # the REST endpoint is not up yet
+        time.sleep(0.2)
+    return values
+
+
+@pytest.mark.e2e
+def test_event_log_and_metrics_on_the_mini_cluster(tmp_path) -> None:
+    import socket
+    import sys
+
+    from pyflink.common import Configuration
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = Configuration()
+    config.set_string("restart-strategy.type", "none")
+    config.set_string("python.executable", sys.executable)
+    config.set_string("rest.port", str(port))
+    config.set_string("metrics.fetcher.update-interval", "200")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(2)
+    log_dir = tmp_path / "event-log"
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **{
+        "journal.sqlite.path": str(tmp_path / "journal.db"),
+        "baseLogDir": str(log_dir),
+        "event-log.standard.max-string-length": 8,
+    })
+    records = [{"k": f"key-{i % 3}", "x": i, "note": "n" * 20} for i in range(12)]
+    stream = agents_env.from_datastream(env.from_collection(records), lambda r: r["k"]).apply(
+        FlinkMeteredAgent()
+    ).to_datastream()
+    wanted = ["numInputs", "numOfEventProcessed", "action.on_input.numOfActionsExecuted",
+              "action.on_input.valueSeen", "numInputsPerSec", "shop.books.lastValue"]
+    with stream.execute_and_collect("event-log-and-metrics") as collected:
+        # While the slow record waits, the other eleven are done and their
+        # metrics reached Flink (the operator mirrors them in its callbacks).
+        metrics = _operator_metrics(port, wanted, lambda v: v.get("numInputs") == 11, timeout_s=120.0)
+        outputs = list(collected)
+
+    assert metrics.get("numInputs") == 11, metrics
+    assert metrics["action.on_input.numOfActionsExecuted"] == 11
+    assert metrics["numOfEventProcessed"] >= 22  # input and output of each finished record
+    assert "count=" in str(metrics["action.on_input.valueSeen"])  # a Flink distribution
+    assert "numInputsPerSec" in metrics and "shop.books.lastValue" in metrics  # a meter, a gauge
+    assert sorted(o["doubled"] for o in outputs) == [2 * i for i in range(12)]
+    files = sorted(log_dir.iterdir())
+    assert files and all(f.name.startswith("events-") and f.name.endswith(".log") for f in files)
+    lines = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    inputs = [line for line in lines if line["eventType"] == "_input_event"]
+    assert sorted(line["event"]["input"]["x"] for line in inputs) == list(range(12))
+    assert all(line["event"]["input"]["note"] == {"truncatedString": "nnnnnnnn...", "omittedChars": 12}
+               for line in inputs)
+    assert len([line for line in lines if line["eventType"] == "_output_event"]) == 12
+    assert all(line["handledBy"] == ["on_input"] and line["key"] == line["event"]["input"]["k"] for line in inputs)
