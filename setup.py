@@ -1,6 +1,13 @@
 """Packaging for flink_agents: durable AI agents on stock PyFlink."""
 from setuptools import find_packages, setup
 
+_PROVIDER_EXTRAS = {
+    "anthropic": ["anthropic>=0.40"],
+    "ollama": ["ollama>=0.4"],
+    "tongyi": ["dashscope>=1.20"],
+    "azure": [],  # the openai SDK's AzureOpenAI client
+}
+
 setup(
     name="flink-agents",
     version="0.1.0",
@@ -14,7 +21,8 @@ setup(
     install_requires=[
         "apache-flink==2.3.0",
         "pydantic>=2.6,<3",
-        "docstring-parser>=0.16",  # tool schemas from Google, NumPy and reST docstrings
+        "docstring-parser>=0.16",
+        "jsonschema>=4.18",  # structured output against a JSON schema (api.agents.types)  # tool schemas from Google, NumPy and reST docstrings
         "PyYAML>=6",  # SKILL.md front matter (and YAML agents)
         "cloudpickle",  # apache-flink pins the version
         "protobuf",  # apache-flink constrains the version
@@ -23,10 +31,16 @@ setup(
         "psycopg[binary]>=3.1",  # the PostgreSQL journal store (clusters)
         "aiohttp>=3.9",  # the callback ingress (flink-agents callbacks serve)
     ],
+    # Provider SDKs are optional: a connection whose SDK is missing fails on
+    # first use naming its extra (flink_agents.integrations.sdk). OpenAI and
+    # Azure OpenAI ride on the openai SDK, which the runtime needs anyway.
     extras_require={
+        **_PROVIDER_EXTRAS,
+        "all": sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.2",
+            *sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
         ],
     },
     entry_points={

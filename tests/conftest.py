@@ -34,11 +34,8 @@ def scripted_chat_server():
     Tests add replies with ``server.replies.extend([...])`` or
     ``server.set_reply_fn(fn)``.
     """
-    server = ScriptedChatServer().start()
-    try:
+    with ScriptedChatServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -128,6 +128,9 @@ def test_reply_fn_and_streaming_rejected(scripted_chat_server):
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}], stream=True
         )
+    # Kept as a violation: leaving the fixture would fail the test.
+    assert len(server.violations) == 1 and "stream" in server.violations[0]
+    server.violations.clear()
 
 
 def test_ollama_chat_dialect(scripted_chat_server):

@@ -5,10 +5,11 @@ Three kinds decide what happens when an action invocation ends in an error:
 - ``RETRYABLE``: an ordinary exception of user code (a tool, a model call,
   the action itself); the action's error strategy applies (fail, retry with
   backoff, skip).
-- ``TERMINAL``: a fault of the agent's code that a retry would repeat
-  (``NondeterminismError``, ``ActionReturnedValue``, a sent event holding
-  a value the codec refuses): the record fails, or under ``skip`` goes to
-  the error output, without retries.
+- ``TERMINAL``: a fault that a retry would repeat (``NondeterminismError``,
+  ``ActionReturnedValue``, a sent event holding a value the codec refuses,
+  a model provider's non-retryable ``ModelCallError`` such as a context
+  too long or a bad request, ``api.chat_models.errors``): the record fails,
+  or under ``skip`` goes to the error output, without retries.
 - ``INTERNAL``: the runtime itself cannot go on (``JournalUnavailable``: a
   store write failed, so nothing may build on results that are not
   durable): the record fails under every strategy, and the job's restart
@@ -147,4 +148,12 @@ def classify(error: BaseException) -> str:
         return INTERNAL
     if isinstance(error, (NondeterminismError, ActionReturnedValue, EncodeError)):
         return TERMINAL
+    if getattr(error, "retryable", None) is False and _is_model_call_error(error):
+        return TERMINAL  # a provider's refusal: the same request gets the same answer
     return RETRYABLE
+
+
+def _is_model_call_error(error: BaseException) -> bool:
+    from flink_agents.api.chat_models.errors import ModelCallError
+
+    return isinstance(error, ModelCallError)

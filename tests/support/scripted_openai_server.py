@@ -11,21 +11,20 @@ A reply is an OpenAI chat ``message`` dict, e.g. ``{"role": "assistant",
 one per request (both dialects share the script and the request counter). Once
 the script is exhausted the server answers 500 with a JSON error naming the
 request index. Every request received takes the next index, including one
-rejected with 400 (e.g. ``"stream": true``). Instead of a list, a callable ``reply_fn(request_json, index)``
+rejected with 400 (e.g. ``"stream": true``, which is also kept in
+``violations``). Instead of a list, a callable ``reply_fn(request_json, index)``
 can produce each reply (see :meth:`ScriptedChatServer.set_reply_fn`).
 """
 from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
-ReplyFn = Callable[[dict, int], dict]
+from tests.support.scripted_http import Exchange, ScriptedServer
 
 
 def _count_tokens(value: Any) -> int:
@@ -37,98 +36,40 @@ def _count_tokens(value: Any) -> int:
     return len(value.split())
 
 
-class _ScriptExhausted(Exception):
-    pass
+class ScriptedChatServer(ScriptedServer):
+    """OpenAI- and Ollama-compatible chat server answering from a script
+    (the fixture style of ``tests.support.scripted_http``)."""
 
+    routes = {
+        ("GET", "/v1/models"): "_models",
+        ("POST", "/v1/chat/completions"): "_openai_chat",
+        ("POST", "/api/chat"): "_ollama_chat",
+    }
+    unscripted = frozenset({"_models"})
 
-class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; with Nagle's algorithm on,
-    # the client's delayed ACK then adds ~40 ms to every keep-alive reply.
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        return  # keep test output clean
-
-    # -- plumbing -------------------------------------------------------------
-    def _send_json(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, status: int, message: str, err_type: str) -> None:
-        self._send_json(
-            status, {"error": {"message": message, "type": err_type, "code": status}}
-        )
-
-    def _read_json(self) -> dict | None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw.decode("utf-8") or "null")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self._error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
-            return None
+    def check(self, exchange: Exchange) -> list[str]:
+        body = exchange.json
+        if exchange.method == "GET":
+            return []
         if not isinstance(body, dict):
-            self._error(400, "request body must be a JSON object", "invalid_request_error")
-            return None
-        return body
+            return ["the body must be a JSON object"]
+        if exchange.path.startswith("/v1/") and body.get("stream"):
+            return ["streaming is not supported by the scripted server; send stream=false"]
+        return []
 
-    # -- routes ---------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path == "/v1/models":
-            self._send_json(
-                200, {"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "tests"}]}
-            )
-        else:
-            self._error(404, f"no route for GET {self.path}", "not_found")
+    @property
+    def base_url(self) -> str:
+        """OpenAI-style base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"{self.root_url}/v1"
 
-    def do_POST(self) -> None:  # noqa: N802
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in ("/v1/chat/completions", "/api/chat"):
-            self._error(404, f"no route for POST {self.path}", "not_found")
-            return
-        body = self._read_json()
-        if body is None:
-            return
-        owner = self.server.owner
-        index = owner._record(body)
-        ollama = path == "/api/chat"
-        if not ollama and body.get("stream"):
-            self._error(
-                400,
-                "streaming is not supported by the scripted server; send stream=false",
-                "invalid_request_error",
-            )
-            return
-        owner._enter()
-        try:
-            if owner.latency_s > 0:
-                time.sleep(owner.latency_s)
-        finally:
-            owner._leave()
-        try:
-            message = owner._reply_for(body, index)
-        except _ScriptExhausted:
-            self._error(
-                500,
-                f"scripted server has no reply for request #{index} "
-                f"(script holds {len(owner.replies)} replies)",
-                "script_exhausted",
-            )
-            return
-        except Exception as exc:  # a failing reply_fn should fail the request loudly
-            self._error(500, f"reply_fn failed for request #{index}: {exc!r}", "reply_fn_error")
-            return
-        if ollama:
-            self._send_json(200, _ollama_response(body, message))
-        else:
-            self._send_json(200, _openai_response(body, message, index))
+    def _models(self, exchange: Exchange, reply: Any, index: int) -> tuple[int, dict]:
+        return 200, {"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "tests"}]}
+
+    def _openai_chat(self, exchange: Exchange, reply: dict, index: int) -> tuple[int, dict]:
+        return 200, _openai_response(exchange.json, reply, index)
+
+    def _ollama_chat(self, exchange: Exchange, reply: dict, index: int) -> tuple[int, dict]:
+        return 200, _ollama_response(exchange.json, reply)
 
 
 def _openai_response(request: dict, message: dict, index: int) -> dict:
@@ -198,146 +139,3 @@ def _ollama_response(request: dict, message: dict) -> dict:
         "eval_count": eval_tokens,
         "eval_duration": 0,
     }
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # The default listen backlog (5) resets connections when dozens of
-    # concurrent runs connect at once.
-    request_queue_size = 256
-    owner: "ScriptedChatServer"
-
-
-class ScriptedChatServer:
-    """OpenAI- and Ollama-compatible chat server answering from a script."""
-
-    def __init__(self, replies: list[dict] | None = None, latency_s: float = 0.0):
-        self.replies: list[dict] = list(replies or [])
-        self.latency_s = latency_s
-        self.requests: list[dict] = []
-        self._reply_fn: ReplyFn | None = None
-        self._lock = threading.Lock()
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self.host = "127.0.0.1"
-        self.port: int | None = None
-        # Requests inside their latency sleep now, the most at once, and the
-        # (start, end) monotonic times of each: what concurrency tests assert.
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.spans: list[tuple[float, float]] = []
-        self._span_starts = threading.local()
-        # hold_until_in_flight: requests wait until this many were in flight.
-        self._in_flight_changed = threading.Condition(self._lock)
-        self._hold_until = 0
-        self._hold_timeout_s = 30.0
-        self.hold_timed_out = False
-
-    # -- configuration ----------------------------------------------------------
-    def set_reply_fn(self, reply_fn: ReplyFn | None) -> None:
-        """Answer each request with ``reply_fn(request_json, index)``.
-
-        While set, it takes precedence over the ``replies`` list.
-        """
-        with self._lock:
-            self._reply_fn = reply_fn
-
-    def hold_until_in_flight(self, count: int, timeout_s: float = 30.0) -> "ScriptedChatServer":
-        """Hold every request (before its latency) until ``count`` requests
-        were in flight at once; from then on let every request through.
-
-        Overlap becomes a count instead of a clock: requests sent one after
-        another never reach ``count``; the first one is then let through after
-        ``timeout_s``, ``hold_timed_out`` turns true, and ``max_in_flight``
-        stays below ``count``.
-
-        Returns:
-            The server (for chaining).
-        """
-        with self._in_flight_changed:
-            self._hold_until = count
-            self._hold_timeout_s = timeout_s
-            self.hold_timed_out = False
-        return self
-
-    @property
-    def base_url(self) -> str:
-        """OpenAI-style base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
-        return f"{self.root_url}/v1"
-
-    @property
-    def root_url(self) -> str:
-        """Server root, e.g. ``http://127.0.0.1:PORT`` (Ollama clients use this)."""
-        if self.port is None:
-            raise RuntimeError("ScriptedChatServer is not started")
-        return f"http://{self.host}:{self.port}"
-
-    # -- used by the handler ------------------------------------------------------
-    def _record(self, body: dict) -> int:
-        with self._lock:
-            self.requests.append(body)
-            return len(self.requests) - 1
-
-    def _enter(self) -> None:
-        self._span_starts.value = time.monotonic()
-        with self._in_flight_changed:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            if not self._hold_until:
-                return
-            self._in_flight_changed.notify_all()
-            opened = self._in_flight_changed.wait_for(
-                lambda: not self._hold_until or self.max_in_flight >= self._hold_until, timeout=self._hold_timeout_s
-            )
-            if not opened:
-                self.hold_timed_out = True
-            self._hold_until = 0  # open for good
-            self._in_flight_changed.notify_all()
-
-    def _leave(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
-            self.spans.append((self._span_starts.value, time.monotonic()))
-
-    def _reply_for(self, body: dict, index: int) -> dict:
-        with self._lock:
-            fn = self._reply_fn
-            if fn is None:
-                if index >= len(self.replies):
-                    raise _ScriptExhausted()
-                return self.replies[index]
-        return fn(body, index)
-
-    # -- lifecycle ------------------------------------------------------------------
-    def start(self) -> "ScriptedChatServer":
-        if self._httpd is not None:
-            return self
-        httpd = _Server((self.host, 0), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self.port = httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"scripted-chat-server-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "ScriptedChatServer":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Dict, List, Literal, Mapping, Optional, Sequence
 
 from pydantic import Field, PrivateAttr, field_validator
 
@@ -27,7 +27,18 @@ class BaseChatModelConnection(Resource, ABC):
     """How to reach a model service (address, credentials, timeouts).
 
     One connection may serve several setups.
+
+    Structured output: a connection whose class sets
+    ``supports_output_schema = True`` receives ``output_schema`` (an
+    ``api.agents.types.OutputSchema``) among the ``chat``/``achat`` keyword
+    arguments when an answer must have a schema, and asks its provider with
+    the provider's own mechanism (OpenAI ``response_format``, Ollama
+    ``format``, Anthropic tool use). Other connections never receive it: the
+    built-in chat action gives them the schema as a system instruction. In
+    both cases the action validates the answer and re-asks on a mismatch.
     """
+
+    supports_output_schema: ClassVar[bool] = False
 
     @classmethod
     def resource_type(cls) -> ResourceType:
