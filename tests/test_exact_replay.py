@@ -27,11 +27,11 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceType
 from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed, NondeterminismError
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
+from tests.support.engine_runs import run_record
 
 CALLS: Counter = Counter()  # (function, argument) -> times it really ran
 TICKETS = {"next": 0}
@@ -117,13 +117,7 @@ def _process(action: Any, store: InMemoryJournalStore, value: Any = "r", **confi
 def _run_agent(agent: Agent, store: InMemoryJournalStore, value: Any = "r") -> LocalDriver:
     """One record of key "k" through ``agent`` against ``store`` (a fresh
     engine and keyed state: a restore to before the record)."""
-    engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, "k", value))
-    finally:
-        engine.close()
-    return driver
+    return run_record(agent, store, value)
 
 
 def _journaled_results(store: InMemoryJournalStore) -> List[str]:

@@ -24,10 +24,10 @@ import pytest
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
-from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
+from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
 from flink_agents.api.decorators import skills
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.events.chat_event import ChatResponseEvent
+from flink_agents.api.events.event import InputEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.skills import LOAD_SKILL_TOOL, Skills, SkillSourceSpec
@@ -46,6 +46,8 @@ from flink_agents.runtime.features.skills import (
 )
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.chat_turn import ChatSetup, answer, ask
+from tests.support.engine_runs import run_record
 
 MATH_MD = """---
 name: math-calculator
@@ -330,16 +332,7 @@ def _reset() -> None:
     CRASH_AFTER_TOOLS.clear()
 
 
-class SkillSetup(BaseChatModelSetup):
-    pass
-
-
-def ask(event: InputEvent, ctx: Any) -> None:
-    ctx.send_event(ChatRequestEvent(model="model", messages=[ChatMessage(role=MessageRole.USER, content=event.input)]))
-
-
-def answer(event: ChatResponseEvent, ctx: Any) -> None:
-    ctx.send_event(OutputEvent(output=event.response.content))
+SkillSetup = ChatSetup
 
 
 SKILLS_DIR: Dict[str, str] = {}
@@ -407,13 +400,7 @@ def test_an_agent_tool_named_load_skill_next_to_skills_fails_to_compile(skills_d
 
 def _run(agent: Agent, store: InMemoryJournalStore, value: str = "what is 6 * 7?") -> LocalDriver:
     """One record of key "k" on a fresh engine (a restore to before the record)."""
-    engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, "k", value))
-    finally:
-        engine.close()
-    return driver
+    return run_record(agent, store, value)
 
 
 def test_a_chat_agent_on_the_local_runner_sees_the_skill_list_and_loads_a_skill(skills_dir: Path) -> None:

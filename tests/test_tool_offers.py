@@ -13,7 +13,6 @@ tools of the setup it names.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any, Dict, List, Sequence
 
@@ -27,11 +26,10 @@ from flink_agents.api.events.event import InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.tools.tool import Tool
-from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatSetup, answer, ask
+from tests.support.engine_runs import run_record
 
 CALLBACKS = {"callbacks.poll_interval_ms": 10, "callbacks.base_url": "http://claims.test:9/"}
 
@@ -120,13 +118,7 @@ class ShopAgent(Agent):
 def _run(agent: Agent, store: InMemoryJournalStore, value: Any = "refund order A-1 now") -> LocalDriver:
     """One record of key "k" on a fresh engine and keyed state (a restore to
     before the record)."""
-    engine = AgentEngine(AgentPlan.from_agent(agent), {**CALLBACKS, "error_strategy": "skip"}, job_id="job", store=store)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, "k", value))
-    finally:
-        engine.close()
-    return driver
+    return run_record(agent, store, value, {**CALLBACKS, "error_strategy": "skip"})
 
 
 def _refusal(name: str, offered: str = "'lookup_order'") -> str:
