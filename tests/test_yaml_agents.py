@@ -359,8 +359,8 @@ ERROR_CASES = {
         3, "chat_model_connections[0].clazz", r"unknown chat_model_connection alias 'olama' \(aliases: .*local.*openai",
     ),
     "alias not shipped yet": (
-        AGENT_HEAD + "    chat_model_setups:\n      - name: m\n        clazz: anthropic\n        connection: c\n",
-        9, "agents[0].chat_model_setups[0].clazz", "alias 'anthropic' stands for .*AnthropicChatModelSetup, which is not available yet",
+        AGENT_HEAD + "    vector_stores:\n      - name: v\n        clazz: chroma\n",
+        9, "agents[0].vector_stores[0].clazz", "alias 'chroma' stands for .*ChromaVectorStore, which is not available yet",
     ),
     "class that does not exist": (
         "chat_model_connections:\n  - name: c\n    clazz: my_pkg.models.Connection\n",

@@ -4,10 +4,10 @@ class aliases in a resource's ``clazz``.
 The tables are Flink Agents 0.3.1's (``flink_agents.api.yaml.aliases``
 there): ``EVENT_ALIASES`` maps an alias to an ``EVENT_TYPE`` string,
 ``CLAZZ_ALIASES`` maps resource type -> language -> alias -> fully
-qualified class name, with 0.3.1's class paths. Some name providers this
-release does not ship yet (``anthropic``, ``ollama``, ...): the loader
-refuses those by alias when their class cannot be imported, and they work
-as soon as the class lands at that path. ``local`` is this project's
+qualified class name, with 0.3.1's class paths. One names a class this
+release does not ship yet (``chroma``, a vector store): the loader refuses
+it by alias while its class cannot be imported, and it works as soon as the
+class lands at that path. ``local`` is this project's
 addition: the offline deterministic chat model.
 
 Only the ``python`` bucket exists: this runtime has no JVM bridge, so
@@ -42,41 +42,39 @@ EVENT_ALIASES: Dict[str, str] = {
     "context_retrieval_response": f"{_EVENTS}.context_retrieval_event.ContextRetrievalResponseEvent",
 }
 
-_CHAT = "flink_agents.integrations.chat_models"
-_EMBEDDING = "flink_agents.integrations.embedding_models"
 CLAZZ_ALIASES: Dict[ResourceType, Dict[str, Dict[str, str]]] = {
     ResourceType.CHAT_MODEL_CONNECTION: {
         "python": {
-            "ollama": f"{_CHAT}.ollama_chat_model.OllamaChatModelConnection",
+            "ollama": ResourceName.ChatModel.OLLAMA_CONNECTION,
             "openai": ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION,
-            "anthropic": f"{_CHAT}.anthropic.anthropic_chat_model.AnthropicChatModelConnection",
-            "tongyi": f"{_CHAT}.tongyi_chat_model.TongyiChatModelConnection",
-            "azure_openai": f"{_CHAT}.azure.azure_openai_chat_model.AzureOpenAIChatModelConnection",
+            "anthropic": ResourceName.ChatModel.ANTHROPIC_CONNECTION,
+            "tongyi": ResourceName.ChatModel.TONGYI_CONNECTION,
+            "azure_openai": ResourceName.ChatModel.AZURE_OPENAI_CONNECTION,
             "local": ResourceName.ChatModel.LOCAL_CONNECTION,
         },
     },
     ResourceType.CHAT_MODEL: {
         "python": {
-            "ollama": f"{_CHAT}.ollama_chat_model.OllamaChatModelSetup",
+            "ollama": ResourceName.ChatModel.OLLAMA_SETUP,
             "openai": ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP,
-            "anthropic": f"{_CHAT}.anthropic.anthropic_chat_model.AnthropicChatModelSetup",
-            "tongyi": f"{_CHAT}.tongyi_chat_model.TongyiChatModelSetup",
-            "azure_openai": f"{_CHAT}.azure.azure_openai_chat_model.AzureOpenAIChatModelSetup",
+            "anthropic": ResourceName.ChatModel.ANTHROPIC_SETUP,
+            "tongyi": ResourceName.ChatModel.TONGYI_SETUP,
+            "azure_openai": ResourceName.ChatModel.AZURE_OPENAI_SETUP,
             "local": ResourceName.ChatModel.LOCAL_SETUP,
         },
     },
     ResourceType.EMBEDDING_MODEL_CONNECTION: {
         "python": {
-            "ollama": f"{_EMBEDDING}.local.ollama_embedding_model.OllamaEmbeddingModelConnection",
-            "openai": f"{_EMBEDDING}.openai_embedding_model.OpenAIEmbeddingModelConnection",
-            "tongyi": f"{_EMBEDDING}.tongyi_embedding_model.TongyiEmbeddingModelConnection",
+            "ollama": ResourceName.EmbeddingModel.OLLAMA_CONNECTION,
+            "openai": ResourceName.EmbeddingModel.OPENAI_CONNECTION,
+            "tongyi": ResourceName.EmbeddingModel.TONGYI_CONNECTION,
         },
     },
     ResourceType.EMBEDDING_MODEL: {
         "python": {
-            "ollama": f"{_EMBEDDING}.local.ollama_embedding_model.OllamaEmbeddingModelSetup",
-            "openai": f"{_EMBEDDING}.openai_embedding_model.OpenAIEmbeddingModelSetup",
-            "tongyi": f"{_EMBEDDING}.tongyi_embedding_model.TongyiEmbeddingModelSetup",
+            "ollama": ResourceName.EmbeddingModel.OLLAMA_SETUP,
+            "openai": ResourceName.EmbeddingModel.OPENAI_SETUP,
+            "tongyi": ResourceName.EmbeddingModel.TONGYI_SETUP,
         },
     },
     ResourceType.VECTOR_STORE: {
