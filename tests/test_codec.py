@@ -416,3 +416,40 @@ def test_a_runtime_class_named_by_its_module_before_the_runtime_was_grouped_stil
     old = {"$dataclass": "flink_agents.runtime.state:PendingRecord", "fields": {"seq": 3, "value": "x", "ts": None}}
 
     assert decode(old) == PendingRecord(3, "x", None)
+
+
+# -- the class walk while other threads change user globals ------------------------------------
+
+_SHARED_CACHE: Dict[int, Any] = {i: object() for i in range(2000)}
+
+
+def _reads_the_shared_cache() -> int:
+    return len(_SHARED_CACHE)
+
+
+def test_the_class_walk_survives_a_global_dict_changing_on_another_thread() -> None:
+    """Subtasks of one Python worker open their operators (and walk the
+    plan's functions) on threads of their own while user code may change a
+    global dict the functions reference; the walk must not fail with
+    "dictionary changed size during iteration" (it did, in a CI run)."""
+    import threading
+
+    from flink_agents.runtime.durability.codec_classes import register_reachable_classes
+
+    stop = threading.Event()
+
+    def churn() -> None:
+        n = 10_000
+        while not stop.is_set():
+            _SHARED_CACHE[n] = object()
+            _SHARED_CACHE.pop(n - 1000, None)
+            n += 1
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        for _ in range(200):
+            register_reachable_classes([_reads_the_shared_cache])
+    finally:
+        stop.set()
+        worker.join(timeout=5)

@@ -151,6 +151,18 @@ def _annotation_classes(annotation: Any) -> Iterable[Any]:
         yield from _annotation_classes(arg)
 
 
+def _snapshot(items: Iterable[Any]) -> tuple:
+    """``tuple(items)``, retried while another thread changes the container
+    (a global dict or list of user code, say a cache): the subtasks of a
+    Python worker open their operators, and so walk, on threads of their own."""
+    for _ in range(100):
+        try:
+            return tuple(items)
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return tuple(items)
+
+
 class _Walk:
     """Everything reachable from functions and classes, registering the
     classes that cannot be imported by name."""
@@ -172,10 +184,10 @@ class _Walk:
         elif isinstance(obj, type):
             self._class(obj)
         elif isinstance(obj, (list, tuple, set, frozenset)):
-            for item in obj:
+            for item in _snapshot(obj):
                 self.visit(item)
         elif isinstance(obj, dict):
-            for item in obj.values():
+            for item in _snapshot(obj.values()):
                 self.visit(item)
         elif typing.get_origin(obj) is not None:
             for arg in _annotation_classes(obj):
