@@ -243,6 +243,14 @@ class PlainAgent(Agent):
         ctx.send_event(OutputEvent(output=event.input))
 
 
+def test_a_row_is_logged_as_0_3_1_writes_it(tmp_path):
+    from pyflink.common import Row
+
+    lines = _log_lines(tmp_path, PlainAgent(), [{"key": "k", "value": Row(sku="A-1", qty=2)}])
+    logged = [line["event"]["input"] for line in lines if line["eventType"] == "_input_event"]
+    assert logged == [{"type": "Row", "values": ["A-1", 2], "fields": ["sku", "qty"]}]
+
+
 @pytest.fixture()
 def listening():
     SEEN.clear()

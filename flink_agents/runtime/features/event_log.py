@@ -65,7 +65,7 @@ from pydantic_core import to_jsonable_python
 from flink_agents.api.configuration import ConfigurationView, convert_value
 from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel, LoggerType
 from flink_agents.api.event_listener import EventContext, EventListener
-from flink_agents.api.events.event import Event
+from flink_agents.api.events.event import Event, row_to_json
 from flink_agents.runtime.execution.metrics import BuiltinMetrics
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 
@@ -216,12 +216,22 @@ def _load_listener(path: Any) -> EventListener:
     return listener
 
 
-def _jsonable(event: Event) -> Dict[str, Any]:
-    """The event's fields as JSON values (bytes as base64, other values
-    JSON does not carry as their ``repr``). Logging never fails a run: an
-    event that still cannot be serialized is logged as its id and the error."""
+def _jsonable_fallback(value: Any) -> Any:
+    """A ``pyflink.common.Row`` as 0.3.1's JSON form (``row_to_json``); any
+    other value JSON does not carry as its ``repr``."""
     try:
-        return to_jsonable_python(event, fallback=repr, bytes_mode="base64")
+        return row_to_json(value)
+    except TypeError:
+        return repr(value)
+
+
+def _jsonable(event: Event) -> Dict[str, Any]:
+    """The event's fields as JSON values (bytes as base64, a ``Row`` as
+    ``{"type": "Row", "values", "fields"}``, other values JSON does not
+    carry as their ``repr``). Logging never fails a run: an event that
+    still cannot be serialized is logged as its id and the error."""
+    try:
+        return to_jsonable_python(event, fallback=_jsonable_fallback, bytes_mode="base64")
     except Exception as exc:
         return {"id": str(getattr(event, "id", "")), "unloggable": f"{type(exc).__name__}: {exc}"}
 
