@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
+from pydantic import BaseModel
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
@@ -25,6 +26,24 @@ from flink_agents.integrations.chat_models.openai.openai_chat_model import (
     to_openai_messages,
     to_openai_tools,
 )
+from flink_agents.api.agents.types import OutputSchema
+from flink_agents.api.chat_models.errors import (
+    ModelAuthenticationError,
+    ModelBadRequest,
+    ModelContextTooLong,
+    ModelOverloaded,
+    ModelRateLimited,
+    ModelResponseError,
+    ModelServerError,
+    ModelUnreachable,
+)
+from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
+from flink_agents.integrations.chat_models.openai.openai_utils import (
+    convert_from_openai_message,
+    convert_to_openai_message,
+    convert_to_openai_messages,
+    resolve_openai_credentials,
+)
 from flink_agents.runtime.errors import ActionFailed
 from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autouse fixture)
     NOTIFIED,
@@ -33,6 +52,8 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     clear_notified,
     record_notification,
 )
+from tests.support.scripted_http import ScriptedError
+from tests.support.scripted_openai_server import OpenAIScriptedServer, openai_error_body
 
 class ReviewAgent(Agent):
     """Asks the model about each review; the model may notify shipping.
@@ -181,17 +202,19 @@ def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
     assert len(call_ids) == 9
 
 
-def test_provider_error_fails_the_run_with_the_sdk_error(scripted_chat_server):
+def test_provider_error_fails_the_run_with_a_classified_error(scripted_chat_server):
     # An empty script: the server answers 500.
     with pytest.raises(ActionFailed) as failed:
         _run(ReviewAgent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
-    assert isinstance(failed.value.cause, openai.InternalServerError)
-    assert failed.value.cause.status_code == 500
+    cause = failed.value.cause
+    assert isinstance(cause, ModelServerError) and cause.retryable
+    assert (cause.provider, cause.status) == ("openai", 500)
+    assert "no reply for request #0" in str(cause)  # the message of the error body
     assert failed.value.action == "_chat_model_action"
     assert len(scripted_chat_server.requests) == 1
 
 
-def test_bad_tool_arguments_raise_value_error_naming_the_tool(scripted_chat_server):
+def test_bad_tool_arguments_raise_a_response_error_naming_the_tool(scripted_chat_server):
     scripted_chat_server.replies.append({
         "role": "assistant",
         "tool_calls": [{
@@ -202,11 +225,12 @@ def test_bad_tool_arguments_raise_value_error_naming_the_tool(scripted_chat_serv
     })
     connection = OpenAIChatModelConnection(base_url=scripted_chat_server.base_url)
     try:
-        with pytest.raises(ValueError, match="notify_shipping_manager") as raised:
+        with pytest.raises(ModelResponseError, match="notify_shipping_manager") as raised:
             connection.chat([ChatMessage(content="hi")], model="gpt-test")
     finally:
         connection.close()
     assert '{"id": "B01", ' in str(raised.value)
+    assert not raised.value.retryable  # the same request would get the same reply
 
 
 def _completion(message: Dict[str, Any], usage: Dict[str, int] | None = None) -> ChatCompletion:
@@ -225,7 +249,7 @@ def test_bad_arguments_in_a_completion():
         completion = _completion({"role": "assistant", "tool_calls": [{
             "id": "c", "type": "function", "function": {"name": "lookup", "arguments": text},
         }]})
-        with pytest.raises(ValueError, match="'lookup'"):
+        with pytest.raises(ModelResponseError, match="'lookup'"):
             from_openai_completion(completion)
 
 
@@ -265,7 +289,7 @@ def test_tools_to_openai():
         "function": {
             "name": "notify_shipping_manager",
             "description": "Tell the shipping manager about a damaged delivery.",
-            "parameters": tool_.metadata.args_schema,
+            "parameters": tool_.metadata.get_parameters_dict(),
         },
     }
     assert converted["function"]["parameters"]["required"] == ["id", "review"]
@@ -284,16 +308,29 @@ def test_completion_to_message():
         {"id": "call_7", "type": "function", "function": {"name": "lookup", "arguments": {"q": "x"}}, "original_id": "call_7"},
         {"id": "call_8", "type": "function", "function": {"name": "ping", "arguments": {}}, "original_id": "call_8"},
     ]
-    assert reply.extra_args == {"usage": {"prompt_tokens": 11, "completion_tokens": 5}}
+    assert reply.extra_args == {
+        "usage": {"prompt_tokens": 11, "completion_tokens": 5}, "model_name": "gpt-test", "stop_reason": "stop",
+    }
 
-    text = from_openai_completion(_completion({"role": "assistant", "content": "hello"}))
-    assert (text.content, text.tool_calls, text.extra_args) == ("hello", [], {})
+    text = from_openai_completion(_completion({"role": "assistant", "content": "hello"}), model_name="my-gpt")
+    assert (text.content, text.tool_calls) == ("hello", [])
+    assert text.extra_args == {"model_name": "my-gpt", "stop_reason": "stop"}
 
 
 def test_setup_model_kwargs():
     assert OpenAIChatModelSetup(connection="c", model="m").model_kwargs == {"model": "m"}
     setup = OpenAIChatModelSetup(connection="c", model="m", temperature=0.2, max_tokens=64)
     assert setup.model_kwargs == {"model": "m", "temperature": 0.2, "max_tokens": 64}
+    # 0.3.1's fields: top_logprobs only with logprobs, additional_kwargs last.
+    assert OpenAIChatModelSetup(connection="c", model="m", top_logprobs=3).model_kwargs == {"model": "m"}
+    setup = OpenAIChatModelSetup(
+        connection="c", model="m", logprobs=True, top_logprobs=3, strict=True, reasoning_effort="low",
+        additional_kwargs={"seed": 7, "max_tokens": 9},
+    )
+    assert setup.model_kwargs == {
+        "model": "m", "logprobs": True, "top_logprobs": 3, "reasoning_effort": "low", "strict": True,
+        "seed": 7, "max_tokens": 9,
+    }
 
 
 def test_split_reasoning():
@@ -380,3 +417,142 @@ def test_async_clients_follow_the_event_loop(scripted_chat_server):
     assert connection.chat([ChatMessage(content="hi")], model="m").content.startswith("reply")
     connection.close()
     assert len(server.requests) == 64 + 3 + 1 + 2 + 1
+
+
+# -- structured output, error classes, 0.3.1 names (strict OpenAI dialect) ------------------
+
+class Verdict(BaseModel):
+    score: int
+    damaged: bool
+
+
+def _strict_connection(server: OpenAIScriptedServer, **fields: Any) -> OpenAIChatModelConnection:
+    return OpenAIChatModelConnection(api_key="sk-test", base_url=server.base_url, max_retries=0, **fields)
+
+
+def test_structured_output_asks_for_a_json_schema_response_format():
+    answer = '{"score": 2, "damaged": true}'
+    with OpenAIScriptedServer([{"content": answer}] * 3) as server:
+        connection = _strict_connection(server)
+        try:
+            reply = _setup_over(connection).chat([ChatMessage(content="crushed box")], output_schema=Verdict)
+            strict_setup = _setup_over(connection, strict=True)
+            strict_reply = strict_setup.chat([ChatMessage(content="crushed box")], output_schema=Verdict)
+            tools_reply = connection.chat(
+                [ChatMessage(content="crushed box")], tools=[NOTIFY], model="gpt-test",
+                output_schema=OutputSchema(output_schema=Verdict), strict=True,
+            )
+        finally:
+            connection.close()
+    assert reply.content == strict_reply.content == tools_reply.content == answer
+    plain, strict, with_tools = server.requests
+    assert plain["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Verdict", "schema": Verdict.model_json_schema(), "strict": False},
+    }
+    # The schema is asked natively: no instruction message is added.
+    assert [m["role"] for m in plain["messages"]] == ["user"]
+    assert strict["response_format"]["json_schema"]["strict"] is True
+    assert "strict" not in strict  # a setting of ours, not a body field (the server checks)
+    (function,) = [t["function"] for t in with_tools["tools"]]
+    assert function["strict"] is True and function["parameters"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (ScriptedError(401, "Incorrect API key provided"), ModelAuthenticationError),
+        (ScriptedError(429, "Rate limit reached for requests"), ModelRateLimited),
+        (ScriptedError(404, "The model `gpt-nope` does not exist"), ModelBadRequest),
+        (ScriptedError(503, "The engine is currently overloaded"), ModelOverloaded),
+        (ScriptedError(500, "The server had an error"), ModelServerError),
+        # Classified by OpenAI's error code, whatever the message says.
+        (ScriptedError(400, "Your input is over the limit of gpt-test", body=openai_error_body(
+            400, "Your input is over the limit of gpt-test", code="context_length_exceeded", param="messages",
+        )), ModelContextTooLong),
+    ],
+    ids=["401", "429", "404", "503", "500", "context_length_exceeded"],
+)
+def test_http_errors_become_model_call_errors(error: ScriptedError, expected: type):
+    with OpenAIScriptedServer([error, error]) as server:
+        connection = _strict_connection(server)
+        try:
+            with pytest.raises(expected) as raised:
+                connection.chat([ChatMessage(content="hi")], model="gpt-test")
+            with pytest.raises(expected) as raised_async:
+                asyncio.run(connection.achat([ChatMessage(content="hi")], model="gpt-test"))
+        finally:
+            connection.close()
+    for exc in (raised.value, raised_async.value):
+        assert (exc.provider, exc.status) == ("openai", error.status)
+        assert error.message in str(exc)  # the body's message, not the SDK's rendering of it
+        assert isinstance(exc.__cause__, openai.APIStatusError)
+        assert exc.__cause__.status_code == error.status
+
+
+def test_no_response_is_model_unreachable():
+    with OpenAIScriptedServer() as server:
+        closed_url = server.base_url
+    connection = OpenAIChatModelConnection(api_key="sk-test", base_url=closed_url, max_retries=0)
+    with pytest.raises(ModelUnreachable) as refused:
+        connection.chat([ChatMessage(content="hi")], model="gpt-test")
+    assert refused.value.retryable and refused.value.status is None
+    assert isinstance(refused.value.__cause__, openai.APIConnectionError)
+
+    with OpenAIScriptedServer([{"content": "late"}], latency_s=1.0) as slow:
+        connection = _strict_connection(slow, timeout=0.2)
+        try:
+            with pytest.raises(ModelUnreachable) as timed_out:
+                asyncio.run(connection.achat([ChatMessage(content="hi")], model="gpt-test"))
+        finally:
+            connection.close()
+    assert isinstance(timed_out.value.__cause__, openai.APITimeoutError)
+
+
+def test_031_field_names_reach_the_server():
+    with OpenAIScriptedServer([{"content": "a"}, {"content": "b"}]) as server:
+        connection = OpenAIChatModelConnection(
+            api_key="sk-test", api_base_url=server.base_url, timeout=7.5,
+            default_headers={"X-Team": "reviews"}, reuse_client=False,
+        )
+        assert (connection.base_url, connection.timeout_s) == (server.base_url, 7.5)
+        assert (connection.api_base_url, connection.timeout) == (server.base_url, 7.5)
+        assert connection.chat([ChatMessage(content="hi")], model="gpt-test").content == "a"
+        assert connection.client is not None and connection._sync_client is not None  # `client` opens one
+        connection.close()
+        assert asyncio.run(connection.achat([ChatMessage(content="hi")], model="gpt-test")).content == "b"
+        assert len(connection._async()) == 0  # reuse_client=False: no per-loop client was kept
+    assert [e.headers.get("x-team") for e in server.exchanges] == ["reviews", "reviews"]
+    # Both spellings of one setting may agree; they may not differ.
+    assert OpenAIChatModelConnection(base_url="http://h/v1", api_base_url="http://h/v1").base_url == "http://h/v1"
+    with pytest.raises(ValueError, match="timeout_s=5.0 and timeout=6.0"):
+        OpenAIChatModelConnection(timeout_s=5.0, timeout=6.0)
+    with pytest.raises(ValueError, match="base_url=.* and api_base_url="):
+        OpenAIChatModelConnection(base_url="http://a/v1", api_base_url="http://b/v1")
+
+
+def test_031_helpers(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert resolve_openai_credentials() == ("", "https://api.openai.com/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("OPENAI_API_BASE_URL", "http://env/v1")
+    assert resolve_openai_credentials() == ("sk-env", "http://env/v1")
+    assert resolve_openai_credentials("sk-arg", "http://arg/v1") == ("sk-arg", "http://arg/v1")
+
+    call = {"id": "req-1", "type": "function", "function": {"name": "lookup", "arguments": {"q": 1}},
+            "original_id": "call_1"}
+    assistant = ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=[call])
+    assert convert_to_openai_message(assistant)["tool_calls"][0]["id"] == "req-1"
+    assert convert_to_openai_messages([assistant]) == to_openai_messages([assistant])
+
+    completion = _completion({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_9", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 2}'}}]})
+    reply = convert_from_openai_message(completion.choices[0].message, {"model_name": "m"})
+    assert reply.tool_calls[0]["function"]["arguments"] == {"q": 2} and reply.extra_args == {"model_name": "m"}
+
+    long_tool = NOTIFY.metadata.model_copy(update={"description": "x" * 1025})
+    with pytest.raises(ValueError, match="'notify_shipping_manager'.*1025 characters"):
+        to_openai_tool(metadata=long_tool)
+    assert to_openai_tool(metadata=long_tool, skip_length_check=True)["function"]["description"] == "x" * 1025

@@ -19,36 +19,54 @@ Declare a connection and a setup over it::
             connection="openai", model="gpt-4o-mini", tools=["notify"],
         )
 
-Errors: the SDK's exceptions propagate unchanged, after the SDK's own retries
-(``max_retries``, with backoff, on connection errors, 408, 409, 429 and 5xx):
-``openai.APIStatusError`` subclasses for HTTP errors (``AuthenticationError``
-401, ``RateLimitError`` 429, ``InternalServerError`` 5xx, ...),
-``openai.APIConnectionError`` and ``openai.APITimeoutError``. In an agent they
-fail the chat action, which the runtime reports as ``ActionFailed`` with the
-SDK error as its cause. A reply whose tool-call arguments are not a JSON object
-raises ``ValueError``.
+Flink Agents 0.3.1's field names work too: ``api_base_url`` for
+``base_url``, ``timeout`` for ``timeout_s``.
+
+Structured output: asked natively, with ``response_format = {"type":
+"json_schema", "json_schema": {"name", "schema", "strict"}}`` (OpenAI's
+Structured Outputs; ``strict`` is the setup's ``strict``).
+
+Errors (``flink_agents.api.chat_models.errors``), raised after the SDK's own
+retries (``max_retries``, with backoff, on connection errors, 408, 409, 429
+and 5xx), with the SDK's exception as ``__cause__``: an HTTP error response
+becomes the class for its status (``ModelRateLimited`` for 429,
+``ModelAuthenticationError`` for 401/403, ``ModelServerError`` for 5xx, ...;
+the error code ``context_length_exceeded`` is ``ModelContextTooLong``), no
+response or a timeout ``ModelUnreachable``, and a reply whose tool-call
+arguments are not a JSON object ``ModelResponseError``. In an agent they fail
+the chat action (``ActionFailed`` with that cause); a terminal one is not
+retried by the ``retry`` error strategy.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import threading
-from typing import Any, Dict, List, Mapping, Sequence
+from abc import abstractmethod
+from typing import Any, ClassVar, Dict, List, Literal, Mapping, Sequence, Tuple
 
 import openai
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
-from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_message import ChatMessage
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
 from flink_agents.api.tools.tool import Tool
 from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models.openai.openai_utils import (
+    from_openai_completion,
+    json_schema_response_format,
+    openai_call_error,
+    resolve_openai_credentials,
+    to_openai_messages,
+    to_openai_tools,
+)
 
 __all__ = [
+    "ChatCompletionsConnection",
     "OpenAIChatModelConnection",
     "OpenAIChatModelSetup",
     "from_openai_completion",
+    "split_reasoning",
     "to_openai_messages",
     "to_openai_tools",
 ]
@@ -57,209 +75,114 @@ API_KEY_ENV = "OPENAI_API_KEY"
 # Sent when no key is configured: local OpenAI-compatible servers ignore it,
 # the SDK refuses to start without one.
 _PLACEHOLDER_API_KEY = "unused"
-_MAX_SHOWN_ARGUMENTS = 500
 
 
-def _message_to_openai(message: ChatMessage) -> Dict[str, Any]:
-    role = MessageRole(message.role)
-    if role == MessageRole.TOOL:
-        call_id = message.extra_args.get("tool_call_id")
-        if not call_id:
-            raise ValueError(f"tool message has no extra_args['tool_call_id']: {message.content[:80]!r}")
-        return {"role": "tool", "tool_call_id": str(call_id), "content": message.content}
-    if role == MessageRole.ASSISTANT and message.tool_calls:
-        calls = []
-        for call in message.tool_calls:
-            function = call.get("function") or {}
-            arguments = function.get("arguments")
-            if not isinstance(arguments, str):
-                arguments = json.dumps(arguments or {})
-            # The runtime's id, never original_id: providers reuse ids across turns.
-            calls.append({
-                "id": str(call["id"]),
-                "type": "function",
-                "function": {"name": function.get("name"), "arguments": arguments},
-            })
-        return {"role": "assistant", "content": message.content or None, "tool_calls": calls}
-    return {"role": role.value, "content": message.content}
-
-
-def to_openai_messages(messages: Sequence[ChatMessage]) -> List[Dict[str, Any]]:
-    """Convert a conversation to chat-completions ``messages``.
-
-    Args:
-        messages: The conversation, oldest first. An assistant message's
-            ``tool_calls`` are in the runtime's shape (``{"id", "type",
-            "function": {"name", "arguments": dict}, "original_id"}``); a tool
-            message carries the call's runtime id in
-            ``extra_args["tool_call_id"]``.
-
-    Returns:
-        One dict per message: ``{"role", "content"}``, plus ``tool_calls``
-        (arguments as JSON text, ids the runtime's) for an assistant message
-        that calls tools, or ``tool_call_id`` for a tool message.
-
-    Raises:
-        ValueError: A tool message has no ``tool_call_id``, or a role is unknown.
-    """
-    return [_message_to_openai(m) for m in messages]
-
-
-def to_openai_tools(tools: Sequence[Tool]) -> List[Dict[str, Any]]:
-    """Convert tools to chat-completions ``tools``.
-
-    Args:
-        tools: The tools offered to the model.
-
-    Returns:
-        One ``{"type": "function", "function": {"name", "description",
-        "parameters"}}`` per tool, ``parameters`` being its argument JSON schema.
-    """
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.metadata.name,
-                "description": t.metadata.description,
-                "parameters": t.metadata.args_schema,
-            },
-        }
-        for t in tools
-    ]
-
-
-def _parse_arguments(tool_name: str, text: str | None) -> Dict[str, Any]:
-    if text is None or not text.strip():
-        return {}
-    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
-            f"({exc.msg} at char {exc.pos}): {shown!r}"
-        ) from exc
-    if not isinstance(value, dict):
-        raise ValueError(
-            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}"
-        )
-    return value
-
-
-def from_openai_completion(completion: Any) -> ChatMessage:
-    """Convert a ``ChatCompletion`` to the reply message.
-
-    Args:
-        completion: The SDK's ``ChatCompletion``; its first choice is used.
-
-    Returns:
-        ``ChatMessage(role=ASSISTANT)`` with the text (``""`` if none), the
-        tool calls as ``{"id", "type": "function", "function": {"name",
-        "arguments": dict}, "original_id"}`` (both ids the provider's; the
-        runtime assigns its own), and ``extra_args["usage"] =
-        {"prompt_tokens": int, "completion_tokens": int}`` when reported.
-
-    Raises:
-        ValueError: No choice came back, a tool call is not a function call,
-            or its arguments are not a JSON object (the message names the
-            tool and shows the text).
-    """
-    if not completion.choices:
-        raise ValueError(f"chat completion {getattr(completion, 'id', '?')!r} has no choices")
-    message = completion.choices[0].message
-    calls = []
-    for call in message.tool_calls or []:
-        function = getattr(call, "function", None)
-        if getattr(call, "type", "function") != "function" or function is None:
-            raise ValueError(f"the model made a {call.type!r} tool call; only function calls are supported")
-        calls.append({
-            "id": call.id,
-            "type": "function",
-            "function": {"name": function.name, "arguments": _parse_arguments(function.name, function.arguments)},
-            "original_id": call.id,
-        })
-    extra: Dict[str, Any] = {}
-    usage = getattr(completion, "usage", None)
-    if usage is not None:
-        extra["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-        }
-    return ChatMessage(
-        role=MessageRole.ASSISTANT, content=message.content or "", tool_calls=calls, extra_args=extra
-    )
-
-
-async def _close_async_client(client: openai.AsyncOpenAI) -> None:
+async def _close_async_client(client: Any) -> None:
     await client.close()
 
 
-class OpenAIChatModelConnection(BaseChatModelConnection):
-    """A connection to an OpenAI-compatible chat-completions endpoint.
+def merge_alias(data: Any, name: str, alias: str) -> Any:
+    """Fold the 0.3.1 spelling ``alias`` of field ``name`` into ``name``
+    (a ``model_validator(mode="before")`` step).
 
-    ``chat`` uses a shared ``openai.OpenAI`` client (thread-safe); ``achat``
-    (what the runtime awaits, many keys at once) uses an ``openai.AsyncOpenAI``
-    client per event loop, since an async client is bound to the loop it
-    first ran on. Clients are created on first use and closed by ``close()``.
+    Raises:
+        ValueError: Both are given with different values (names both).
+    """
+    if not isinstance(data, dict) or alias not in data:
+        return data
+    data = dict(data)
+    value = data.pop(alias)
+    if value is None:
+        return data
+    if data.get(name) is not None and data[name] != value:
+        raise ValueError(
+            f"{name}={data[name]!r} and {alias}={value!r} are two spellings of one setting with different "
+            f"values; give one of them"
+        )
+    data[name] = value
+    return data
 
-    Attributes:
-        api_key: The API key; None falls back to the ``OPENAI_API_KEY``
-            environment variable, then to a placeholder that local servers
-            accept.
-        base_url: The API's base URL, e.g. ``http://localhost:8000/v1``; None
-            is the SDK's default (``OPENAI_BASE_URL`` or api.openai.com).
-        timeout_s: Timeout of one HTTP request, in seconds.
-        max_retries: How often the SDK retries a failed request (with backoff).
+
+class ChatCompletionsConnection(BaseChatModelConnection):
+    """What the OpenAI and Azure OpenAI connections share: the request, the
+    clients and the error mapping of the chat-completions API.
+
+    ``chat`` uses a shared sync client (thread-safe); ``achat`` (what the
+    runtime awaits, many keys at once) uses an async client per event loop,
+    since an async client is bound to the loop it first ran on. Clients are
+    created on first use and closed by ``close()``. A subclass gives
+    ``provider``, ``_new_client`` and may adjust ``_settings``.
     """
 
-    api_key: str | None = Field(default=None, repr=False)
-    base_url: str | None = None
-    timeout_s: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=2, ge=0)
+    supports_output_schema: ClassVar[bool] = True
+    provider: ClassVar[str] = "openai"
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _sync_client: openai.OpenAI | None = PrivateAttr(default=None)
-    _async_clients: PerLoopClients[openai.AsyncOpenAI] | None = PrivateAttr(default=None)
+    _sync_client: Any = PrivateAttr(default=None)
+    _async_clients: PerLoopClients[Any] | None = PrivateAttr(default=None)
 
-    def _client_options(self) -> Dict[str, Any]:
-        return {
-            "api_key": self.api_key or os.environ.get(API_KEY_ENV) or _PLACEHOLDER_API_KEY,
-            "base_url": self.base_url,
-            "timeout": self.timeout_s,
-            "max_retries": self.max_retries,
-        }
+    @abstractmethod
+    def _new_client(self, asynchronous: bool) -> Any:
+        """A new SDK client: the async one (``AsyncOpenAI``...) if ``asynchronous``."""
 
-    def _sync(self) -> openai.OpenAI:
+    @property
+    def reuses_client(self) -> bool:
+        """Whether calls share clients (else each call opens and closes one)."""
+        return True
+
+    @property
+    def client(self) -> Any:
+        """The shared sync SDK client (as 0.3.1's ``client`` property)."""
+        return self._sync()
+
+    def _sync(self) -> Any:
         client = self._sync_client
         if client is None:
             with self._lock:
                 if self._sync_client is None:
-                    self._sync_client = openai.OpenAI(**self._client_options())
+                    self._sync_client = self._new_client(False)
                 client = self._sync_client
         return client
 
-    def _async(self) -> PerLoopClients[openai.AsyncOpenAI]:
+    def _async(self) -> PerLoopClients[Any]:
         clients = self._async_clients
         if clients is None:
             with self._lock:
                 if self._async_clients is None:
-                    self._async_clients = PerLoopClients(
-                        lambda: openai.AsyncOpenAI(**self._client_options()), _close_async_client
-                    )
+                    self._async_clients = PerLoopClients(lambda: self._new_client(True), _close_async_client)
                 clients = self._async_clients
         return clients
 
-    @staticmethod
-    def _request(messages: Sequence[ChatMessage], tools: List[Tool] | None, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    def _settings(self, settings: Dict[str, Any]) -> Tuple[Dict[str, Any], str | None]:
+        """Turn the call's settings into ``chat.completions.create``
+        parameters (in place) and give the model name to report (None: the
+        completion's). Called with ``model``, ``tools``, ``messages`` and
+        ``output_schema`` already taken out."""
+        return settings, None
+
+    def _request(
+        self, messages: Sequence[ChatMessage], tools: List[Tool] | None, kwargs: Mapping[str, Any]
+    ) -> Tuple[Dict[str, Any], str | None]:
         settings = dict(kwargs)
         model = settings.pop("model", None)
         if not model:
-            raise ValueError("an OpenAI chat call needs a model name (set OpenAIChatModelSetup.model)")
+            raise ValueError(
+                f"a {type(self).__name__} call needs a model name (set the setup's `model`)"
+            )
+        schema = settings.pop("output_schema", None)
+        strict = bool(settings.pop("strict", False))
+        settings, model_name = self._settings(settings)
         request: Dict[str, Any] = {"model": model, "messages": to_openai_messages(messages)}
         if tools:
             request["tools"] = to_openai_tools(tools)
+            if strict:  # OpenAI's strict function calling: closed argument objects
+                for spec in request["tools"]:
+                    spec["function"]["strict"] = True
+                    spec["function"]["parameters"] = {**spec["function"]["parameters"], "additionalProperties": False}
+        if schema is not None:
+            request["response_format"] = json_schema_response_format(schema, strict)
         request.update(settings)
-        return request
+        return request, model_name
 
     def chat(
         self,
@@ -272,18 +195,30 @@ class OpenAIChatModelConnection(BaseChatModelConnection):
         Args:
             messages: The conversation, oldest first.
             tools: Tools offered to the model.
-            **kwargs: ``model`` (required) and other ``chat.completions.create``
-                parameters (``temperature``, ``max_tokens``, ...).
+            **kwargs: ``model`` (required), ``output_schema`` (an
+                ``OutputSchema``: sent as a ``json_schema`` response format),
+                ``strict`` (strict schemas and tool arguments) and other
+                ``chat.completions.create`` parameters (``temperature``,
+                ``max_tokens``, ``logprobs``, ...).
 
         Returns:
-            The reply (see ``from_openai_completion``).
+            The reply (see ``openai_utils.from_openai_completion``).
 
         Raises:
-            ValueError: No model given, or a malformed tool call came back.
-            openai.OpenAIError: The SDK's errors (see the module docstring).
+            ValueError: No model given.
+            ModelCallError: The provider refused or failed the call, or its
+                reply is malformed (see the module docstring).
         """
-        request = self._request(messages, tools, kwargs)
-        return from_openai_completion(self._sync().chat.completions.create(**request))
+        request, model_name = self._request(messages, tools, kwargs)
+        try:
+            if self.reuses_client:
+                completion = self._sync().chat.completions.create(**request)
+            else:
+                with self._new_client(False) as client:
+                    completion = client.chat.completions.create(**request)
+        except openai.APIError as exc:
+            raise openai_call_error(exc, self.provider) from exc
+        return from_openai_completion(completion, provider=self.provider, model_name=model_name)
 
     async def achat(
         self,
@@ -292,9 +227,17 @@ class OpenAIChatModelConnection(BaseChatModelConnection):
         **kwargs: Any,
     ) -> ChatMessage:
         """Call the model without blocking the event loop; as ``chat``."""
-        request = self._request(messages, tools, kwargs)
-        client = await self._async().get()
-        return from_openai_completion(await client.chat.completions.create(**request))
+        request, model_name = self._request(messages, tools, kwargs)
+        try:
+            if self.reuses_client:
+                client = await self._async().get()
+                completion = await client.chat.completions.create(**request)
+            else:
+                async with self._new_client(True) as client:
+                    completion = await client.chat.completions.create(**request)
+        except openai.APIError as exc:
+            raise openai_call_error(exc, self.provider) from exc
+        return from_openai_completion(completion, provider=self.provider, model_name=model_name)
 
     def close(self) -> None:
         """Close the clients; a later call opens new ones.
@@ -312,6 +255,78 @@ class OpenAIChatModelConnection(BaseChatModelConnection):
         finally:
             if sync_client is not None:
                 sync_client.close()
+
+
+class OpenAIChatModelConnection(ChatCompletionsConnection):
+    """A connection to an OpenAI-compatible chat-completions endpoint (see
+    ``ChatCompletionsConnection`` for clients and errors).
+
+    Attributes:
+        api_key: The API key; None falls back to ``OPENAI_API_KEY`` (then
+            ``openai.api_key``), then to a placeholder that local servers
+            accept.
+        base_url: The API's base URL, e.g. ``http://localhost:8000/v1``; None
+            is the SDK's default (``OPENAI_BASE_URL`` or api.openai.com).
+            0.3.1 spelling: ``api_base_url``.
+        timeout_s: Timeout of one HTTP request, in seconds. 0.3.1 spelling:
+            ``timeout``.
+        max_retries: How often the SDK retries a failed request (with backoff).
+        default_headers: Headers sent with every request.
+        reuse_client: False opens (and closes) a client per call instead of
+            sharing one.
+
+    ``http_client``/``async_http_client`` (constructor only, as in 0.3.1):
+    ``httpx`` clients the SDK clients use; an async one is bound to the event
+    loop it first runs on, so give one only if the connection is used from a
+    single loop.
+    """
+
+    api_key: str | None = Field(default=None, repr=False)
+    base_url: str | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    default_headers: Dict[str, str] | None = None
+    reuse_client: bool = True
+
+    _http_client: Any = PrivateAttr(default=None)
+    _async_http_client: Any = PrivateAttr(default=None)
+
+    def __init__(self, *, http_client: Any = None, async_http_client: Any = None, **data: Any) -> None:
+        super().__init__(**data)
+        self._http_client = http_client
+        self._async_http_client = async_http_client
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_031_names(cls, data: Any) -> Any:
+        return merge_alias(merge_alias(data, "base_url", "api_base_url"), "timeout_s", "timeout")
+
+    @property
+    def api_base_url(self) -> str:
+        """The base URL requests go to (0.3.1's name; ``base_url`` resolved)."""
+        return self.base_url if self.base_url is not None else resolve_openai_credentials(self.api_key, None)[1]
+
+    @property
+    def timeout(self) -> float:
+        """``timeout_s`` under 0.3.1's name."""
+        return self.timeout_s
+
+    @property
+    def reuses_client(self) -> bool:
+        return self.reuse_client
+
+    def _new_client(self, asynchronous: bool) -> Any:
+        api_key, _ = resolve_openai_credentials(self.api_key, None)
+        options: Dict[str, Any] = {
+            "api_key": api_key or _PLACEHOLDER_API_KEY,
+            "base_url": self.base_url,
+            "timeout": self.timeout_s,
+            "max_retries": self.max_retries,
+            "default_headers": self.default_headers,
+        }
+        if asynchronous:
+            return openai.AsyncOpenAI(**options, http_client=self._async_http_client)
+        return openai.OpenAI(**options, http_client=self._http_client)
 
 
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -342,23 +357,48 @@ class OpenAIChatModelSetup(BaseChatModelSetup):
     Attributes:
         temperature: Sampling temperature (0..2); None is the server's default.
         max_tokens: Cap on the reply's tokens; None is the server's default.
+        logprobs: Ask for the log probabilities of the reply's tokens.
+        top_logprobs: With ``logprobs``, how many most likely tokens to
+            report per position (0..20).
+        additional_kwargs: Further ``chat.completions.create`` parameters,
+            sent as given (over the fields above).
+        strict: OpenAI's strict mode: a structured-output schema and the
+            tools' argument schemas are enforced exactly (each object must
+            list every property as required).
+        reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``, for
+            reasoning models.
         extract_reasoning: Move ``<think>...</think>`` blocks out of the reply
             text into ``extra_args["reasoning"]`` (for reasoning models that
             inline their thoughts).
     """
 
-    temperature: float | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
+    logprobs: bool | None = None
+    top_logprobs: int = Field(default=0, ge=0, le=20)
+    additional_kwargs: Dict[str, Any] = Field(default_factory=dict)
+    strict: bool = False
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
     extract_reasoning: bool = False
 
     @property
     def model_kwargs(self) -> Dict[str, Any]:
-        """``model`` plus the settings that are not None."""
+        """``model``, the settings that are set (``logprobs`` with
+        ``top_logprobs`` only when true, ``strict`` only when true), then
+        ``additional_kwargs``."""
         kwargs = super().model_kwargs
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
+        if self.logprobs:
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = self.top_logprobs
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+        if self.strict:
+            kwargs["strict"] = True
+        kwargs.update(self.additional_kwargs)
         return kwargs
 
     def _finish(self, reply: ChatMessage) -> ChatMessage:

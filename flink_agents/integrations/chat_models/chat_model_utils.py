@@ -1,0 +1,46 @@
+"""Tool descriptions in the OpenAI function-calling shape, as Flink Agents
+0.3.1's ``chat_model_utils`` gives them (used by the OpenAI and Azure OpenAI
+connections, and by any provider that speaks the same ``tools`` format)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from flink_agents.api.tools.tool import ToolMetadata
+
+__all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "to_openai_tool"]
+
+# The bound Flink Agents 0.3.1 enforces on a function's description.
+MAX_TOOL_DESCRIPTION_CHARS = 1024
+
+
+def to_openai_tool(*, metadata: ToolMetadata, skip_length_check: bool = False) -> Dict[str, Any]:
+    """One chat-completions ``tools`` entry for a tool.
+
+    Args:
+        metadata: The tool's name, description and argument schema.
+        skip_length_check: Accept a description longer than
+            ``MAX_TOOL_DESCRIPTION_CHARS``.
+
+    Returns:
+        ``{"type": "function", "function": {"name", "description",
+        "parameters"}}``, ``parameters`` being the argument JSON schema
+        (``metadata.get_parameters_dict()``).
+
+    Raises:
+        ValueError: The description is longer than 1024 characters (the
+            message names the tool), unless ``skip_length_check``.
+    """
+    if not skip_length_check and len(metadata.description) > MAX_TOOL_DESCRIPTION_CHARS:
+        raise ValueError(
+            f"tool {metadata.name!r}: description has {len(metadata.description)} characters, more than "
+            f"{MAX_TOOL_DESCRIPTION_CHARS}; shorten it or move the details into the prompt"
+        )
+    return {
+        "type": "function",
+        "function": {
+            "name": metadata.name,
+            "description": metadata.description,
+            "parameters": metadata.get_parameters_dict(),
+        },
+    }

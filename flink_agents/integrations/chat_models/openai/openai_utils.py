@@ -1,0 +1,272 @@
+"""Conversions between the runtime's messages and the OpenAI chat-completions
+API (also spoken by Azure OpenAI), the one copy both connections use; names
+and parameters as Flink Agents 0.3.1's ``openai_utils``.
+
+Also the error mapping of the ``openai`` SDK (``openai_call_error``) and the
+structured-output ``response_format`` (``json_schema_response_format``),
+shared by the chat and embedding connections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Sequence, Tuple
+
+from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_models.errors import (
+    ModelCallError,
+    ModelContextTooLong,
+    ModelResponseError,
+    ModelUnreachable,
+    error_for_status,
+)
+from flink_agents.api.tools.tool import Tool
+from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
+
+__all__ = [
+    "DEFAULT_OPENAI_API_BASE_URL",
+    "convert_from_openai_message",
+    "convert_to_openai_message",
+    "convert_to_openai_messages",
+    "from_openai_completion",
+    "json_schema_response_format",
+    "openai_call_error",
+    "resolve_openai_credentials",
+    "to_openai_messages",
+    "to_openai_tools",
+]
+
+DEFAULT_OPENAI_API_BASE_URL = "https://api.openai.com/v1"
+_MAX_SHOWN_ARGUMENTS = 500
+# OpenAI's error code for a prompt over the model's context window.
+_CONTEXT_LENGTH_CODE = "context_length_exceeded"
+
+
+def resolve_openai_credentials(api_key: str | None = None, api_base_url: str | None = None) -> Tuple[str, str]:
+    """The API key and base URL to use, as Flink Agents 0.3.1 resolves them.
+
+    Each is taken from the argument, else the environment (``OPENAI_API_KEY``;
+    ``OPENAI_API_BASE_URL``, then the SDK's own ``OPENAI_BASE_URL``), else
+    the ``openai`` module's globals (``openai.api_key``, ``openai.base_url``),
+    else a default (``""``; ``https://api.openai.com/v1``).
+
+    Returns:
+        ``(api_key, base_url)``; the key is ``""`` when none is configured.
+    """
+    import openai
+
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or openai.api_key or ""
+    url = api_base_url
+    if url is None:
+        url = (os.environ.get("OPENAI_API_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+               or openai.base_url or DEFAULT_OPENAI_API_BASE_URL)
+    return key, str(url)
+
+
+def _tool_call_to_openai(call: Dict[str, Any]) -> Dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments or {})
+    # The runtime's id, never original_id: providers reuse ids across turns.
+    return {
+        "id": str(call["id"]),
+        "type": "function",
+        "function": {"name": function.get("name"), "arguments": arguments},
+    }
+
+
+def convert_to_openai_message(message: ChatMessage) -> Dict[str, Any]:
+    """One chat-completions message for ``message``.
+
+    Returns:
+        ``{"role", "content"}``; an assistant message that calls tools has
+        ``content`` None when empty and ``tool_calls`` (ids the runtime's,
+        arguments as JSON text); a tool message has ``tool_call_id`` (from
+        ``extra_args["tool_call_id"]``).
+
+    Raises:
+        ValueError: A tool message has no ``tool_call_id``, or the role is unknown.
+    """
+    role = MessageRole(message.role)
+    if role == MessageRole.TOOL:
+        call_id = message.extra_args.get("tool_call_id")
+        if not call_id:
+            raise ValueError(f"tool message has no extra_args['tool_call_id']: {message.content[:80]!r}")
+        return {"role": "tool", "tool_call_id": str(call_id), "content": message.content}
+    if role == MessageRole.ASSISTANT and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [_tool_call_to_openai(call) for call in message.tool_calls],
+        }
+    return {"role": role.value, "content": message.content}
+
+
+def convert_to_openai_messages(messages: Sequence[ChatMessage]) -> List[Dict[str, Any]]:
+    """Chat-completions ``messages`` for a conversation, oldest first (see
+    ``convert_to_openai_message``).
+
+    Args:
+        messages: An assistant message's ``tool_calls`` are in the runtime's
+            shape (``{"id", "type", "function": {"name", "arguments": dict},
+            "original_id"}``); a tool message carries the call's runtime id in
+            ``extra_args["tool_call_id"]``.
+    """
+    return [convert_to_openai_message(m) for m in messages]
+
+
+# This project's earlier name, kept for callers of openai_chat_model.
+to_openai_messages = convert_to_openai_messages
+
+
+def to_openai_tools(tools: Sequence[Tool]) -> List[Dict[str, Any]]:
+    """Chat-completions ``tools`` for the tools offered: one
+    ``{"type": "function", "function": {"name", "description", "parameters"}}``
+    each (``chat_model_utils.to_openai_tool``; a description over 1024
+    characters is sent as it is: the API does not bound it)."""
+    return [to_openai_tool(metadata=t.metadata, skip_length_check=True) for t in tools]
+
+
+def _parse_arguments(tool_name: str, text: str | None, provider: str) -> Dict[str, Any]:
+    if text is None or not text.strip():
+        return {}
+    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelResponseError(
+            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
+            f"({exc.msg} at char {exc.pos}): {shown!r}",
+            provider,
+        ) from exc
+    if not isinstance(value, dict):
+        raise ModelResponseError(
+            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}", provider
+        )
+    return value
+
+
+def convert_from_openai_message(message: Any, extra_args: Dict[str, Any], *, provider: str = "openai") -> ChatMessage:
+    """The runtime's message for a chat-completions reply message.
+
+    Args:
+        message: The SDK's ``ChatCompletionMessage`` (a choice's ``message``).
+        extra_args: Becomes the reply's ``extra_args`` (usage, model name...).
+        provider: Named in errors (``"openai"``, ``"azure"``).
+
+    Returns:
+        ``ChatMessage(role=ASSISTANT)`` with the text (``""`` if none) and the
+        tool calls as ``{"id", "type": "function", "function": {"name",
+        "arguments": dict}, "original_id"}`` (both ids the provider's; the
+        runtime assigns its own).
+
+    Raises:
+        ModelResponseError: A tool call is not a function call, or its
+            arguments are not a JSON object (the message names the tool and
+            shows the text).
+    """
+    calls = []
+    for call in message.tool_calls or []:
+        function = getattr(call, "function", None)
+        if getattr(call, "type", "function") != "function" or function is None:
+            raise ModelResponseError(
+                f"the model made a {call.type!r} tool call; only function calls are supported", provider
+            )
+        calls.append({
+            "id": call.id,
+            "type": "function",
+            "function": {"name": function.name, "arguments": _parse_arguments(function.name, function.arguments,
+                                                                             provider)},
+            "original_id": call.id,
+        })
+    return ChatMessage(
+        role=MessageRole.ASSISTANT, content=message.content or "", tool_calls=calls, extra_args=dict(extra_args)
+    )
+
+
+def from_openai_completion(completion: Any, *, provider: str = "openai", model_name: str | None = None) -> ChatMessage:
+    """The reply message of a ``ChatCompletion`` (its first choice).
+
+    Args:
+        completion: The SDK's ``ChatCompletion``.
+        provider: Named in errors.
+        model_name: Reported as ``extra_args["model_name"]``; None takes the
+            completion's ``model``.
+
+    Returns:
+        As ``convert_from_openai_message``, with ``extra_args``:
+        ``"usage": {"prompt_tokens", "completion_tokens"}`` when reported,
+        ``"model_name"`` and ``"stop_reason"`` (the choice's ``finish_reason``).
+
+    Raises:
+        ModelResponseError: No choice came back, or a tool call is malformed.
+    """
+    if not completion.choices:
+        raise ModelResponseError(f"chat completion {getattr(completion, 'id', '?')!r} has no choices", provider)
+    choice = completion.choices[0]
+    extra: Dict[str, Any] = {}
+    usage = getattr(completion, "usage", None)
+    if usage is not None:
+        extra["usage"] = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    name = model_name or getattr(completion, "model", None)
+    if name:
+        extra["model_name"] = name
+    if getattr(choice, "finish_reason", None):
+        extra["stop_reason"] = choice.finish_reason
+    return convert_from_openai_message(choice.message, extra, provider=provider)
+
+
+def json_schema_response_format(schema: Any, strict: bool) -> Dict[str, Any]:
+    """The chat-completions ``response_format`` asking for JSON matching an
+    ``OutputSchema`` (OpenAI's Structured Outputs): ``{"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"}}``. With ``strict``, OpenAI
+    enforces the schema and accepts only schemas whose objects set
+    ``additionalProperties: false`` and list every property as required."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.name, "schema": schema.json_schema(), "strict": bool(strict)},
+    }
+
+
+def _error_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return str(getattr(exc, "message", None) or exc)
+
+
+def openai_call_error(exc: Exception, provider: str) -> ModelCallError:
+    """The ``ModelCallError`` for an ``openai`` SDK error (after the SDK's
+    own retries); raise it ``from exc``.
+
+    * ``APITimeoutError``, ``APIConnectionError``: ``ModelUnreachable``;
+    * ``APIStatusError``: the class for its HTTP status
+      (``errors.error_for_status``) with the message of the error body
+      (``{"error": {"message", "type", "param", "code"}}``); the code
+      ``context_length_exceeded`` is ``ModelContextTooLong``;
+    * ``APIResponseValidationError`` (a body the SDK cannot read):
+      ``ModelResponseError``.
+
+    Raises:
+        TypeError: ``exc`` is not an ``openai.APIError``.
+    """
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelUnreachable(f"request timed out: {exc}", provider)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        return ModelUnreachable(f"{exc}{detail}", provider)
+    if isinstance(exc, openai.APIStatusError):
+        message = _error_message(exc)
+        if getattr(exc, "code", None) == _CONTEXT_LENGTH_CODE:
+            return ModelContextTooLong(message, provider, exc.status_code)
+        return error_for_status(exc.status_code, message, provider)
+    if isinstance(exc, openai.APIResponseValidationError):
+        return ModelResponseError(f"unreadable response: {exc}", provider, exc.status_code)
+    if isinstance(exc, openai.APIError):
+        return ModelResponseError(str(exc), provider)
+    raise TypeError(f"not an openai SDK error: {type(exc).__name__}: {exc}")
