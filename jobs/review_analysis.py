@@ -1,16 +1,28 @@
 """The review-analysis job: score product reviews with an agent on Flink.
 
 Each review (``{"id", "review", "ts"}``) is keyed by product id. The agent
-asks a chat model for ``{"score": 1-5, "reasons": [...]}`` (the model calls
-``notify_shipping_manager`` first when a review reports shipping damage) and
-keeps a per-product running summary (reviews seen, mean score) in short-term
-memory. One JSON line per review is written::
+asks a chat model for a ``ReviewAnalysis`` (``{"score": 1-5, "reasons":
+[...]}``) as structured output (the request's ``output_schema``: the
+runtime validates the answer and re-asks the model on a mismatch; the model
+calls ``notify_shipping_manager`` first when a review reports shipping
+damage) and keeps a per-product running summary (reviews seen, mean score)
+in short-term memory. One JSON line per review is written::
 
     {"id", "ts", "score", "reasons", "reviews_seen", "mean_score"}
 
-Run ``python -m jobs.review_analysis --help``. The default model, ``local``,
-is a deterministic offline stand-in; ``--model openai:NAME --base-url URL``
-uses any OpenAI-compatible provider (API key from ``OPENAI_API_KEY``).
+Run ``python -m jobs.review_analysis --help``. ``--model`` is one of:
+
+- ``local`` (default): a deterministic offline stand-in;
+- ``openai:NAME``: any OpenAI-compatible provider (``--base-url``; key from
+  ``OPENAI_API_KEY``);
+- ``anthropic:NAME``: Anthropic's Messages API (``--base-url``; key from
+  ``ANTHROPIC_API_KEY``);
+- ``ollama:NAME``: an Ollama server (``--base-url``, e.g.
+  ``http://localhost:11434``; no key);
+- ``azure:DEPLOYMENT``: Azure OpenAI (``--base-url`` is the resource's
+  endpoint, ``--api-version``; key from ``AZURE_OPENAI_API_KEY``);
+- ``tongyi:NAME``: Alibaba DashScope (``--base-url``; key from
+  ``DASHSCOPE_API_KEY``).
 """
 
 from __future__ import annotations
@@ -18,14 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from flink_agents.api.agents.agent import Agent
+from flink_agents.api.agents.agent import STRUCTURED_OUTPUT, Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.decorators import action, prompt, tool
 from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
@@ -58,8 +69,47 @@ REVIEW_PROMPT = Prompt.from_messages([
 ])
 
 
+# --model PROVIDER:NAME -> (connection class, setup class, the environment
+# variable its connection reads the API key from). Keys are not put in the
+# plan: each connection reads its own variable where it runs.
+PROVIDERS: Dict[str, tuple[str, str, str | None]] = {
+    "openai": (ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP,
+               "OPENAI_API_KEY"),
+    "anthropic": (ResourceName.ChatModel.ANTHROPIC_CONNECTION, ResourceName.ChatModel.ANTHROPIC_SETUP,
+                  "ANTHROPIC_API_KEY"),
+    "ollama": (ResourceName.ChatModel.OLLAMA_CONNECTION, ResourceName.ChatModel.OLLAMA_SETUP, None),
+    "azure": (ResourceName.ChatModel.AZURE_OPENAI_CONNECTION, ResourceName.ChatModel.AZURE_OPENAI_SETUP,
+              "AZURE_OPENAI_API_KEY"),
+    "tongyi": (ResourceName.ChatModel.TONGYI_CONNECTION, ResourceName.ChatModel.TONGYI_SETUP, "DASHSCOPE_API_KEY"),
+}
+MODEL_FORMS = "'local', " + ", ".join(f"'{p}:{'DEPLOYMENT' if p == 'azure' else 'NAME'}'" for p in PROVIDERS)
+
+
+def _connection_arguments(
+    provider: str, base_url: str | None, api_version: str | None, timeout_s: float, max_retries: int
+) -> Dict[str, Any]:
+    """The connection's constructor arguments, in each provider connection's
+    own field names (those of Flink Agents 0.3.1's connections)."""
+    if provider == "azure":
+        if not base_url or not api_version:
+            raise ValueError("--model azure:DEPLOYMENT needs --base-url (the Azure OpenAI endpoint) and --api-version")
+        arguments: Dict[str, Any] = {
+            "azure_endpoint": base_url, "api_version": api_version, "timeout": timeout_s, "max_retries": max_retries,
+        }
+    else:
+        arguments = {
+            "openai": {"timeout_s": timeout_s, "max_retries": max_retries},
+            "anthropic": {"timeout": timeout_s, "max_retries": max_retries},
+            "ollama": {"request_timeout": timeout_s},
+            "tongyi": {"request_timeout": timeout_s},
+        }[provider]
+        if base_url:
+            arguments["base_url"] = base_url
+    return arguments
+
+
 def _model_resources(
-    model: str, base_url: str | None, timeout_s: float, max_retries: int
+    model: str, base_url: str | None, timeout_s: float, max_retries: int, api_version: str | None = None,
 ) -> tuple[ResourceDescriptor, ResourceDescriptor]:
     provider, _, name = model.partition(":")
     setup_args = dict(connection=MODEL_CONNECTION, prompt="review_analysis_prompt", tools=["notify_shipping_manager"])
@@ -68,52 +118,39 @@ def _model_resources(
             ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_CONNECTION),
             ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_SETUP, model="local", **setup_args),
         )
-    if provider == "openai" and name:
-        connection_args: Dict[str, Any] = {"timeout_s": timeout_s, "max_retries": max_retries}
-        if base_url:
-            connection_args["base_url"] = base_url
+    if provider in PROVIDERS and name:
+        connection_class, setup_class, _ = PROVIDERS[provider]
         return (
-            ResourceDescriptor(clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, **connection_args),
-            ResourceDescriptor(clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP, model=name, **setup_args),
+            ResourceDescriptor(
+                clazz=connection_class, **_connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
+            ),
+            ResourceDescriptor(clazz=setup_class, model=name, **setup_args),
         )
-    raise ValueError(f"--model must be 'local' or 'openai:MODEL_NAME', not {model!r}")
-
-
-def _parse_analysis(text: str, review: Dict[str, Any]) -> ReviewAnalysis:
-    """The model's answer as a ``ReviewAnalysis``; tolerates code fences around
-    the JSON (common with hosted models).
-
-    Raises:
-        ValueError: The answer is not such a JSON object; names the review.
-    """
-    match = re.search(r"\{.*\}", text, re.DOTALL)
-    try:
-        return ReviewAnalysis.model_validate_json(match.group(0) if match else text)
-    except ValueError as exc:
-        raise ValueError(
-            f"model answer for review of {review['id']} at ts {review['ts']} is not "
-            f"{{score, reasons}} JSON: {text[:200]!r} ({exc})"
-        ) from exc
+    raise ValueError(f"--model must be one of {MODEL_FORMS}, not {model!r}")
 
 
 class ReviewAnalysisAgent(Agent):
     """Scores a review, notifies shipping on damage, keeps a per-product summary.
 
     Args:
-        model: ``"local"`` or ``"openai:MODEL_NAME"``.
-        base_url: The OpenAI-compatible endpoint for ``openai:`` models.
-        timeout_s: Per-request timeout of ``openai:`` models, seconds.
-        max_retries: Retries of a failed request (the SDK's backoff).
+        model: ``"local"`` or ``"PROVIDER:NAME"`` (see the module docstring).
+        base_url: The provider's endpoint (Azure: the resource endpoint).
+        timeout_s: Per-request timeout of provider models, seconds.
+        max_retries: Retries of a failed request (the SDK's backoff; for the
+            providers whose connection has the setting).
+        api_version: Azure OpenAI's API version (``azure:`` only).
 
     Raises:
-        ValueError: ``model`` is neither form.
+        ValueError: ``model`` is none of the forms, or an ``azure:`` model
+            lacks ``base_url`` or ``api_version``.
     """
 
     def __init__(
-        self, model: str = "local", base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 2
+        self, model: str = "local", base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 2,
+        api_version: str | None = None,
     ) -> None:
         super().__init__()
-        connection, setup = _model_resources(model, base_url, timeout_s, max_retries)
+        connection, setup = _model_resources(model, base_url, timeout_s, max_retries, api_version)
         self.add_resource(MODEL_CONNECTION, ResourceType.CHAT_MODEL_CONNECTION, connection)
         self.add_resource(MODEL_SETUP, ResourceType.CHAT_MODEL, setup)
 
@@ -140,15 +177,17 @@ class ReviewAnalysisAgent(Agent):
         review = ProductReview.model_validate(event.input)
         ctx.sensory_memory.set("review", review.model_dump(mode="json"))
         content = json.dumps({"id": review.id, "review": review.review})
-        ctx.send_event(
-            ChatRequestEvent(model=MODEL_SETUP, messages=[ChatMessage(role=MessageRole.USER, content=content)])
-        )
+        ctx.send_event(ChatRequestEvent(
+            model=MODEL_SETUP, messages=[ChatMessage(role=MessageRole.USER, content=content)],
+            output_schema=ReviewAnalysis,
+        ))
 
     @action(ChatResponseEvent)
     @staticmethod
     def process_chat_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
         review = ctx.sensory_memory.get("review")
-        analysis = _parse_analysis(event.response.content, review)
+        # Validated against the request's output_schema by the runtime.
+        analysis: ReviewAnalysis = event.response.extra_args[STRUCTURED_OUTPUT]
         summary = ctx.short_term_memory
         seen = (summary.get("reviews_seen") or 0) + 1
         score_sum = (summary.get("score_sum") or 0) + analysis.score
@@ -307,15 +346,22 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
         prog="python -m jobs.review_analysis",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="openai: models read their API key from OPENAI_API_KEY.",
+        epilog="API keys come from the environment: " + ", ".join(
+            f"{variable} ({provider}:)" for provider, (_, _, variable) in PROVIDERS.items() if variable
+        ) + "; ollama: needs none.",
     )
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
     parser.add_argument("--output", type=Path, default=Path("out/review_analysis.jsonl"),
                         help="where to write one JSON line per review (replaced only when the job succeeds)")
-    parser.add_argument("--model", default="local", help="'local' (offline, deterministic) or 'openai:MODEL_NAME'")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint for openai: models")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of openai: models")
-    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed openai: request")
+    parser.add_argument("--model", default="local",
+                        help=f"{MODEL_FORMS}; 'local' is offline and deterministic")
+    parser.add_argument("--base-url", default=None,
+                        help="the provider's endpoint (azure: the Azure OpenAI resource endpoint); "
+                             "default the provider SDK's")
+    parser.add_argument("--api-version", default=None, help="Azure OpenAI API version (azure: models)")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models")
+    parser.add_argument("--max-retries", type=int, default=2,
+                        help="retries of a failed request (openai:, anthropic:, azure:)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
@@ -363,7 +409,7 @@ def main(argv: List[str] | None = None) -> int:
     try:
         check_output_path(args.output)
         read = read_reviews(args.input, skip_bad_records=args.skip_bad_records)
-        agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries)
+        agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries, args.api_version)
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

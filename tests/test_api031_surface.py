@@ -15,12 +15,13 @@ by the 0.3.1-style agents of tests/test_compat031_agents.py.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.support.signatures import lookup as _lookup
+from tests.support.signatures import positional as _positional
 
 SIGNATURES = json.loads((Path(__file__).parent / "data" / "api031_signatures.json").read_text())
 
@@ -32,43 +33,11 @@ NOT_HERE = {
     "flink_agents.api.function:JavaFunction.for_action": "Java actions need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_model_from_java_tool_schema_str": "Java tools need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_java_tool_schema_str_from_model": "Java tools need Flink Agents' Java operator",
-    "flink_agents.api.decorators:embedding_model_connection": "embedding models: issue 16",
-    "flink_agents.api.decorators:embedding_model_setup": "embedding models: issue 16",
     "flink_agents.api.decorators:mcp_server": "MCP: issue 17",
     "flink_agents.api.decorators:vector_store": "vector stores: issue 17",
     "flink_agents.api.runner_context:RunnerContext.long_term_memory": "long-term memory: issue 17",
-    "flink_agents.api.events.chat_event:ChatRequestEvent.output_schema": "structured output: issue 16",
     "flink_agents.api.version_compatibility:FlinkVersionManager": "Flink version matrix: issue 19",
 }
-
-
-def _lookup(name: str):
-    module_name, attr = name.split(":")
-    owner = importlib.import_module(module_name)
-    parts = attr.split(".")
-    for part in parts[:-1]:
-        owner = getattr(owner, part)
-    if len(parts) > 1:
-        fields = getattr(owner, "model_fields", {})
-        if parts[-1] in fields:  # a pydantic field stands in for a 0.3.1 property
-            return "field", owner
-        return inspect.getattr_static(owner, parts[-1]), owner
-    return getattr(owner, parts[-1]), None
-
-
-def _positional(fn, owner) -> tuple[list[str], bool, set[str], bool]:
-    static = isinstance(fn, staticmethod)
-    target = fn.__func__ if isinstance(fn, (staticmethod, classmethod)) else fn
-    params = list(inspect.signature(target).parameters.values())
-    if params and not static and (owner is not None) and params[0].name in ("self", "cls"):
-        params = params[1:]
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return (
-        positional,
-        any(p.kind == p.VAR_POSITIONAL for p in params),
-        {p.name for p in params},
-        any(p.kind == p.VAR_KEYWORD for p in params),
-    )
 
 
 @pytest.mark.parametrize("name", sorted(n for n in SIGNATURES if n not in NOT_HERE))

@@ -326,6 +326,11 @@ class RuntimeOptions:
         "chat.max_tool_rounds", int, 16, check=_positive, requirement="must be >= 1",
         description="Model calls the built-in chat action makes for one request before it fails.",
     )
+    CHAT_OUTPUT_SCHEMA_MAX_RETRIES = ConfigOption(
+        "chat.output_schema.max_retries", int, 2, check=_non_negative, requirement="must be >= 0",
+        description="Times the built-in chat action re-asks a model whose final answer does not match "
+        "the request's output schema, before the request fails with StructuredOutputError.",
+    )
     CALLBACKS_BASE_URL = ConfigOption(
         "callbacks.base_url", str, None,
         description="Base URL of the callback ingress in callback URLs; default the "

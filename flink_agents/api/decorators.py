@@ -19,6 +19,8 @@ __all__ = [
     "action",
     "chat_model_connection",
     "chat_model_setup",
+    "embedding_model_connection",
+    "embedding_model_setup",
     "prompt",
     "skills",
     "tool",
@@ -75,3 +77,13 @@ chat_model_setup = _resource_marker(ResourceType.CHAT_MODEL)
 chat_model_setup.__doc__ = "Mark a function returning a chat model setup's ``ResourceDescriptor``."
 skills = _resource_marker(ResourceType.SKILLS)
 skills.__doc__ = "Mark a function returning a ``Skills`` (where SKILL.md skills come from), as Flink Agents 0.3.1's ``@skills``."
+embedding_model_connection = _resource_marker(ResourceType.EMBEDDING_MODEL_CONNECTION)
+embedding_model_connection.__doc__ = (
+    "Mark a function returning an embedding model connection's ``ResourceDescriptor``, as Flink Agents 0.3.1's."
+)
+embedding_model_setup = _resource_marker(ResourceType.EMBEDDING_MODEL)
+embedding_model_setup.__doc__ = (
+    "Mark a function returning an embedding model setup's ``ResourceDescriptor``, as Flink Agents 0.3.1's; "
+    "inside an action ``ctx.get_resource(name, ResourceType.EMBEDDING_MODEL)`` gives the setup, "
+    "whose ``embed``/``aembed`` calls are journaled."
+)

@@ -25,6 +25,18 @@ before its messages, and the turn is stored (compacted) in short-term memory
 by the step that sends the ``ChatResponseEvent``. Request ids differ per
 record, so the runtime's call ids never repeat across turns.
 
+Structured output (``ChatRequestEvent.output_schema``, else the setup's
+``output_schema``): the schema goes to the model with the request (natively
+when the connection's class sets ``supports_output_schema``, else as a
+system instruction; ``BaseChatModelSetup.chat``). A final answer (no tool
+calls) is validated with ``OutputSchema.parse``; one that does not match is
+answered with a user message naming the field and the problem, and the model
+is asked again, up to ``chat.output_schema.max_retries`` times per request,
+each a journaled model call (so a replay repeats none of them). Then the
+request fails with ``StructuredOutputError`` (terminal). The validated value
+is in the response's ``extra_args[STRUCTURED_OUTPUT]``, as in Flink Agents
+0.3.1.
+
 Asynchronous operations (``runtime.features.callback_tools``): when the model answers
 without asking for tools while operations it started with the built-in
 ``create_callback`` tool are still open, the action waits for them and sends
@@ -42,8 +54,11 @@ from typing import Any, Awaitable, Callable, Dict, List
 
 from pydantic import BaseModel
 
+from flink_agents.api.agents.agent import STRUCTURED_OUTPUT
+from flink_agents.api.agents.types import OutputSchema, OutputValidationError
 from flink_agents.api.chat_message import ChatMessage, MessageRole
-from flink_agents.api.chat_models.chat_model import BaseChatModelSetup
+from flink_agents.api.chat_models.chat_model import BaseChatModelSetup, output_schema_instruction, with_system_message
+from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
 from flink_agents.api.events.event import Event
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
@@ -57,17 +72,22 @@ from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, ou
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.durability.ids import tool_call_id
 
-__all__ = ["chat_model_action", "tool_call_action", "ToolNotOffered"]
+__all__ = ["REASK_MARK", "StructuredOutputError", "chat_model_action", "tool_call_action", "ToolNotOffered"]
 
 log = logging.getLogger(__name__)
 
 _MAX_TOOL_ROUNDS = RuntimeOptions.CHAT_MAX_TOOL_ROUNDS
+_MAX_REASKS = RuntimeOptions.CHAT_OUTPUT_SCHEMA_MAX_RETRIES
+# ``extra_args`` flag of the user message that re-asks for a structured answer.
+REASK_MARK = "output_schema_reask"
 _CONTEXT_PATH = "_flink_agents.chat"
 
 
 async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
     """Handle ``ChatRequestEvent`` and ``ToolResponseEvent``."""
+    schema: OutputSchema | None = None
     if isinstance(event, ChatRequestEvent):
+        schema = event.output_schema
         conversation = {
             "request_id": str(event.id),
             "model": event.model,
@@ -75,6 +95,8 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
             "messages": [m.model_dump(mode="json") for m in event.messages],
             "round": 0,
         }
+        if event.output_schema_spec is not None:  # for the tool rounds to come
+            conversation["output_schema"] = event.output_schema_spec
     elif isinstance(event, ToolResponseEvent):
         path = f"{_CONTEXT_PATH}.{event.request_id.hex}"
         conversation = ctx.sensory_memory.get(path)
@@ -101,40 +123,67 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
                 ).model_dump(mode="json")
             )
         conversation["round"] += 1
+        if conversation.get("output_schema") is not None:
+            schema = OutputSchema.model_validate(conversation["output_schema"])
     else:
         raise TypeError(f"chat_model_action got a {type(event).__name__}")
-    await _call_model(conversation, ctx)
+    await _call_model(conversation, ctx, schema)
 
 
-async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
-    max_rounds = readable(ctx.config).get(_MAX_TOOL_ROUNDS)
+async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: OutputSchema | None) -> None:
+    """Ask the model and act on its reply: tool calls go out as a
+    ``ToolRequestEvent``; a final answer (validated against ``schema``, else
+    the setup's ``output_schema``, re-asking on a mismatch) as the
+    ``ChatResponseEvent``."""
+    config = readable(ctx.config)
+    max_rounds = config.get(_MAX_TOOL_ROUNDS)
     model = conversation["model"]
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
+    if schema is None:
+        schema = setup.output_schema
     if setup.conversation == "per_key" and conversation["round"] == 0 and TURN_START not in conversation:
         # A new turn of the key's conversation: its history goes first.
         begin_turn(conversation, ctx.short_term_memory)
-    reply = await _ask(setup, model, conversation, ctx)
-    # The model answered while operations it started are open: wait for
-    # them, tell it their outcomes, and ask again.
-    while not reply.tool_calls and conversation.get("operations"):
-        if conversation["round"] >= max_rounds:
-            raise RuntimeError(
-                f"chat model {model!r} used more than {max_rounds} rounds ({_MAX_TOOL_ROUNDS.key})"
-            )
-        conversation["messages"].append(reply.model_dump(mode="json"))
-        conversation["messages"].append(await _operation_outcomes(conversation.pop("operations"), ctx))
-        conversation["round"] += 1
-        reply = await _ask(setup, model, conversation, ctx)
+    reply = await _ask(setup, model, conversation, ctx, schema)
+    structured: Any = None
+    while True:
+        # The model answered while operations it started are open: wait for
+        # them, tell it their outcomes, and ask again.
+        while not reply.tool_calls and conversation.get("operations"):
+            if conversation["round"] >= max_rounds:
+                raise RuntimeError(
+                    f"chat model {model!r} used more than {max_rounds} rounds ({_MAX_TOOL_ROUNDS.key})"
+                )
+            conversation["messages"].append(reply.model_dump(mode="json"))
+            conversation["messages"].append(await _operation_outcomes(conversation.pop("operations"), ctx))
+            conversation["round"] += 1
+            reply = await _ask(setup, model, conversation, ctx, schema)
+        if reply.tool_calls or schema is None:
+            break
+        try:
+            structured = schema.parse(reply.content or "")
+            break
+        except OutputValidationError as mismatch:
+            reasks = conversation.get("output_schema_reasks", 0)
+            if reasks >= config.get(_MAX_REASKS):
+                raise StructuredOutputError(model, mismatch, reasks) from mismatch
+            conversation["output_schema_reasks"] = reasks + 1
+            conversation["messages"].append(reply.model_dump(mode="json"))
+            conversation["messages"].append(_reask_message(schema, mismatch))
+            reply = await _ask(setup, model, conversation, ctx, schema)
 
     if not reply.tool_calls:
         if TURN_START in conversation:
-            # The turn ends: stored with this step's completion, compacted.
+            # The turn ends: stored with this step's completion, compacted;
+            # without the rejected answers and their re-asks.
             end_turn(
-                conversation, reply.model_dump(mode="json"), ctx.short_term_memory,
+                _without_reasks(conversation), reply.model_dump(mode="json"), ctx.short_term_memory,
                 setup.conversation_max_messages, setup.conversation_max_tokens,
             )
+        if schema is not None:
+            reply = reply.model_copy(update={"extra_args": {**reply.extra_args, STRUCTURED_OUTPUT: structured}})
         ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
         return
     # ``round`` tool rounds ran already; refuse one more before running its tools.
@@ -162,9 +211,17 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext) -> None:
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
 
 
-async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, Any], ctx: RunnerContext) -> ChatMessage:
+async def _ask(
+    setup: BaseChatModelSetup, model: str, conversation: Dict[str, Any], ctx: RunnerContext,
+    schema: OutputSchema | None = None,
+) -> ChatMessage:
     """One journaled model call on the conversation so far: after a failover
-    the reply is replayed, not asked for again.
+    the reply is replayed, not asked for again. With ``schema``, the setup
+    is asked for an answer matching it (``BaseChatModelSetup.chat``): the
+    ``output_schema`` keyword reaches a connection that takes it natively;
+    otherwise the setup adds the instruction, or, for a setup that overrides
+    ``chat``/``achat`` (0.3.1 style, which does not expect the keyword),
+    the action adds it to the messages here.
 
     First the steering messages waiting for the key join the conversation as
     user messages: this is the step boundary where they arrive (after the
@@ -178,16 +235,100 @@ async def _ask(setup: BaseChatModelSetup, model: str, conversation: Dict[str, An
             extra_args={"steering": True},
         ).model_dump(mode="json"))
     messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
+    extra: Dict[str, Any] = {}
+    if schema is not None:
+        if _native_schema(setup, ctx) or not _overrides_chat(setup):
+            extra["output_schema"] = schema
+        else:
+            messages = with_system_message(messages, output_schema_instruction(schema))
 
     async def ask() -> Any:
-        answer = await setup.achat(messages, prompt_args=conversation["prompt_args"])
+        answer = await setup.achat(messages, prompt_args=conversation["prompt_args"], **extra)
         _count_tokens(ctx, setup, model, answer)  # here: a replayed reply is not counted again
         return answer
 
-    reply = await _journaled(ctx)(f"chat:{model}", [conversation["messages"], conversation["prompt_args"]], ask)
+    digest: List[Any] = [conversation["messages"], conversation["prompt_args"]]
+    if schema is not None:  # only then: journals written without schemas keep their digests
+        digest.append(schema.model_dump())
+    reply = await _journaled(ctx)(f"chat:{model}", digest, ask)
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
     return reply
+
+
+def _overrides_chat(setup: BaseChatModelSetup) -> bool:
+    return type(setup).chat is not BaseChatModelSetup.chat or type(setup).achat is not BaseChatModelSetup.achat
+
+
+def _native_schema(setup: BaseChatModelSetup, ctx: RunnerContext) -> bool:
+    """Whether the setup's connection takes ``output_schema`` natively (its
+    class sets ``supports_output_schema``); False when the setup names no
+    connection that exists (a setup that overrides ``chat`` may use none)."""
+    try:
+        connection = ctx.get_resource(setup.connection, ResourceType.CHAT_MODEL_CONNECTION)
+    except KeyError:
+        return False
+    return bool(getattr(type(connection), "supports_output_schema", False))
+
+
+def _reask_message(schema: OutputSchema, mismatch: OutputValidationError) -> Dict[str, Any]:
+    """The user message that asks again for an answer matching ``schema``,
+    naming where the last one went wrong (marked ``REASK_MARK`` in its
+    ``extra_args``, so a model that reads the last user message as its
+    input, like the offline ``local`` model, can tell it apart)."""
+    where = f"the field {mismatch.field!r}" if mismatch.field else "the answer as a whole"
+    text = (
+        f"Your answer does not match the output schema {schema.name!r}: {where}: {mismatch.problem}. "
+        "Answer again with only a JSON value that matches this JSON schema, with no other text:\n"
+        f"{json.dumps(schema.json_schema(), sort_keys=True)}"
+    )
+    return ChatMessage(role=MessageRole.USER, content=text, extra_args={REASK_MARK: True}).model_dump(mode="json")
+
+
+def _without_reasks(conversation: Dict[str, Any]) -> Dict[str, Any]:
+    """``conversation`` without its re-asks for a structured answer and the
+    answers they rejected (each re-ask follows the answer it rejects; all
+    are after the turn's start, so ``TURN_START`` stays valid)."""
+    messages = conversation["messages"]
+    dropped = set()
+    for index, message in enumerate(messages):
+        if (message.get("extra_args") or {}).get(REASK_MARK):
+            dropped.update((index - 1, index))
+    if not dropped:
+        return conversation
+    return {**conversation, "messages": [m for i, m in enumerate(messages) if i not in dropped]}
+
+
+class StructuredOutputError(ModelResponseError):
+    """A chat model's final answer still did not match the request's output
+    schema after ``chat.output_schema.max_retries`` re-asks. Terminal (a
+    ``ModelResponseError``): the record fails, or goes to the error output
+    under ``skip``; ``retry`` does not run the action again.
+
+    Attributes:
+        model: The chat model setup's resource name.
+        schema_name: The schema's name (``OutputSchema.name``).
+        field: Where the last answer's first problem is (``""``: the whole
+            answer, e.g. not JSON).
+        problem: What is wrong there.
+        text: The last answer's text.
+        reasks: How many times the model was asked again.
+    """
+
+    def __init__(self, model: str, mismatch: OutputValidationError, reasks: int) -> None:
+        shown = mismatch.text if len(mismatch.text) <= 300 else mismatch.text[:300] + "..."
+        where = f"field {mismatch.field!r}" if mismatch.field else "the answer"
+        super().__init__(
+            f"chat model {model!r} gave no answer matching output schema {mismatch.schema_name!r} "
+            f"after {reasks} re-ask(s) ({_MAX_REASKS.key}): {where}: {mismatch.problem}; "
+            f"last answer: {shown!r}"
+        )
+        self.model = model
+        self.schema_name = mismatch.schema_name
+        self.field = mismatch.field
+        self.problem = mismatch.problem
+        self.text = mismatch.text
+        self.reasks = reasks
 
 
 def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> None:

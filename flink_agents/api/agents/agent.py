@@ -7,7 +7,12 @@ from typing import Any, Callable, Dict, List, Tuple
 from flink_agents.api.events.event import Event
 from flink_agents.api.resource import ResourceType
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "STRUCTURED_OUTPUT"]
+
+# Key of a structured answer in ``ChatResponseEvent.response.extra_args``:
+# the value validated against the request's output schema (a model instance,
+# a ``pyflink.common.Row`` or a JSON value), as in Flink Agents 0.3.1.
+STRUCTURED_OUTPUT = "structured_output"
 
 
 class Agent:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Dict, List, Literal, Mapping, Optional, Sequence
 
 from pydantic import Field, PrivateAttr, field_validator
 
+from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.events.chat_event import as_output_schema
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.tools.tool import Tool
 
-__all__ = ["BaseChatModelConnection", "BaseChatModelSetup"]
+__all__ = ["BaseChatModelConnection", "BaseChatModelSetup", "output_schema_instruction", "with_system_message"]
 
 
 class BaseChatModelConnection(Resource, ABC):
@@ -92,6 +95,12 @@ class BaseChatModelSetup(Resource):
             (``flink_agents.api.skills``), as Flink Agents 0.3.1's ``skills``:
             each call gets a system message listing them (after the first
             system message), and the built-in ``load_skill`` tool is offered.
+        output_schema: The schema final answers must match (structured
+            output), used when a ``ChatRequestEvent`` has none: an
+            ``OutputSchema``, a pydantic model class, a ``RowTypeInfo``, a
+            JSON schema ``dict``, or the serialized form
+            ``OutputSchema.model_dump()`` (which a plan written as JSON
+            keeps); normalised to an ``OutputSchema``. See ``chat``.
     """
 
     connection: str
@@ -102,6 +111,7 @@ class BaseChatModelSetup(Resource):
     conversation_max_messages: int = 40
     conversation_max_tokens: Optional[int] = None
     skills: Optional[List[str]] = None
+    output_schema: Optional[OutputSchema] = None
 
     _connection: BaseChatModelConnection | None = PrivateAttr(default=None)
     _prompt: Prompt | None = PrivateAttr(default=None)
@@ -112,6 +122,11 @@ class BaseChatModelSetup(Resource):
     @classmethod
     def resource_type(cls) -> ResourceType:
         return ResourceType.CHAT_MODEL
+
+    @field_validator("output_schema", mode="before")
+    @classmethod
+    def _normalise_output_schema(cls, value: Any) -> Optional[OutputSchema]:
+        return as_output_schema(value)
 
     @field_validator("conversation_max_messages")
     @classmethod
@@ -190,9 +205,24 @@ class BaseChatModelSetup(Resource):
         (first if there is none), as Flink Agents 0.3.1 does."""
         if not self._skills_prompt:
             return messages
-        first = next((i for i, m in enumerate(messages) if m.role == MessageRole.SYSTEM), -1)
-        messages.insert(first + 1, ChatMessage(role=MessageRole.SYSTEM, content=self._skills_prompt))
-        return messages
+        return with_system_message(messages, self._skills_prompt)
+
+    def _schema_arguments(
+        self, prepared: List[ChatMessage], kwargs: Dict[str, Any]
+    ) -> tuple[List[ChatMessage], Dict[str, Any]]:
+        """The messages and keyword arguments for the connection, with the
+        ``output_schema`` keyword (if any) turned into what the connection
+        understands: passed on to a connection whose class sets
+        ``supports_output_schema`` (it asks its provider natively), else
+        replaced by a system message asking for JSON matching the schema."""
+        schema = as_output_schema(kwargs.pop("output_schema", None))
+        arguments = {**self.model_kwargs, **kwargs}
+        if schema is None:
+            return prepared, arguments
+        if getattr(type(self._connection), "supports_output_schema", False):
+            arguments["output_schema"] = schema
+            return prepared, arguments
+        return with_system_message(prepared, output_schema_instruction(schema)), arguments
 
     def chat(
         self,
@@ -200,12 +230,23 @@ class BaseChatModelSetup(Resource):
         prompt_args: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> ChatMessage:
-        """Fill the prompt with ``prompt_args``, prepend it, and call the model."""
+        """Fill the prompt with ``prompt_args``, prepend it, and call the model.
+
+        Args:
+            messages: The conversation, oldest first.
+            prompt_args: Values for the prompt's placeholders.
+            **kwargs: Model settings over ``model_kwargs``; ``output_schema``
+                (anything ``ChatRequestEvent`` takes as one) asks for an
+                answer matching that schema: natively when the connection's
+                class sets ``supports_output_schema``, else by a system
+                message (after the first system message) asking for JSON
+                matching ``schema.json_schema()``. The answer is not
+                validated here (the built-in chat action does that).
+        """
         prepared = self._prepare(messages, prompt_args)
         assert self._connection is not None  # set by _prepare
-        return self._connection.chat(
-            prepared, tools=self._tools, **{**self.model_kwargs, **kwargs}
-        )
+        prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
+        return self._connection.chat(prepared, tools=self._tools, **arguments)
 
     async def achat(
         self,
@@ -216,12 +257,30 @@ class BaseChatModelSetup(Resource):
         """Async ``chat``. A subclass that overrides ``chat`` (and not
         ``achat``), as Flink Agents 0.3.1 setups do, has its ``chat`` run on
         a worker thread, so the built-in chat action uses it."""
-        if type(self).chat is not BaseChatModelSetup.chat:
+        if type(self).chat is not BaseChatModelSetup.chat and type(self).achat is BaseChatModelSetup.achat:
             return await asyncio.to_thread(
                 functools.partial(self.chat, messages, prompt_args=prompt_args, **kwargs)
             )
         prepared = self._prepare(messages, prompt_args)
         assert self._connection is not None  # set by _prepare
-        return await self._connection.achat(
-            prepared, tools=self._tools, **{**self.model_kwargs, **kwargs}
-        )
+        prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
+        return await self._connection.achat(prepared, tools=self._tools, **arguments)
+
+
+def output_schema_instruction(schema: OutputSchema) -> str:
+    """The system instruction that asks a model without native structured
+    output for an answer matching ``schema``."""
+    return (
+        "Answer only with a JSON value that matches this JSON schema, with no other text "
+        f"(no Markdown code fence):\n{json.dumps(schema.json_schema(), sort_keys=True)}"
+    )
+
+
+def with_system_message(messages: List[ChatMessage], text: str) -> List[ChatMessage]:
+    """``messages`` with a system message ``text`` inserted after the first
+    system message (first when there is none), as Flink Agents 0.3.1 inserts
+    its own instructions; a new list."""
+    first = next((i for i, m in enumerate(messages) if m.role == MessageRole.SYSTEM), -1)
+    out = list(messages)
+    out.insert(first + 1, ChatMessage(role=MessageRole.SYSTEM, content=text))
+    return out

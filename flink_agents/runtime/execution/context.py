@@ -8,6 +8,7 @@ from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.callbacks import Callback
 from flink_agents.api.configuration import ReadableConfiguration, readable
+from flink_agents.api.embedding_models.embedding_model import BaseEmbeddingModelSetup
 from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.metric_group import MetricGroup
@@ -19,6 +20,7 @@ from flink_agents.runtime.durability.ids import RunIdentity, callback_ref, sessi
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
 from flink_agents.runtime.execution.event_codec import encode_event
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
+from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
 from flink_agents.runtime.execution.run import Run
 from flink_agents.stores.callbacks import CallbackRef
 
@@ -105,10 +107,16 @@ class ActionContext(RunnerContext):
         return MemoryNode(self.short_term)
 
     def get_resource(self, name: str, type: ResourceType, metric_group: MetricGroup | None = None) -> Resource:
+        """The resource ``name`` of kind ``type``. An embedding model setup
+        comes as a ``JournaledEmbeddingModel`` bound to this invocation: its
+        ``embed``/``aembed`` calls are journaled (``embed:<name>``)."""
         resource = self._resources(name, type)
         bind = getattr(resource, "set_metric_group", None)  # a sub-agent handle has none
         if bind is not None:
             bind(metric_group if metric_group is not None else self.action_metric_group)
+        if isinstance(resource, BaseEmbeddingModelSetup):
+            journaled = JournaledEmbeddingModel(resource, name, self._journaled_call_sync, self.journaled_call)
+            return journaled  # type: ignore[return-value]
         return resource
 
     @property
@@ -181,6 +189,10 @@ class ActionContext(RunnerContext):
         """Runtime-internal: journal a built-in call (model, tool)."""
         step, ordinal = self._next_position()
         return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
+
+    def _journaled_call_sync(self, function_id: str, digest_args: Any, run: Callable[[], Any]) -> Any:
+        """Runtime-internal: ``journaled_call`` for a synchronous call."""
+        return self._journal.call_sync(*self._next_position(), function_id, args_digest(digest_args), run)
 
     def _alive(self) -> bool:
         return self.active

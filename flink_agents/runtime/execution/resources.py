@@ -1,10 +1,12 @@
 """Builds an agent's resources from its plan, once per operator instance,
-and gives each a ``ResourceContext`` through which it reaches the others."""
+and gives each a ``ResourceContext`` through which it reaches the others;
+and ``JournaledEmbeddingModel``, the view of an embedding model setup an
+action gets, whose calls are journaled."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Sequence, Tuple
 
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.prompts.prompt import LocalPrompt
@@ -13,7 +15,7 @@ from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
 from flink_agents.plan.agent_plan import AgentPlan, ResourceKind, ResourceSpec
 
-__all__ = ["ResourceCache", "ResourceContextImpl"]
+__all__ = ["JournaledEmbeddingModel", "ResourceCache", "ResourceContextImpl"]
 
 
 class ResourceContextImpl(ResourceContext):
@@ -148,3 +150,57 @@ class ResourceCache:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+class JournaledEmbeddingModel:
+    """An embedding model setup as one action invocation sees it
+    (``ctx.get_resource(name, ResourceType.EMBEDDING_MODEL)``): each
+    ``embed``/``aembed`` call is one journaled call (function id
+    ``embed:<name>``, positioned like the built-in model calls), so a replay
+    after a failover or a retry returns the recorded vectors, or re-raises
+    the recorded error, without calling the provider. Every other attribute
+    is the setup's own (``model``, ``connection``, ``model_kwargs``, ...);
+    ``setup`` is the setup itself (not journaled).
+
+    Valid only while its action runs, like the context it came from.
+
+    Args:
+        setup: The embedding model setup (shared by every key).
+        name: Its resource name.
+        call_sync: ``(function_id, digest_args, run) -> result``: the
+            journal's synchronous call at the action's next position.
+        call_async: The same for an awaitable ``run``.
+    """
+
+    def __init__(
+        self,
+        setup: Any,
+        name: str,
+        call_sync: Callable[[str, Any, Callable[[], Any]], Any],
+        call_async: Callable[[str, Any, Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    ) -> None:
+        self.setup = setup
+        self.name = name
+        self._call_sync = call_sync
+        self._call_async = call_async
+
+    def embed(self, text: str | Sequence[str], **kwargs: Any) -> Any:
+        """Journaled ``setup.embed(text, **kwargs)``: one vector
+        (``list[float]``) for a string, one per input for a sequence.
+
+        Raises:
+            flink_agents.api.chat_models.errors.ModelCallError: The provider
+                failed the call (on a replay: the journaled error).
+            NondeterminismError: On replay, the journal recorded another call here.
+        """
+        return self._call_sync(f"embed:{self.name}", [text, kwargs], lambda: self.setup.embed(text, **kwargs))
+
+    async def aembed(self, text: str | Sequence[str], **kwargs: Any) -> Any:
+        """Journaled ``await setup.aembed(text, **kwargs)``; see ``embed``."""
+        return await self._call_async(f"embed:{self.name}", [text, kwargs], lambda: self.setup.aembed(text, **kwargs))
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.setup, attribute)
+
+    def __repr__(self) -> str:
+        return f"JournaledEmbeddingModel({self.name!r}, {self.setup!r})"

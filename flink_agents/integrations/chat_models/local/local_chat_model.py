@@ -4,7 +4,9 @@ A stand-in for a provider, so that an agent (and its tool-call loop) runs
 without network, keys or GPU: in tests, demos and benchmarks. It does not
 read the system prompt; its answers have one fixed format.
 
-How it replies, from the conversation's last USER message:
+How it replies, from the conversation's last USER message (not counting
+the built-in chat action's re-asks for a structured answer, which carry
+``extra_args["output_schema_reask"]``: the review is still the input):
 
 1. The review: if the message is a JSON object with a ``"review"`` field (or
    holds one, e.g. after a prompt's instructions), the review is that field
@@ -21,6 +23,12 @@ How it replies, from the conversation's last USER message:
    the JSON text ``{"score": int 1..5, "reasons": [str, ...]}`` (1 to 3
    reasons; ``"reports shipping damage"`` first when detected), from
    ``lexicon.analyze``.
+
+Structured output: the verdict is JSON matching ``{"score": integer 1..5,
+"reasons": [string, ...]}``, so it validates against a schema of that shape
+(such as the review job's ``ReviewAnalysis``) on the instruction path (the
+connection does not set ``supports_output_schema``; it ignores the
+instruction).
 
 No randomness, no clock: the same conversation always gets the same reply.
 About 20 us for a 130-character review.
@@ -49,6 +57,9 @@ __all__ = [
 
 SHIPPING_TOOL = "notify_shipping_manager"
 LOCAL_CALL_ID = "local-call-0"
+# The built-in chat action's re-ask flag (runtime.builtin_actions.REASK_MARK;
+# not imported: the integrations do not depend on the runtime).
+_REASK_MARK = "output_schema_reask"
 _TEXT_PARAM = re.compile(r"review|text|content|comment|message|body", re.IGNORECASE)
 
 
@@ -127,7 +138,8 @@ def local_reply(messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = 
     """
     last_user = -1
     for index in range(len(messages) - 1, -1, -1):
-        if MessageRole(messages[index].role) == MessageRole.USER:
+        message = messages[index]
+        if MessageRole(message.role) == MessageRole.USER and not (message.extra_args or {}).get(_REASK_MARK):
             last_user = index
             break
     content = messages[last_user].content if last_user >= 0 else ""
