@@ -28,7 +28,8 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.tools.tool import Tool
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.builtin_actions import REASK_MARK, StructuredOutputError
+from flink_agents.api.agents.types import REASK_MARK
+from flink_agents.api.chat_models.errors import StructuredOutputError
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed, classify
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event

@@ -58,7 +58,7 @@ from flink_agents.api.agents.agent import STRUCTURED_OUTPUT
 from flink_agents.api.agents.types import OutputSchema, OutputValidationError
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelSetup, output_schema_instruction, with_system_message
-from flink_agents.api.chat_models.errors import ModelResponseError
+from flink_agents.api.chat_models.errors import StructuredOutputError
 from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
 from flink_agents.api.events.event import Event
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
@@ -70,16 +70,15 @@ from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
+from flink_agents.runtime.features.structured_output import native_schema, overrides_chat, reask_message, without_reasks
 from flink_agents.runtime.durability.ids import tool_call_id
 
-__all__ = ["REASK_MARK", "StructuredOutputError", "chat_model_action", "tool_call_action", "ToolNotOffered"]
+__all__ = ["StructuredOutputError", "chat_model_action", "tool_call_action", "ToolNotOffered"]
 
 log = logging.getLogger(__name__)
 
 _MAX_TOOL_ROUNDS = RuntimeOptions.CHAT_MAX_TOOL_ROUNDS
 _MAX_REASKS = RuntimeOptions.CHAT_OUTPUT_SCHEMA_MAX_RETRIES
-# ``extra_args`` flag of the user message that re-asks for a structured answer.
-REASK_MARK = "output_schema_reask"
 _CONTEXT_PATH = "_flink_agents.chat"
 
 
@@ -168,10 +167,10 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: 
         except OutputValidationError as mismatch:
             reasks = conversation.get("output_schema_reasks", 0)
             if reasks >= config.get(_MAX_REASKS):
-                raise StructuredOutputError(model, mismatch, reasks) from mismatch
+                raise StructuredOutputError(model, mismatch, reasks, _MAX_REASKS.key) from mismatch
             conversation["output_schema_reasks"] = reasks + 1
             conversation["messages"].append(reply.model_dump(mode="json"))
-            conversation["messages"].append(_reask_message(schema, mismatch))
+            conversation["messages"].append(reask_message(schema, mismatch))
             reply = await _ask(setup, model, conversation, ctx, schema)
 
     if not reply.tool_calls:
@@ -179,7 +178,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: 
             # The turn ends: stored with this step's completion, compacted;
             # without the rejected answers and their re-asks.
             end_turn(
-                _without_reasks(conversation), reply.model_dump(mode="json"), ctx.short_term_memory,
+                without_reasks(conversation), reply.model_dump(mode="json"), ctx.short_term_memory,
                 setup.conversation_max_messages, setup.conversation_max_tokens,
             )
         if schema is not None:
@@ -237,7 +236,7 @@ async def _ask(
     messages = [ChatMessage.model_validate(m) for m in conversation["messages"]]
     extra: Dict[str, Any] = {}
     if schema is not None:
-        if _native_schema(setup, ctx) or not _overrides_chat(setup):
+        if native_schema(setup, ctx) or not overrides_chat(setup):
             extra["output_schema"] = schema
         else:
             messages = with_system_message(messages, output_schema_instruction(schema))
@@ -254,81 +253,6 @@ async def _ask(
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
     return reply
-
-
-def _overrides_chat(setup: BaseChatModelSetup) -> bool:
-    return type(setup).chat is not BaseChatModelSetup.chat or type(setup).achat is not BaseChatModelSetup.achat
-
-
-def _native_schema(setup: BaseChatModelSetup, ctx: RunnerContext) -> bool:
-    """Whether the setup's connection takes ``output_schema`` natively (its
-    class sets ``supports_output_schema``); False when the setup names no
-    connection that exists (a setup that overrides ``chat`` may use none)."""
-    try:
-        connection = ctx.get_resource(setup.connection, ResourceType.CHAT_MODEL_CONNECTION)
-    except KeyError:
-        return False
-    return bool(getattr(type(connection), "supports_output_schema", False))
-
-
-def _reask_message(schema: OutputSchema, mismatch: OutputValidationError) -> Dict[str, Any]:
-    """The user message that asks again for an answer matching ``schema``,
-    naming where the last one went wrong (marked ``REASK_MARK`` in its
-    ``extra_args``, so a model that reads the last user message as its
-    input, like the offline ``local`` model, can tell it apart)."""
-    where = f"the field {mismatch.field!r}" if mismatch.field else "the answer as a whole"
-    text = (
-        f"Your answer does not match the output schema {schema.name!r}: {where}: {mismatch.problem}. "
-        "Answer again with only a JSON value that matches this JSON schema, with no other text:\n"
-        f"{json.dumps(schema.json_schema(), sort_keys=True)}"
-    )
-    return ChatMessage(role=MessageRole.USER, content=text, extra_args={REASK_MARK: True}).model_dump(mode="json")
-
-
-def _without_reasks(conversation: Dict[str, Any]) -> Dict[str, Any]:
-    """``conversation`` without its re-asks for a structured answer and the
-    answers they rejected (each re-ask follows the answer it rejects; all
-    are after the turn's start, so ``TURN_START`` stays valid)."""
-    messages = conversation["messages"]
-    dropped = set()
-    for index, message in enumerate(messages):
-        if (message.get("extra_args") or {}).get(REASK_MARK):
-            dropped.update((index - 1, index))
-    if not dropped:
-        return conversation
-    return {**conversation, "messages": [m for i, m in enumerate(messages) if i not in dropped]}
-
-
-class StructuredOutputError(ModelResponseError):
-    """A chat model's final answer still did not match the request's output
-    schema after ``chat.output_schema.max_retries`` re-asks. Terminal (a
-    ``ModelResponseError``): the record fails, or goes to the error output
-    under ``skip``; ``retry`` does not run the action again.
-
-    Attributes:
-        model: The chat model setup's resource name.
-        schema_name: The schema's name (``OutputSchema.name``).
-        field: Where the last answer's first problem is (``""``: the whole
-            answer, e.g. not JSON).
-        problem: What is wrong there.
-        text: The last answer's text.
-        reasks: How many times the model was asked again.
-    """
-
-    def __init__(self, model: str, mismatch: OutputValidationError, reasks: int) -> None:
-        shown = mismatch.text if len(mismatch.text) <= 300 else mismatch.text[:300] + "..."
-        where = f"field {mismatch.field!r}" if mismatch.field else "the answer"
-        super().__init__(
-            f"chat model {model!r} gave no answer matching output schema {mismatch.schema_name!r} "
-            f"after {reasks} re-ask(s) ({_MAX_REASKS.key}): {where}: {mismatch.problem}; "
-            f"last answer: {shown!r}"
-        )
-        self.model = model
-        self.schema_name = mismatch.schema_name
-        self.field = mismatch.field
-        self.problem = mismatch.problem
-        self.text = mismatch.text
-        self.reasks = reasks
 
 
 def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> None:

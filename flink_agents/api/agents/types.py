@@ -22,7 +22,12 @@ from typing import Any, Dict, List
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
-__all__ = ["OutputSchema", "OutputValidationError"]
+__all__ = ["OutputSchema", "OutputValidationError", "REASK_MARK"]
+
+# ``extra_args`` flag of the user message in which the built-in chat action
+# asks again for an answer matching the schema (a model that reads the last
+# user message as its input, like the offline ``local`` model, skips it).
+REASK_MARK = "output_schema_reask"
 
 _MAX_SHOWN = 300
 

@@ -16,7 +16,9 @@ class                        retryable   typical cause
                                          provider refuses
 ``ModelAuthenticationError`` no          401/403: key missing, wrong or denied
 ``ModelResponseError``       no          a reply the runtime cannot read (a tool
-                                         call whose arguments are not JSON, ...)
+                                         call whose arguments are not JSON, ...),
+                                         or ``StructuredOutputError``: an answer
+                                         still not matching its output schema
 ===========================  ==========  ======================================
 
 The runtime (``runtime.errors.classify``) treats a non-retryable one as
@@ -31,7 +33,8 @@ from typing import Any
 
 __all__ = [
     "ModelAuthenticationError", "ModelBadRequest", "ModelCallError", "ModelContextTooLong", "ModelOverloaded",
-    "ModelRateLimited", "ModelResponseError", "ModelServerError", "ModelUnreachable", "error_for_status",
+    "ModelRateLimited", "ModelResponseError", "ModelServerError", "ModelUnreachable", "StructuredOutputError",
+    "error_for_status",
 ]
 
 
@@ -139,3 +142,36 @@ def error_for_status(status: int | None, message: str, provider: str, **_: Any) 
     if status == 408:
         return ModelUnreachable(message, provider, status)
     return ModelBadRequest(message, provider, status)
+
+
+class StructuredOutputError(ModelResponseError):
+    """A chat model's final answer still did not match the request's output
+    schema after ``chat.output_schema.max_retries`` re-asks. Terminal (a
+    ``ModelResponseError``): the record fails, or goes to the error output
+    under ``skip``; ``retry`` does not run the action again.
+
+    Attributes:
+        model: The chat model setup's resource name (the constructor's
+            ``mismatch`` is the last ``api.agents.types.OutputValidationError``).
+        schema_name: The schema's name (``OutputSchema.name``).
+        field: Where the last answer's first problem is (``""``: the whole
+            answer, e.g. not JSON).
+        problem: What is wrong there.
+        text: The last answer's text.
+        reasks: How many times the model was asked again.
+    """
+
+    def __init__(self, model: str, mismatch: Any, reasks: int, option: str = "chat.output_schema.max_retries") -> None:
+        shown = mismatch.text if len(mismatch.text) <= 300 else mismatch.text[:300] + "..."
+        where = f"field {mismatch.field!r}" if mismatch.field else "the answer"
+        super().__init__(
+            f"chat model {model!r} gave no answer matching output schema {mismatch.schema_name!r} "
+            f"after {reasks} re-ask(s) ({option}): {where}: {mismatch.problem}; "
+            f"last answer: {shown!r}"
+        )
+        self.model = model
+        self.schema_name = mismatch.schema_name
+        self.field = mismatch.field
+        self.problem = mismatch.problem
+        self.text = mismatch.text
+        self.reasks = reasks

@@ -40,6 +40,7 @@ import json
 import re
 from typing import Any, Dict, List, Sequence, Tuple
 
+from flink_agents.api.agents.types import REASK_MARK
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
 from flink_agents.api.tools.tool import Tool
@@ -57,9 +58,6 @@ __all__ = [
 
 SHIPPING_TOOL = "notify_shipping_manager"
 LOCAL_CALL_ID = "local-call-0"
-# The built-in chat action's re-ask flag (runtime.builtin_actions.REASK_MARK;
-# not imported: the integrations do not depend on the runtime).
-_REASK_MARK = "output_schema_reask"
 _TEXT_PARAM = re.compile(r"review|text|content|comment|message|body", re.IGNORECASE)
 
 
@@ -139,7 +137,7 @@ def local_reply(messages: Sequence[ChatMessage], tools: Sequence[Tool] | None = 
     last_user = -1
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if MessageRole(message.role) == MessageRole.USER and not (message.extra_args or {}).get(_REASK_MARK):
+        if MessageRole(message.role) == MessageRole.USER and not (message.extra_args or {}).get(REASK_MARK):
             last_user = index
             break
     content = messages[last_user].content if last_user >= 0 else ""
