@@ -1,14 +1,17 @@
 """Tool descriptions in the OpenAI function-calling shape, as Flink Agents
 0.3.1's ``chat_model_utils`` gives them (used by the OpenAI and Azure OpenAI
-connections, and by any provider that speaks the same ``tools`` format)."""
+connections, and by any provider that speaks the same ``tools`` format), and
+the ``<think>`` block split of reasoning models (OpenAI-compatible servers,
+Ollama)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict
 
 from flink_agents.api.tools.tool import ToolMetadata
 
-__all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "to_openai_tool"]
+__all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "split_reasoning", "to_openai_tool"]
 
 # The bound Flink Agents 0.3.1 enforces on a function's description.
 MAX_TOOL_DESCRIPTION_CHARS = 1024
@@ -44,3 +47,25 @@ def to_openai_tool(*, metadata: ToolMetadata, skip_length_check: bool = False) -
             "parameters": metadata.get_parameters_dict(),
         },
     }
+
+
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_THINK_END = "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """Split ``<think>...</think>`` blocks off a reply.
+
+    A reply that closes a block it never opened (some servers drop the
+    opening tag) has everything before ``</think>`` taken as reasoning.
+
+    Returns:
+        ``(answer, reasoning)``, both stripped; ``reasoning`` is ``""`` if
+        there was none, blocks are joined by blank lines.
+    """
+    parts = [m.strip() for m in _THINK_BLOCK.findall(text)]
+    answer = _THINK_BLOCK.sub("", text)
+    if _THINK_END in answer:
+        head, _, answer = answer.rpartition(_THINK_END)
+        parts.insert(0, head.replace("<think>", "").strip())
+    return answer.strip(), "\n\n".join(p for p in parts if p)

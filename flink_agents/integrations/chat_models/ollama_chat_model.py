@@ -66,7 +66,7 @@ from flink_agents.api.chat_models.errors import (
 from flink_agents.api.tools.tool import Tool
 from flink_agents.integrations.chat_models._per_loop import PerLoopClients
 from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
-from flink_agents.integrations.chat_models.openai.openai_chat_model import split_reasoning
+from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [

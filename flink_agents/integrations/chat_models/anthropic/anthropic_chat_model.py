@@ -334,6 +334,13 @@ class AnthropicChatModelConnection(BaseChatModelConnection):
             )
         return {"api_key": key, "base_url": self.base_url, "max_retries": self.max_retries, "timeout": self.timeout}
 
+    @property
+    def client(self) -> Any:
+        """The shared ``anthropic.Anthropic`` client of ``chat`` (created on
+        first use, as 0.3.1's ``client``); ``achat`` uses an
+        ``AsyncAnthropic`` client per event loop instead."""
+        return self._sync()
+
     def _sync(self) -> Any:
         with self._lock:
             if self._sync_client is None:

@@ -40,7 +40,6 @@ retried by the ``retry`` error strategy.
 
 from __future__ import annotations
 
-import re
 import threading
 from abc import abstractmethod
 from typing import Any, ClassVar, Dict, List, Literal, Mapping, Sequence, Tuple
@@ -52,6 +51,7 @@ from flink_agents.api.chat_message import ChatMessage
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
 from flink_agents.api.tools.tool import Tool
 from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning
 from flink_agents.integrations.chat_models.openai.openai_utils import (
     from_openai_completion,
     json_schema_response_format,
@@ -327,28 +327,6 @@ class OpenAIChatModelConnection(ChatCompletionsConnection):
         if asynchronous:
             return openai.AsyncOpenAI(**options, http_client=self._async_http_client)
         return openai.OpenAI(**options, http_client=self._http_client)
-
-
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_THINK_END = "</think>"
-
-
-def split_reasoning(text: str) -> tuple[str, str]:
-    """Split ``<think>...</think>`` blocks off a reply.
-
-    A reply that closes a block it never opened (some servers drop the
-    opening tag) has everything before ``</think>`` taken as reasoning.
-
-    Returns:
-        ``(answer, reasoning)``, both stripped; ``reasoning`` is ``""`` if
-        there was none, blocks are joined by blank lines.
-    """
-    parts = [m.strip() for m in _THINK_BLOCK.findall(text)]
-    answer = _THINK_BLOCK.sub("", text)
-    if _THINK_END in answer:
-        head, _, answer = answer.rpartition(_THINK_END)
-        parts.insert(0, head.replace("<think>", "").strip())
-    return answer.strip(), "\n\n".join(p for p in parts if p)
 
 
 class OpenAIChatModelSetup(BaseChatModelSetup):
