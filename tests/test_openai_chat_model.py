@@ -393,11 +393,11 @@ def test_async_clients_follow_the_event_loop(scripted_chat_server):
         replies = await asyncio.gather(
             *(connection.achat([ChatMessage(content="hi")], model="m") for _ in range(n))
         )
-        assert len(connection._async()) == 1  # one client for this loop
+        assert connection._pool().async_count() == 1  # one client for this loop
         return [r.content for r in replies]
 
     assert len(asyncio.run(many(64))) == 64
-    assert len(connection._async()) == 0  # closed by asyncio.run's shutdown
+    assert connection._pool().async_count() == 0  # closed by asyncio.run's shutdown
     assert len(asyncio.run(many(3))) == 3
 
     async def close_inside() -> None:
@@ -405,13 +405,13 @@ def test_async_clients_follow_the_event_loop(scripted_chat_server):
         connection.close()  # as the local runner does: closed at the loop's end
 
     asyncio.run(close_inside())
-    assert len(connection._async()) == 0
+    assert connection._pool().async_count() == 0
 
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(many(2))
         connection.close()  # the loop is idle: closed right away
-        assert len(connection._async()) == 0
+        assert connection._pool().async_count() == 0
     finally:
         loop.close()
     assert connection.chat([ChatMessage(content="hi")], model="m").content.startswith("reply")
@@ -518,10 +518,10 @@ def test_031_field_names_reach_the_server():
         assert (connection.base_url, connection.timeout_s) == (server.base_url, 7.5)
         assert (connection.api_base_url, connection.timeout) == (server.base_url, 7.5)
         assert connection.chat([ChatMessage(content="hi")], model="gpt-test").content == "a"
-        assert connection.client is not None and connection._sync_client is not None  # `client` opens one
+        assert connection.client is connection.client  # `client` opens one, shared
         connection.close()
         assert asyncio.run(connection.achat([ChatMessage(content="hi")], model="gpt-test")).content == "b"
-        assert len(connection._async()) == 0  # reuse_client=False: no per-loop client was kept
+        assert connection._pool().async_count() == 0  # reuse_client=False: no per-loop client was kept
     assert [e.headers.get("x-team") for e in server.exchanges] == ["reviews", "reviews"]
     # Both spellings of one setting may agree; they may not differ.
     assert OpenAIChatModelConnection(base_url="http://h/v1", api_base_url="http://h/v1").base_url == "http://h/v1"

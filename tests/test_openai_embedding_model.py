@@ -99,7 +99,7 @@ def test_async_embeddings_use_an_async_client_per_loop():
                 return await asyncio.gather(setup.aembed(texts), setup.aembed("alone 5"))
 
             batch, single = asyncio.run(both())
-            assert len(connection._async()) == 0  # closed with its loop
+            assert connection._pool().async_count() == 0  # closed with its loop
             again = asyncio.run(setup.aembed(texts[:1]))
         finally:
             connection.close()

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import AsyncIterator, Awaitable, Callable, Dict, Generic, List, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generic, List, TypeVar
 
-__all__ = ["PerLoopClients"]
+__all__ = ["PerLoopClients", "SdkClients"]
 
 C = TypeVar("C")
 
@@ -141,3 +141,56 @@ class PerLoopClients(Generic[C]):
             self._retired.extend(waiting)
         if errors:
             raise errors[0]
+
+
+async def _close_client(client: Any) -> None:
+    await client.close()
+
+
+class SdkClients:
+    """The SDK clients of one connection: one shared blocking client (the
+    SDKs' sync clients are thread-safe) and one async client per event loop
+    (``PerLoopClients``). Both are created on first use; ``close()`` closes
+    them all, and a later call opens new ones.
+
+    Args:
+        make_sync: Builds the blocking client (``openai.OpenAI(...)``, ...).
+        make_async: Builds an async client; called on the loop that uses it.
+        aclose: Closes an async client; default ``await client.close()``.
+    """
+
+    def __init__(
+        self,
+        make_sync: Callable[[], Any],
+        make_async: Callable[[], Any],
+        aclose: Callable[[Any], Awaitable[None]] = _close_client,
+    ) -> None:
+        self._make_sync = make_sync
+        self._lock = threading.Lock()
+        self._sync: Any = None
+        self._async = PerLoopClients(make_async, aclose)
+
+    def sync(self) -> Any:
+        """The shared blocking client."""
+        with self._lock:
+            if self._sync is None:
+                self._sync = self._make_sync()
+            return self._sync
+
+    async def current(self) -> Any:
+        """The async client of the running event loop."""
+        return await self._async.get()
+
+    def async_count(self) -> int:
+        """How many async clients are open (one per loop that used them)."""
+        return len(self._async)
+
+    def close(self) -> None:
+        """Close every client (async ones on their own loop; see ``PerLoopClients``)."""
+        with self._lock:
+            sync_client, self._sync = self._sync, None
+        try:
+            self._async.close()
+        finally:
+            if sync_client is not None:
+                sync_client.close()

@@ -48,7 +48,6 @@ is left to the agent's error strategy (``retry``).
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any, ClassVar, Dict, List, Literal, Mapping, Sequence
 
 from pydantic import Field, PrivateAttr
@@ -64,9 +63,8 @@ from flink_agents.api.chat_models.errors import (
     error_for_status,
 )
 from flink_agents.api.tools.tool import Tool
-from flink_agents.integrations.chat_models._per_loop import PerLoopClients
-from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
-from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning
+from flink_agents.integrations.chat_models._per_loop import SdkClients
+from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning, to_openai_tool
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
@@ -75,7 +73,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "OllamaChatModelConnection",
     "OllamaChatModelSetup",
-    "OllamaClients",
+    "ollama_clients",
     "from_ollama_response",
     "ollama_call_error",
     "to_ollama_messages",
@@ -93,63 +91,19 @@ def _sdk(what: str) -> Any:
     return import_sdk("ollama", "ollama", what)
 
 
-class OllamaClients:
+def ollama_clients(base_url: str, timeout_s: float | None, what: str) -> SdkClients:
     """The SDK clients of one connection: a shared ``ollama.Client`` for
-    blocking calls, an ``ollama.AsyncClient`` per event loop for async ones
-    (an async client is bound to the loop it first ran on). Created on first
-    use; ``close()`` closes them, and a later call opens new ones.
+    blocking calls, an ``ollama.AsyncClient`` per event loop for async ones.
 
     Args:
         base_url: The server root, e.g. ``http://localhost:11434``.
         timeout_s: Timeout of one HTTP request, in seconds (None: no timeout).
         what: The connection class, named when the SDK is missing.
     """
-
-    def __init__(self, base_url: str, timeout_s: float | None, what: str) -> None:
-        self._base_url = base_url
-        self._timeout_s = timeout_s
-        self._what = what
-        self._lock = threading.Lock()
-        self._sync: Any = None
-        self._async: PerLoopClients[Any] | None = None
-
-    def sync(self) -> Any:
-        """The shared ``ollama.Client``."""
-        with self._lock:
-            if self._sync is None:
-                self._sync = _sdk(self._what).Client(host=self._base_url, timeout=self._timeout_s)
-            return self._sync
-
-    async def current_loop(self) -> Any:
-        """The ``ollama.AsyncClient`` of the running event loop."""
-        with self._lock:
-            if self._async is None:
-                ollama = _sdk(self._what)
-                self._async = PerLoopClients(
-                    lambda: ollama.AsyncClient(host=self._base_url, timeout=self._timeout_s), _close_async
-                )
-            clients = self._async
-        return await clients.get()
-
-    def async_count(self) -> int:
-        """How many async clients are open (one per loop that used them)."""
-        return 0 if self._async is None else len(self._async)
-
-    def close(self) -> None:
-        """Close every client (async ones on their own loop; see ``PerLoopClients``)."""
-        with self._lock:
-            sync_client, self._sync = self._sync, None
-            async_clients = self._async
-        try:
-            if async_clients is not None:
-                async_clients.close()
-        finally:
-            if sync_client is not None:
-                sync_client.close()
-
-
-async def _close_async(client: Any) -> None:
-    await client.close()
+    return SdkClients(
+        lambda: _sdk(what).Client(host=base_url, timeout=timeout_s),
+        lambda: _sdk(what).AsyncClient(host=base_url, timeout=timeout_s),
+    )
 
 
 def ollama_call_error(exc: BaseException) -> ModelCallError | None:
@@ -303,7 +257,7 @@ class OllamaChatModelConnection(BaseChatModelConnection):
         default=DEFAULT_REQUEST_TIMEOUT, gt=0, description="Timeout of one HTTP request, in seconds."
     )
 
-    _clients: OllamaClients | None = PrivateAttr(default=None)
+    _clients: SdkClients | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -313,9 +267,9 @@ class OllamaChatModelConnection(BaseChatModelConnection):
     ) -> None:
         super().__init__(base_url=base_url, request_timeout=request_timeout, **kwargs)
 
-    def _pool(self) -> OllamaClients:
+    def _pool(self) -> SdkClients:
         if self._clients is None:
-            self._clients = OllamaClients(self.base_url, self.request_timeout, type(self).__name__)
+            self._clients = ollama_clients(self.base_url, self.request_timeout, type(self).__name__)
         return self._clients
 
     @property
@@ -410,7 +364,7 @@ class OllamaChatModelConnection(BaseChatModelConnection):
         """Call the model without blocking the event loop (an
         ``ollama.AsyncClient`` per loop); as ``chat``."""
         request, extract_reasoning = self._request(messages, tools, kwargs)
-        client = await self._pool().current_loop()
+        client = await self._pool().current()
         try:
             response = await client.chat(**request)
         except Exception as exc:

@@ -29,7 +29,7 @@ from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelSetup,
     Embedding,
 )
-from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.openai.openai_utils import openai_call_error, resolve_openai_credentials
 from flink_agents.integrations.sdk import import_sdk
 
@@ -80,10 +80,6 @@ def _vectors_of(response: Any, count: int) -> List[Embedding]:
     return [_vector(item.embedding) for item in items]
 
 
-async def _close_async_client(client: Any) -> None:
-    await client.close()
-
-
 class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
     """A connection to an OpenAI-compatible embeddings endpoint.
 
@@ -110,8 +106,7 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
     project: str | None = None
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _sync_client: Any = PrivateAttr(default=None)
-    _async_clients: PerLoopClients[Any] | None = PrivateAttr(default=None)
+    _clients: SdkClients | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -138,22 +133,16 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
         }
         return openai.AsyncOpenAI(**options) if asynchronous else openai.OpenAI(**options)
 
+    def _pool(self) -> SdkClients:
+        with self._lock:
+            if self._clients is None:
+                self._clients = SdkClients(lambda: self._new_client(False), lambda: self._new_client(True))
+            return self._clients
+
     @property
     def client(self) -> Any:
         """The shared ``openai.OpenAI`` client."""
-        client = self._sync_client
-        if client is None:
-            with self._lock:
-                if self._sync_client is None:
-                    self._sync_client = self._new_client(False)
-                client = self._sync_client
-        return client
-
-    def _async(self) -> PerLoopClients[Any]:
-        with self._lock:
-            if self._async_clients is None:
-                self._async_clients = PerLoopClients(lambda: self._new_client(True), _close_async_client)
-            return self._async_clients
+        return self._pool().sync()
 
     @staticmethod
     def _requests(text: str | Sequence[str], kwargs: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -204,7 +193,7 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
         vectors: List[Embedding] = []
         for request in self._requests(text, kwargs):
             try:
-                client = await self._async().get()
+                client = await self._pool().current()
                 response = await client.embeddings.create(**request)
             except openai.APIError as exc:
                 raise openai_call_error(exc, PROVIDER) from exc
@@ -215,14 +204,9 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
         """Close the clients (async ones on their loops, as the chat
         connection does); a later call opens new ones."""
         with self._lock:
-            sync_client, self._sync_client = self._sync_client, None
-            async_clients = self._async_clients
-        try:
-            if async_clients is not None:
-                async_clients.close()
-        finally:
-            if sync_client is not None:
-                sync_client.close()
+            clients = self._clients
+        if clients is not None:
+            clients.close()
 
 
 class OpenAIEmbeddingModelSetup(BaseEmbeddingModelSetup):

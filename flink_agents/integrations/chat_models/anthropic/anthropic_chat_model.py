@@ -63,7 +63,7 @@ from flink_agents.api.chat_models.errors import (
 )
 from flink_agents.api.events.chat_event import as_output_schema
 from flink_agents.api.tools.tool import Tool, ToolMetadata
-from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
@@ -286,10 +286,6 @@ def _failure(exc: Exception) -> ModelCallError:
     return ModelUnreachable(f"{type(exc).__name__}: {exc}", PROVIDER)
 
 
-async def _close_async_client(client: Any) -> None:
-    await client.close()
-
-
 class AnthropicChatModelConnection(BaseChatModelConnection):
     """A connection to Anthropic's Messages API.
 
@@ -322,8 +318,7 @@ class AnthropicChatModelConnection(BaseChatModelConnection):
     timeout: float = Field(default=60.0, gt=0)
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _sync_client: Any = PrivateAttr(default=None)
-    _async_clients: PerLoopClients[Any] | None = PrivateAttr(default=None)
+    _clients: SdkClients | None = PrivateAttr(default=None)
 
     def _client_options(self) -> Dict[str, Any]:
         key = self.api_key or os.environ.get(API_KEY_ENV)
@@ -341,19 +336,17 @@ class AnthropicChatModelConnection(BaseChatModelConnection):
         ``AsyncAnthropic`` client per event loop instead."""
         return self._sync()
 
-    def _sync(self) -> Any:
+    def _pool(self) -> SdkClients:
         with self._lock:
-            if self._sync_client is None:
-                self._sync_client = _sdk().Anthropic(**self._client_options())
-            return self._sync_client
+            if self._clients is None:
+                self._clients = SdkClients(
+                    lambda: _sdk().Anthropic(**self._client_options()),
+                    lambda: _sdk().AsyncAnthropic(**self._client_options()),
+                )
+            return self._clients
 
-    def _async(self) -> PerLoopClients[Any]:
-        with self._lock:
-            if self._async_clients is None:
-                options = self._client_options()
-                anthropic = _sdk()
-                self._async_clients = PerLoopClients(lambda: anthropic.AsyncAnthropic(**options), _close_async_client)
-            return self._async_clients
+    def _sync(self) -> Any:
+        return self._pool().sync()
 
     @staticmethod
     def _request(
@@ -424,7 +417,7 @@ class AnthropicChatModelConnection(BaseChatModelConnection):
         self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any
     ) -> ChatMessage:
         """Call the model without blocking the event loop; as ``chat``."""
-        client = await self._async().get()
+        client = await self._pool().current()
         request, output_tool = self._request(client.messages.create, messages, tools, kwargs)
         try:
             response = await client.messages.create(**request)
@@ -436,14 +429,9 @@ class AnthropicChatModelConnection(BaseChatModelConnection):
         """Close the clients; a later call opens new ones (an async client is
         closed on its own loop, see ``PerLoopClients``)."""
         with self._lock:
-            sync_client, self._sync_client = self._sync_client, None
-            async_clients, self._async_clients = self._async_clients, None
-        try:
-            if async_clients is not None:
-                async_clients.close()
-        finally:
-            if sync_client is not None:
-                sync_client.close()
+            clients = self._clients
+        if clients is not None:
+            clients.close()
 
 
 class AnthropicChatModelSetup(BaseChatModelSetup):

@@ -50,7 +50,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from flink_agents.api.chat_message import ChatMessage
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
 from flink_agents.api.tools.tool import Tool
-from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning
 from flink_agents.integrations.chat_models.openai.openai_utils import (
     from_openai_completion,
@@ -75,10 +75,6 @@ API_KEY_ENV = "OPENAI_API_KEY"
 # Sent when no key is configured: local OpenAI-compatible servers ignore it,
 # the SDK refuses to start without one.
 _PLACEHOLDER_API_KEY = "unused"
-
-
-async def _close_async_client(client: Any) -> None:
-    await client.close()
 
 
 def merge_alias(data: Any, name: str, alias: str) -> Any:
@@ -118,8 +114,7 @@ class ChatCompletionsConnection(BaseChatModelConnection):
     provider: ClassVar[str] = "openai"
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _sync_client: Any = PrivateAttr(default=None)
-    _async_clients: PerLoopClients[Any] | None = PrivateAttr(default=None)
+    _clients: SdkClients | None = PrivateAttr(default=None)
 
     @abstractmethod
     def _new_client(self, asynchronous: bool) -> Any:
@@ -135,23 +130,14 @@ class ChatCompletionsConnection(BaseChatModelConnection):
         """The shared sync SDK client (as 0.3.1's ``client`` property)."""
         return self._sync()
 
-    def _sync(self) -> Any:
-        client = self._sync_client
-        if client is None:
-            with self._lock:
-                if self._sync_client is None:
-                    self._sync_client = self._new_client(False)
-                client = self._sync_client
-        return client
+    def _pool(self) -> SdkClients:
+        with self._lock:
+            if self._clients is None:
+                self._clients = SdkClients(lambda: self._new_client(False), lambda: self._new_client(True))
+            return self._clients
 
-    def _async(self) -> PerLoopClients[Any]:
-        clients = self._async_clients
-        if clients is None:
-            with self._lock:
-                if self._async_clients is None:
-                    self._async_clients = PerLoopClients(lambda: self._new_client(True), _close_async_client)
-                clients = self._async_clients
-        return clients
+    def _sync(self) -> Any:
+        return self._pool().sync()
 
     def _settings(self, settings: Dict[str, Any]) -> Tuple[Dict[str, Any], str | None]:
         """Turn the call's settings into ``chat.completions.create``
@@ -230,7 +216,7 @@ class ChatCompletionsConnection(BaseChatModelConnection):
         request, model_name = self._request(messages, tools, kwargs)
         try:
             if self.reuses_client:
-                client = await self._async().get()
+                client = await self._pool().current()
                 completion = await client.chat.completions.create(**request)
             else:
                 async with self._new_client(True) as client:
@@ -247,14 +233,9 @@ class ChatCompletionsConnection(BaseChatModelConnection):
         called from inside it (as the local runner does).
         """
         with self._lock:
-            sync_client, self._sync_client = self._sync_client, None
-            async_clients = self._async_clients
-        try:
-            if async_clients is not None:
-                async_clients.close()
-        finally:
-            if sync_client is not None:
-                sync_client.close()
+            clients = self._clients
+        if clients is not None:
+            clients.close()
 
 
 class OpenAIChatModelConnection(ChatCompletionsConnection):

@@ -24,11 +24,12 @@ from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelSetup,
     Embedding,
 )
+from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.ollama_chat_model import (
     DEFAULT_BASE_URL,
     DEFAULT_REQUEST_TIMEOUT,
     PROVIDER,
-    OllamaClients,
+    ollama_clients,
     ollama_call_error,
 )
 
@@ -61,7 +62,7 @@ class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
         default=DEFAULT_REQUEST_TIMEOUT, gt=0, description="Timeout of one HTTP request, in seconds."
     )
 
-    _clients: OllamaClients | None = PrivateAttr(default=None)
+    _clients: SdkClients | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -71,9 +72,9 @@ class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
     ) -> None:
         super().__init__(base_url=base_url, request_timeout=request_timeout, **kwargs)
 
-    def _pool(self) -> OllamaClients:
+    def _pool(self) -> SdkClients:
         if self._clients is None:
-            self._clients = OllamaClients(self.base_url, self.request_timeout, type(self).__name__)
+            self._clients = ollama_clients(self.base_url, self.request_timeout, type(self).__name__)
         return self._clients
 
     @property
@@ -138,7 +139,7 @@ class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
         if not texts:
             return []
         request = self._request(text if isinstance(text, str) else texts, kwargs)
-        client = await self._pool().current_loop()
+        client = await self._pool().current()
         try:
             response = await client.embed(**request)
         except Exception as exc:
