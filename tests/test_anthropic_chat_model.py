@@ -450,7 +450,7 @@ def test_missing_sdk_names_the_extra(monkeypatch):
 
     monkeypatch.setattr(sdk.importlib, "import_module", without_anthropic)
     connection = AnthropicChatModelConnection(api_key="sk-test")
-    with pytest.raises(ImportError, match=r"pip install 'flink-agents\[anthropic\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'anthropic', or install this project with its 'anthropic' extra \(pip install -e '\.\[anthropic\]'"):
         connection.chat([ChatMessage(content="hi")], model="claude-test")
 
 

@@ -17,6 +17,7 @@ from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.errors import (
     ModelAuthenticationError,
+    ModelBadRequest,
     ModelContextTooLong,
     ModelRateLimited,
 )
@@ -112,10 +113,10 @@ def test_settings_from_the_environment_and_clear_errors(monkeypatch):
     assert exchange.headers["api-key"] == "env-key" and exchange.query["api-version"] == ["2024-06-01"]
 
     monkeypatch.delenv("OPENAI_API_VERSION")
-    with pytest.raises(ValueError, match="api_version is not set .*OPENAI_API_VERSION"):
+    with pytest.raises(ModelBadRequest, match="api_version is not set .*OPENAI_API_VERSION"):
         AzureOpenAIChatModelConnection().chat([ChatMessage(content="hi")], model=DEPLOYMENT)
     monkeypatch.delenv("AZURE_OPENAI_API_KEY")
-    with pytest.raises(ValueError, match="no credentials: set api_key .*AZURE_OPENAI_API_KEY"):
+    with pytest.raises(ModelAuthenticationError, match="no credentials: set api_key .*AZURE_OPENAI_API_KEY"):
         AzureOpenAIChatModelConnection(api_version=API_VERSION).chat([ChatMessage(content="hi")], model=DEPLOYMENT)
     with pytest.raises(ValueError, match=r"one of .*not \['api_key', 'azure_ad_token'\]"):
         AzureOpenAIChatModelConnection(api_key="k", azure_ad_token="t", api_version=API_VERSION).chat(

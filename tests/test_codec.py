@@ -408,6 +408,31 @@ def test_main_script_classes_reached_from_the_plan_are_registered_and_read_back(
 
 
 
+def test_an_output_schema_class_of_the_main_script_on_a_setup_is_registered() -> None:
+    """A setup's ``output_schema=Verdict`` (defined in the job's script) is
+    only a constructor argument, never reached from an action's code; the
+    validated answer in the ChatResponseEvent must still be read back."""
+    from flink_agents.api.agents.agent import Agent
+    from flink_agents.api.agents.types import OutputSchema
+    from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
+    from flink_agents.plan.agent_plan import AgentPlan
+    from flink_agents.runtime.durability.codec_classes import register_plan_classes
+
+    Verdict = _as_shipped_from_a_main_script("ShippedVerdict")
+    Rating = _as_shipped_from_a_main_script("ShippedRating")
+    agent = Agent()
+    agent.add_resource("model", ResourceType.CHAT_MODEL, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.LOCAL_SETUP, connection="c", output_schema=Verdict,
+    ))
+    agent.add_resource("other", ResourceType.CHAT_MODEL, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.LOCAL_SETUP, connection="c", output_schema=OutputSchema(Rating),
+    ))
+
+    assert register_plan_classes(AgentPlan.from_agent(agent)) == 2
+
+    assert round_trip(Verdict(x=2)) == Verdict(x=2) and round_trip(Rating(x=1)) == Rating(x=1)
+
+
 def test_a_runtime_class_named_by_its_module_before_the_runtime_was_grouped_still_decodes():
     # Journals and keyed state written before runtime/ got its sub-packages
     # name runtime classes by their old, flat module paths.

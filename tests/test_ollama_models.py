@@ -477,9 +477,9 @@ def test_embedding_errors(asynchronous: bool):
 
 def test_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ollama", None)  # import ollama now raises ImportError
-    with pytest.raises(ImportError, match=r"OllamaChatModelConnection.*flink-agents\[ollama\]"):
+    with pytest.raises(ImportError, match=r"OllamaChatModelConnection.*pip install -e '\.\[ollama\]'"):
         OllamaChatModelConnection(base_url=_closed_port_url()).chat(HI, model="llama3.2")
-    with pytest.raises(ImportError, match=r"OllamaEmbeddingModelConnection.*flink-agents\[ollama\]"):
+    with pytest.raises(ImportError, match=r"OllamaEmbeddingModelConnection.*pip install -e '\.\[ollama\]'"):
         OllamaEmbeddingModelConnection(base_url=_closed_port_url()).embed("a", model="nomic")
 
 

@@ -454,8 +454,8 @@ def test_embed_errors():
 def test_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "dashscope", None)  # import dashscope now fails
     chat = TongyiChatModelConnection(api_key=KEY, base_url="http://127.0.0.1:9/api/v1")
-    with pytest.raises(ImportError, match=r"flink-agents\[tongyi\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[tongyi\]'"):
         chat.chat(HI)
     embedding = TongyiEmbeddingModelConnection(api_key=KEY, base_url="http://127.0.0.1:9/api/v1")
-    with pytest.raises(ImportError, match=r"flink-agents\[tongyi\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[tongyi\]'"):
         embedding.embed("a")

@@ -1,9 +1,11 @@
 """Import a provider's SDK, which is an optional extra of the package.
 
-``pip install 'flink-agents[anthropic]'`` (also ``[ollama]``, ``[tongyi]``,
-``[all]``) installs the SDK a connection needs; without it, the connection
-fails on first use with an ``ImportError`` that names the extra to install,
-instead of a bare ``No module named ...``.
+The extras ``anthropic``, ``ollama``, ``tongyi`` and ``all`` of this package
+install the SDK a connection needs (from a checkout: ``pip install -e
+'.[anthropic]'``; the name ``flink-agents`` on PyPI is Apache Flink Agents,
+not this project). Without it, the connection fails on first use with an
+``ImportError`` that names the SDK and the extra, instead of a bare ``No
+module named ...``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def import_sdk(module: str, extra: str, what: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"{what} needs the {module!r} package, which is not installed: "
-            f"pip install 'flink-agents[{extra}]' (or '[all]' for every provider)"
+            f"{what} needs the {module!r} package, which is not installed: pip install {module!r}, "
+            f"or install this project with its {extra!r} extra (pip install -e '.[{extra}]' in its "
+            "checkout; '[all]' for every provider)"
         ) from exc

@@ -1,5 +1,5 @@
 """Chat models served by Ollama (https://ollama.com), through the official
-``ollama`` SDK (``pip install 'flink-agents[ollama]'``).
+``ollama`` SDK (the ``ollama`` extra: ``pip install -e '.[ollama]'``).
 
 Declare a connection and a setup over it::
 

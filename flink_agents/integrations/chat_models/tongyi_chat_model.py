@@ -1,5 +1,5 @@
 """Chat models of Alibaba Tongyi Qianwen (Qwen) over DashScope's native API,
-through the official ``dashscope`` SDK (``pip install 'flink-agents[tongyi]'``).
+through the official ``dashscope`` SDK (the ``tongyi`` extra: ``pip install -e '.[tongyi]'``).
 
 Declare a connection and a setup over it::
 

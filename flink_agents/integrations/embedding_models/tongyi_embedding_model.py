@@ -1,5 +1,5 @@
 """Text embeddings of Alibaba DashScope (``text-embedding-v1`` .. ``v4``),
-through the official ``dashscope`` SDK (``pip install 'flink-agents[tongyi]'``).
+through the official ``dashscope`` SDK (the ``tongyi`` extra: ``pip install -e '.[tongyi]'``).
 
 The SDK's ``TextEmbedding.call`` posts ``{"model", "input": {"texts": [...]},
 "parameters": {"text_type"?, "dimension"?, ...}}`` to

@@ -28,6 +28,8 @@ import types
 import typing
 from typing import Any, Dict, Iterable, Set
 
+from pydantic import BaseModel as _BaseModel
+
 __all__ = ["class_name", "register_class", "register_plan_classes", "register_reachable_classes", "resolve_class"]
 
 _REGISTRY: Dict[str, type] = {}  # "module:qualname" -> class, for classes not importable by name
@@ -195,6 +197,8 @@ class _Walk:
                     self.visit(arg)
         elif not isinstance(obj, types.ModuleType):
             self.visit(type(obj))  # a global holding an instance: its class
+            if isinstance(obj, _BaseModel):  # and a model's field values (OutputSchema's class)
+                self.visit(_snapshot(vars(obj).values()))
 
     def _function(self, fn: types.FunctionType) -> None:
         if _is_library(fn):
@@ -256,8 +260,8 @@ def register_reachable_classes(roots: Iterable[Any]) -> int:
 
 def register_plan_classes(plan: Any) -> int:
     """``register_reachable_classes`` from everything an ``AgentPlan`` (and
-    its sub-agents' plans) holds: action and tool functions, and the event
-    classes actions listen to. Call it where the plan was unpickled (a
+    its sub-agents' plans) holds: action and tool functions, the event
+    classes actions listen to, action configs and resource arguments. Call it where the plan was unpickled (a
     Flink worker), before any state or journal is read.
 
     Returns:
@@ -270,6 +274,13 @@ def register_plan_classes(plan: Any) -> int:
         functions = [spec.function for spec in p.actions.values()]
         functions += [spec.function for by_name in p.resources.values() for spec in by_name.values()]
         roots.extend(f.loaded for f in functions if f is not None and f.loaded is not None)
+        # Classes handed over as values: an action's config, a resource's
+        # constructor arguments (an output schema's model class, say).
+        roots.extend(spec.config for spec in p.actions.values())
+        roots.extend(
+            spec.descriptor.arguments for by_name in p.resources.values() for spec in by_name.values()
+            if spec.descriptor is not None
+        )
         for child in p.children.values():
             add(child)
 

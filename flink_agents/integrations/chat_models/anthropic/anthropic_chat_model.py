@@ -1,5 +1,5 @@
 """Claude chat models over Anthropic's Messages API (``POST /v1/messages``),
-through the official ``anthropic`` SDK (``pip install 'flink-agents[anthropic]'``).
+through the official ``anthropic`` SDK (the ``anthropic`` extra: ``pip install -e '.[anthropic]'``).
 
 Declare a connection and a setup over it (Flink Agents 0.3.1's names)::
 

@@ -1,6 +1,6 @@
 """Chat models deployed on Azure OpenAI, through the ``openai`` SDK's
 ``AzureOpenAI``/``AsyncAzureOpenAI`` clients (no extra package:
-``flink-agents[azure]`` installs nothing more).
+the ``azure`` extra installs nothing more).
 
 Azure OpenAI serves a model under a deployment name: requests go to
 ``{azure_endpoint}/openai/deployments/{deployment}/chat/completions?api-version=...``
@@ -30,6 +30,7 @@ from typing import Any, Callable, ClassVar, Dict, Tuple
 
 from pydantic import Field
 
+from flink_agents.api.chat_models.errors import ModelAuthenticationError, ModelBadRequest
 from flink_agents.api.chat_models.chat_model import BaseChatModelSetup
 from flink_agents.integrations.chat_models.openai.openai_chat_model import ChatCompletionsConnection
 from flink_agents.integrations.sdk import import_sdk
@@ -90,22 +91,22 @@ class AzureOpenAIChatModelConnection(ChatCompletionsConnection):
             )
         if not credentials:
             if not os.environ.get(API_KEY_ENV):
-                raise ValueError(
+                raise ModelAuthenticationError(
                     f"{type(self).__name__}: no credentials: set api_key (or the {API_KEY_ENV} environment "
-                    f"variable), azure_ad_token or azure_ad_token_provider"
+                    f"variable), azure_ad_token or azure_ad_token_provider", "azure",
                 )
             credentials = {"api_key": os.environ[API_KEY_ENV]}
         api_version = self.api_version or os.environ.get(API_VERSION_ENV)
         if not api_version:
-            raise ValueError(
+            raise ModelBadRequest(
                 f"{type(self).__name__}: api_version is not set (nor the {API_VERSION_ENV} environment "
-                f"variable); give the Azure OpenAI REST API version, e.g. '2024-10-21'"
+                f"variable); give the Azure OpenAI REST API version, e.g. '2024-10-21'", "azure",
             )
         endpoint = self.azure_endpoint or os.environ.get(ENDPOINT_ENV)
         if not endpoint:
-            raise ValueError(
+            raise ModelBadRequest(
                 f"{type(self).__name__}: azure_endpoint is not set (nor the {ENDPOINT_ENV} environment "
-                f"variable); give https://<resource>.openai.azure.com"
+                f"variable); give https://<resource>.openai.azure.com", "azure",
             )
         return {
             **credentials, "api_version": api_version, "azure_endpoint": endpoint,

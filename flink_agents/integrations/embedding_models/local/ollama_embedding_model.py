@@ -1,6 +1,6 @@
 """Text embeddings from an Ollama server (``nomic-embed-text``,
 ``all-minilm``, ``mxbai-embed-large``, ...), through the official ``ollama``
-SDK (``pip install 'flink-agents[ollama]'``).
+SDK (the ``ollama`` extra: ``pip install -e '.[ollama]'``).
 
 Requests follow Ollama's ``POST /api/embed`` (its ``docs/api.md``):
 ``{"model", "input": <text or list of texts>, "truncate"?, "dimensions"?,
