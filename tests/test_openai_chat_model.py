@@ -453,6 +453,11 @@ def test_structured_output_asks_for_a_json_schema_response_format():
     # The schema is asked natively: no instruction message is added.
     assert [m["role"] for m in plain["messages"]] == ["user"]
     assert strict["response_format"]["json_schema"]["strict"] is True
+    # Strict mode takes closed objects with every property required, at every depth.
+    strict_schema = strict["response_format"]["json_schema"]["schema"]
+    assert strict_schema["additionalProperties"] is False
+    assert strict_schema["required"] == list(Verdict.model_json_schema()["properties"])
+    assert all("default" not in p for p in strict_schema["properties"].values())
     assert "strict" not in strict  # a setting of ours, not a body field (the server checks)
     (function,) = [t["function"] for t in with_tools["tools"]]
     assert function["strict"] is True and function["parameters"]["additionalProperties"] is False
@@ -556,3 +561,27 @@ def test_031_helpers(monkeypatch):
     with pytest.raises(ValueError, match="'notify_shipping_manager'.*1025 characters"):
         to_openai_tool(metadata=long_tool)
     assert to_openai_tool(metadata=long_tool, skip_length_check=True)["function"]["description"] == "x" * 1025
+
+
+def test_strict_schemas_close_every_object_and_require_every_property() -> None:
+    """OpenAI's strict mode refuses a schema with an open object or an
+    optional property at any depth; fields named like keywords stay."""
+    from typing import List, Optional
+
+    from flink_agents.integrations.chat_models.openai.openai_utils import strict_json_schema
+
+    class Part(BaseModel):
+        default: int = 3  # a field named like the keyword strict mode drops
+        note: Optional[str] = None
+
+    class Order(BaseModel):
+        label: str
+        parts: List[Part] = []
+        properties: Optional[Part] = None
+
+    strict = strict_json_schema(Order.model_json_schema())
+    part = strict["$defs"]["Part"]
+    assert (strict["additionalProperties"], strict["required"]) == (False, ["label", "parts", "properties"])
+    assert (part["additionalProperties"], part["required"]) == (False, ["default", "note"])
+    assert "default" in part["properties"] and "default" not in part["properties"]["default"]
+    assert strict["properties"]["parts"]["items"] == {"$ref": "#/$defs/Part"}

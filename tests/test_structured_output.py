@@ -420,3 +420,15 @@ def test_a_setup_overriding_both_chat_and_achat_keeps_the_connections_async_path
     SCRIPT.append(GOOD)
     asyncio.run(setup.achat([ChatMessage(role=MessageRole.USER, content="u")], output_schema=Verdict))
     assert CALLS[0]["kwargs"].get("async_path") is True
+
+
+def test_a_schema_that_cannot_work_is_refused_when_declared_naming_where() -> None:
+    """A row type with a non-basic field, or a JSON schema that is not valid,
+    fails at once (TypeError naming the field or the place), not after the
+    model was asked with it."""
+    from pyflink.common.typeinfo import Types
+
+    with pytest.raises(TypeError, match=r"RowTypeInfo field 'tags' is a ListTypeInfo.*only basic types"):
+        OutputSchema(Types.ROW_NAMED(["score", "tags"], [Types.INT(), Types.LIST(Types.STRING())]))
+    with pytest.raises(TypeError, match=r"not a valid JSON schema \(draft 2020-12\) at properties/x/type"):
+        OutputSchema({"type": "object", "properties": {"x": {"type": "integr"}}})

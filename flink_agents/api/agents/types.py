@@ -77,7 +77,9 @@ class OutputSchema(BaseModel):
             schema ``dict``.
 
     Raises:
-        TypeError: ``output_schema`` is none of these.
+        TypeError: ``output_schema`` is none of these, a row type has a
+            field that is not of a basic type (named), or a JSON schema is
+            not valid under draft 2020-12 (names where).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -109,6 +111,22 @@ class OutputSchema(BaseModel):
                 "output_schema must be a pydantic model class, a RowTypeInfo or a JSON schema dict, "
                 f"not {type(value).__name__} ({value!r:.80})"
             )
+        if _is_row_type(value):
+            for name, field_type in zip(value.get_field_names(), value.get_field_types()):
+                if getattr(field_type, "_basic_type", None) is None:
+                    raise TypeError(
+                        f"output_schema RowTypeInfo field {name!r} is a {field_type}: only basic types "
+                        "(Types.STRING(), INT(), DOUBLE(), BOOLEAN(), ...) are supported, as in Flink Agents "
+                        "0.3.1; use a pydantic model for nested or list fields"
+                    )
+        elif isinstance(value, dict):
+            import jsonschema
+
+            try:
+                jsonschema.Draft202012Validator.check_schema(value)
+            except jsonschema.SchemaError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+                raise TypeError(f"output_schema is not a valid JSON schema (draft 2020-12) at {where}: {exc.message}") from None
         return data
 
     @model_serializer

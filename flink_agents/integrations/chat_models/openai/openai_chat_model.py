@@ -55,6 +55,7 @@ from flink_agents.integrations.chat_models.chat_model_utils import split_reasoni
 from flink_agents.integrations.chat_models.openai.openai_utils import (
     from_openai_completion,
     json_schema_response_format,
+    strict_json_schema,
     openai_call_error,
     resolve_openai_credentials,
     to_openai_messages,
@@ -161,10 +162,10 @@ class ChatCompletionsConnection(BaseChatModelConnection):
         request: Dict[str, Any] = {"model": model, "messages": to_openai_messages(messages)}
         if tools:
             request["tools"] = to_openai_tools(tools)
-            if strict:  # OpenAI's strict function calling: closed argument objects
+            if strict:  # OpenAI's strict function calling: closed, all-required argument objects
                 for spec in request["tools"]:
                     spec["function"]["strict"] = True
-                    spec["function"]["parameters"] = {**spec["function"]["parameters"], "additionalProperties": False}
+                    spec["function"]["parameters"] = strict_json_schema(spec["function"]["parameters"])
         if schema is not None:
             request["response_format"] = json_schema_response_format(schema, strict)
         request.update(settings)

@@ -221,13 +221,41 @@ def from_openai_completion(completion: Any, *, provider: str = "openai", model_n
 def json_schema_response_format(schema: Any, strict: bool) -> Dict[str, Any]:
     """The chat-completions ``response_format`` asking for JSON matching an
     ``OutputSchema`` (OpenAI's Structured Outputs): ``{"type": "json_schema",
-    "json_schema": {"name", "schema", "strict"}}``. With ``strict``, OpenAI
-    enforces the schema and accepts only schemas whose objects set
-    ``additionalProperties: false`` and list every property as required."""
+    "json_schema": {"name", "schema", "strict"}}``. With ``strict`` the
+    schema is first made strict (``strict_json_schema``)."""
+    body = schema.json_schema()
     return {
         "type": "json_schema",
-        "json_schema": {"name": schema.name, "schema": schema.json_schema(), "strict": bool(strict)},
+        "json_schema": {"name": schema.name, "schema": strict_json_schema(body) if strict else body, "strict": bool(strict)},
     }
+
+
+def strict_json_schema(schema: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``schema`` that OpenAI's strict mode accepts: every object
+    (at any depth, in ``$defs`` too) sets ``additionalProperties: false``
+    and lists all its properties as ``required``, as the Structured Outputs
+    guide requires ("all fields must be required"; an optional field stays
+    optional in meaning when its schema allows ``null``, as pydantic's
+    ``Optional`` fields do). Defaults are dropped: strict mode does not take
+    the ``default`` keyword."""
+    if not isinstance(schema, dict):
+        return schema
+    out: Dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "default":
+            continue
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: strict_json_schema(sub) for name, sub in value.items()}
+        elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+            out[key] = [strict_json_schema(sub) for sub in value]
+        elif key in ("items", "not", "additionalProperties") and isinstance(value, dict):
+            out[key] = strict_json_schema(value)
+        else:
+            out[key] = value
+    if out.get("type") == "object" or isinstance(out.get("properties"), dict):
+        out["additionalProperties"] = False
+        out["required"] = list((out.get("properties") or {}).keys())
+    return out
 
 
 def _error_message(exc: Any) -> str:
