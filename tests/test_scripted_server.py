@@ -1,4 +1,4 @@
-"""The scripted chat server speaks enough OpenAI (and Ollama) for real clients."""
+"""The scripted chat server speaks enough OpenAI for real clients."""
 from __future__ import annotations
 
 import json
@@ -131,31 +131,6 @@ def test_reply_fn_and_streaming_rejected(scripted_chat_server):
     # Kept as a violation: leaving the fixture would fail the test.
     assert len(server.violations) == 1 and "stream" in server.violations[0]
     server.violations.clear()
-
-
-def test_ollama_chat_dialect(scripted_chat_server):
-    server = scripted_chat_server
-    server.replies.extend(
-        [
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {"id": "c", "type": "function",
-                     "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
-                ],
-            },
-            {"role": "assistant", "content": "3"},
-        ]
-    )
-    url = server.base_url.removesuffix("/v1") + "/api/chat"
-    status, body = _post(url, {"model": "qwen3:8b", "messages": [{"role": "user", "content": "1+2"}], "stream": False})
-    assert status == 200 and body["done"] is True and body["model"] == "qwen3:8b"
-    assert body["message"]["tool_calls"][0]["function"] == {"name": "add", "arguments": {"a": 1, "b": 2}}
-    status, body = _post(url, {"model": "qwen3:8b", "messages": []})
-    assert status == 200 and body["message"]["content"] == "3"
-    status, body = _post(url, {"model": "qwen3:8b", "messages": []})
-    assert status == 500 and "#2" in body["error"]["message"]
 
 
 def test_requests_overlap_across_threads():

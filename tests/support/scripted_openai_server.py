@@ -1,14 +1,14 @@
 """A scripted chat-model HTTP server for tests.
 
-Speaks two dialects on 127.0.0.1 (ephemeral port), each request answered from
-a script of replies:
-
-* OpenAI: ``POST /v1/chat/completions`` returns a ``chat.completion`` object.
-* Ollama: ``POST /api/chat`` returns a non-streaming chat response.
+``ScriptedChatServer`` speaks the OpenAI chat-completions dialect on
+127.0.0.1 (ephemeral port), leniently (any body fields): ``POST
+/v1/chat/completions`` returns a ``chat.completion`` object, each request
+answered from a script of replies. (Ollama's dialect, strictly:
+``tests/support/scripted_ollama_server.py``.)
 
 A reply is an OpenAI chat ``message`` dict, e.g. ``{"role": "assistant",
 "content": "hi"}`` or one carrying ``tool_calls``. Replies are served in order,
-one per request (both dialects share the script and the request counter). Once
+one per request. Once
 the script is exhausted the server answers 500 with a JSON error naming the
 request index. Every request received takes the next index, including one
 rejected with 400 (e.g. ``"stream": true``, which is also kept in
@@ -28,7 +28,6 @@ import re
 import struct
 import time
 import uuid
-from datetime import datetime, timezone
 from typing import Any
 
 from tests.support.scripted_http import Exchange, ScriptedServer
@@ -44,13 +43,12 @@ def _count_tokens(value: Any) -> int:
 
 
 class ScriptedChatServer(ScriptedServer):
-    """OpenAI- and Ollama-compatible chat server answering from a script
+    """OpenAI-compatible chat server answering from a script
     (the fixture style of ``tests.support.scripted_http``)."""
 
     routes = {
         ("GET", "/v1/models"): "_models",
         ("POST", "/v1/chat/completions"): "_openai_chat",
-        ("POST", "/api/chat"): "_ollama_chat",
     }
     unscripted = frozenset({"_models"})
 
@@ -74,9 +72,6 @@ class ScriptedChatServer(ScriptedServer):
 
     def _openai_chat(self, exchange: Exchange, reply: dict, index: int) -> tuple[int, dict]:
         return 200, _openai_response(exchange.json, reply, index)
-
-    def _ollama_chat(self, exchange: Exchange, reply: dict, index: int) -> tuple[int, dict]:
-        return 200, _ollama_response(exchange.json, reply)
 
 
 def _openai_response(request: dict, message: dict, index: int) -> dict:
@@ -113,38 +108,6 @@ def _openai_response(request: dict, message: dict, index: int) -> dict:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
-    }
-
-
-def _ollama_response(request: dict, message: dict) -> dict:
-    out: dict[str, Any] = {
-        "role": message.get("role") or "assistant",
-        "content": message.get("content") or "",
-    }
-    tool_calls = message.get("tool_calls")
-    if tool_calls:
-        converted = []
-        for call in tool_calls:
-            fn = call.get("function") or {}
-            args = fn.get("arguments")
-            if isinstance(args, str):
-                args = json.loads(args) if args.strip() else {}
-            converted.append({"function": {"name": fn.get("name"), "arguments": args or {}}})
-        out["tool_calls"] = converted
-    prompt_tokens = sum(_count_tokens(m.get("content")) for m in request.get("messages") or [])
-    eval_tokens = _count_tokens(out["content"]) + _count_tokens(tool_calls)
-    return {
-        "model": request.get("model") or "scripted",
-        "created_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
-        "message": out,
-        "done": True,
-        "done_reason": "stop",
-        "total_duration": 0,
-        "load_duration": 0,
-        "prompt_eval_count": prompt_tokens,
-        "prompt_eval_duration": 0,
-        "eval_count": eval_tokens,
-        "eval_duration": 0,
     }
 
 
