@@ -38,9 +38,7 @@ errors are left to the agent's error strategy (they are retryable).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import threading
 from typing import Any, ClassVar, Dict, List, Mapping, Sequence, Tuple
 
@@ -48,15 +46,10 @@ from pydantic import Field, PrivateAttr
 
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
-from flink_agents.api.chat_models.errors import (
-    ModelAuthenticationError,
-    ModelCallError,
-    ModelResponseError,
-    ModelUnreachable,
-    error_for_status,
-)
+from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.tools.tool import Tool, ToolMetadata
 from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations._dashscope import PROVIDER, check_response, dashscope_failure, resolve_api_key
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
@@ -72,66 +65,11 @@ __all__ = [
     "to_dashscope_tool",
 ]
 
-PROVIDER = "tongyi"
-API_KEY_ENV = "DASHSCOPE_API_KEY"
 DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_MODEL = "qwen-plus"
 # DashScope refuses a longer function description.
 MAX_TOOL_DESCRIPTION_CHARS = 1024
 _MAX_SHOWN_ARGUMENTS = 500
-
-
-def resolve_api_key(api_key: str | None) -> str:
-    """``api_key``, else the ``DASHSCOPE_API_KEY`` environment variable.
-
-    Raises:
-        ModelAuthenticationError: Neither is set (terminal: no call is made).
-    """
-    key = api_key or os.environ.get(API_KEY_ENV)
-    if not key:
-        raise ModelAuthenticationError(
-            f"no DashScope API key: set the connection's api_key or the {API_KEY_ENV} environment variable",
-            PROVIDER,
-        )
-    return key
-
-
-def dashscope_failure(exc: BaseException, what: str) -> ModelCallError:
-    """The ``ModelCallError`` for an exception the SDK (or its HTTP library) raised.
-
-    A reply that is not JSON is ``ModelResponseError``; transport failures
-    (``requests.RequestException``, ``aiohttp.ClientError``, timeouts,
-    ``OSError``) are ``ModelUnreachable``; anything else is a request the
-    SDK refused to build (``dashscope.common.error.*``): ``ModelBadRequest``.
-    """
-    # requests and aiohttp are the SDK's own dependencies: installed with it.
-    import aiohttp
-    import requests
-
-    text = f"{what}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, (json.JSONDecodeError, requests.exceptions.InvalidJSONError, aiohttp.ContentTypeError)):
-        return ModelResponseError(text, PROVIDER)
-    if isinstance(exc, (OSError, asyncio.TimeoutError, requests.RequestException, aiohttp.ClientError)):
-        return ModelUnreachable(text, PROVIDER)
-    return error_for_status(400, text, PROVIDER)
-
-
-def check_response(response: Any) -> None:
-    """Raise the ``ModelCallError`` of a DashScope response that is not HTTP 200.
-
-    Args:
-        response: The SDK's ``DashScopeAPIResponse`` (or a subclass): its
-            ``status_code``, ``code`` and ``message`` come from DashScope's
-            error body ``{"request_id", "code", "message"}``.
-    """
-    status = int(response.status_code)
-    if status == 200:
-        return
-    code = response.code or "Unknown"
-    message = f"{code}: {response.message}"
-    if response.request_id:
-        message += f" (request_id {response.request_id})"
-    raise error_for_status(status, message, PROVIDER)
 
 
 def to_dashscope_tool(metadata: ToolMetadata, skip_length_check: bool = False) -> Dict[str, Any]:  # noqa: FBT001

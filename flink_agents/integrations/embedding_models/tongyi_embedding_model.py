@@ -28,12 +28,7 @@ from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelSetup,
     Embedding,
 )
-from flink_agents.integrations.chat_models.tongyi_chat_model import (
-    PROVIDER,
-    check_response,
-    dashscope_failure,
-    resolve_api_key,
-)
+from flink_agents.integrations._dashscope import PROVIDER, check_response, dashscope_failure, resolve_api_key
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
