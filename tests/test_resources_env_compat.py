@@ -461,3 +461,33 @@ def test_a_reconciler_is_refused_clearly_instead_of_reaching_the_function() -> N
 
     assert isinstance(failed.value.cause, NotImplementedError)
     assert "reconciler=" in str(failed.value.cause) and "slow_lookup" in str(failed.value.cause)
+
+
+def test_a_descriptor_argument_the_class_does_not_take_is_refused_naming_it() -> None:
+    """pydantic drops unknown constructor arguments; a misspelled setting, or
+    one provider's timeout name given to another, must not vanish."""
+    from flink_agents.api.resource import ResourceName
+    from flink_agents.runtime.execution.resources import ResourceCache
+
+    agent = Agent()
+    agent.add_resource("openai", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, api_base_url="http://127.0.0.1:9/v1", timeout=5.0,
+    ))
+    agent.add_resource("typo", ResourceType.CHAT_MODEL, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP, connection="openai", model="m", temprature=0.0,
+    ))
+    agent.add_resource("ollama", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(
+        clazz=ResourceName.ChatModel.OLLAMA_CONNECTION, timeout_s=5.0,
+    ))
+    cache = ResourceCache(AgentPlan.from_agent(agent))
+    try:
+        # 0.3.1's spellings (consumed by the class's validator) are accepted.
+        connection = cache.get("openai", ResourceType.CHAT_MODEL_CONNECTION)
+        assert (connection.base_url, connection.timeout_s) == ("http://127.0.0.1:9/v1", 5.0)
+        with pytest.raises(TypeError, match=r"chat_model resource 'typo' \(OpenAIChatModelSetup\) got argument\(s\) "
+                                            r"it does not take: temprature; it takes: .*temperature"):
+            cache.get("typo", ResourceType.CHAT_MODEL)
+        with pytest.raises(TypeError, match=r"'ollama' \(OllamaChatModelConnection\) .* timeout_s; it takes: .*request_timeout"):
+            cache.get("ollama", ResourceType.CHAT_MODEL_CONNECTION)
+    finally:
+        cache.close()

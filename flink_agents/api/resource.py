@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Any, Callable, Dict, Type
+from typing import Any, Callable, ClassVar, Dict, Type
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic_core import PydanticSerializationError
@@ -52,6 +52,13 @@ class Resource(BaseModel, ABC):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    # Constructor arguments that are neither fields nor ``__init__``
+    # parameters but that the class accepts (another spelling of a field
+    # that a validator consumes, a 0.3.1 setting ignored with a warning):
+    # the runtime refuses any other unknown argument of a descriptor, naming
+    # it (pydantic would drop a misspelled setting without a word).
+    extra_arguments: ClassVar[frozenset] = frozenset()
 
     resource_context: ResourceContext | None = Field(
         default=None, exclude=True, repr=False

@@ -103,6 +103,9 @@ class BaseChatModelSetup(Resource):
             keeps); normalised to an ``OutputSchema``. See ``chat``.
     """
 
+    # 0.3.1's bash-tool settings: accepted and ignored with a warning (plan.skills).
+    extra_arguments: ClassVar[frozenset] = frozenset({"allowed_commands", "allowed_script_dirs"})
+
     connection: str
     model: str = ""
     prompt: Prompt | str | None = None

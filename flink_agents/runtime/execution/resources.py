@@ -5,8 +5,11 @@ action gets, whose calls are journaled."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any, Awaitable, Callable, Dict, List, Sequence, Tuple
+
+from pydantic import BaseModel
 
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.prompts.prompt import LocalPrompt
@@ -59,6 +62,47 @@ class ResourceContextImpl(ResourceContext):
         from flink_agents.runtime.features.skills.tools import skill_dirs
 
         return skill_dirs(self._cache.get, skill_names)
+
+
+def _accepted_arguments(cls: type) -> set:
+    """The constructor arguments a resource class takes: its pydantic fields
+    (and their aliases), the named parameters of every ``__init__`` of its
+    classes, and its ``extra_arguments``."""
+    accepted = set(getattr(cls, "extra_arguments", ()))
+    for name, field in getattr(cls, "model_fields", {}).items():
+        accepted.add(name)
+        if field.alias:
+            accepted.add(field.alias)
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        accepted.update(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return accepted
+
+
+def _check_arguments(spec: ResourceSpec, cls: type) -> None:
+    """Refuse a descriptor argument the class does not take (pydantic would
+    drop it without a word, so a misspelled ``temprature`` or a timeout
+    under another provider's name would silently not apply).
+
+    Raises:
+        TypeError: Names the resource, the unknown arguments and the accepted ones.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return
+    accepted = _accepted_arguments(cls)
+    unknown = sorted(set(spec.descriptor.arguments) - accepted)
+    if unknown:
+        known = sorted(a for a in accepted if a not in ("self", "resource_context", "get_resource"))
+        raise TypeError(
+            f"{spec.type.value} resource {spec.name!r} ({cls.__name__}) got argument(s) it does not take: "
+            f"{', '.join(unknown)}; it takes: {', '.join(known)}"
+        )
 
 
 class _Missing(KeyError):
@@ -127,6 +171,7 @@ class ResourceCache:
         else:
             assert spec.descriptor is not None  # DESCRIPTOR and SERIALIZED carry one
             cls = spec.descriptor.clazz
+            _check_arguments(spec, cls)
             # As Flink Agents 0.3.1: the context is a constructor argument, so
             # a resource may use it in its own validators.
             resource = cls(**spec.descriptor.arguments, resource_context=context)

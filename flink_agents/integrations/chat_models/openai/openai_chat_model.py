@@ -278,6 +278,8 @@ class OpenAIChatModelConnection(ChatCompletionsConnection):
         self._http_client = http_client
         self._async_http_client = async_http_client
 
+    extra_arguments: ClassVar[frozenset] = frozenset({"api_base_url", "timeout"})  # 0.3.1 spellings
+
     @model_validator(mode="before")
     @classmethod
     def _accept_031_names(cls, data: Any) -> Any:
