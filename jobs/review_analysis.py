@@ -20,7 +20,8 @@ Run ``python -m jobs.review_analysis --help``. ``--model`` is one of:
 - ``ollama:NAME``: an Ollama server (``--base-url``, e.g.
   ``http://localhost:11434``; no key);
 - ``azure:DEPLOYMENT``: Azure OpenAI (``--base-url`` is the resource's
-  endpoint, ``--api-version``; key from ``AZURE_OPENAI_API_KEY``);
+  endpoint, ``--api-version``, else ``AZURE_OPENAI_ENDPOINT`` and
+  ``OPENAI_API_VERSION``; key from ``AZURE_OPENAI_API_KEY``);
 - ``tongyi:NAME``: Alibaba DashScope (``--base-url``; key from
   ``DASHSCOPE_API_KEY``).
 """
@@ -28,6 +29,7 @@ Run ``python -m jobs.review_analysis --help``. ``--model`` is one of:
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import logging
 import sys
@@ -91,8 +93,14 @@ def _connection_arguments(
     """The connection's constructor arguments, in each provider connection's
     own field names (those of Flink Agents 0.3.1's connections)."""
     if provider == "azure":
+        # As the connection itself: the flags, else Azure's environment variables.
+        base_url = base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+        api_version = api_version or os.environ.get("OPENAI_API_VERSION")
         if not base_url or not api_version:
-            raise ValueError("--model azure:DEPLOYMENT needs --base-url (the Azure OpenAI endpoint) and --api-version")
+            raise ValueError(
+                "--model azure:DEPLOYMENT needs --base-url (the Azure OpenAI endpoint; or AZURE_OPENAI_ENDPOINT) "
+                "and --api-version (or OPENAI_API_VERSION)"
+            )
         arguments: Dict[str, Any] = {
             "azure_endpoint": base_url, "api_version": api_version, "timeout": timeout_s, "max_retries": max_retries,
         }

@@ -170,13 +170,14 @@ def test_the_local_model_answers_match_the_schema_without_a_re_ask(tmp_path: Pat
     [
         (["--model", "gemini:pro"], "--model must be one of 'local', 'openai:NAME', 'anthropic:NAME', 'ollama:NAME', "
                                     "'azure:DEPLOYMENT', 'tongyi:NAME'"),
-        (["--model", "azure:my-deployment", "--base-url", "http://127.0.0.1:9"], "needs --base-url (the Azure OpenAI endpoint) and --api-version"),
+        (["--model", "azure:my-deployment", "--base-url", "http://127.0.0.1:9"], "needs --base-url (the Azure OpenAI endpoint; or AZURE_OPENAI_ENDPOINT) and --api-version (or OPENAI_API_VERSION)"),
     ],
     ids=["unknown_provider", "azure_without_api_version"],
 )
 def test_a_bad_model_form_is_refused_before_the_job_runs(
-    argv: List[str], problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: List[str], problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("OPENAI_API_VERSION", raising=False)
     code = review_analysis.main(["--runner", "local", "--input", str(_write_reviews(tmp_path / "r.jsonl")),
                                  "--output", str(tmp_path / "o.jsonl"), *argv])
     assert code == 2
@@ -206,3 +207,10 @@ def test_the_api_key_stays_out_of_the_plan(provider: str, monkeypatch: pytest.Mo
     plan = AgentPlan.from_agent(agent).to_json()
     assert "secret-key-value" not in plan and "api_key" not in plan
     assert review_analysis.MODEL_CONNECTION in plan
+
+
+def test_azure_takes_endpoint_and_api_version_from_azure_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_OPENAI_ENDPOINT", "https://example.openai.azure.com")
+    monkeypatch.setenv("OPENAI_API_VERSION", "2024-10-21")
+    arguments = review_analysis._connection_arguments("azure", None, None, 30.0, 1)
+    assert (arguments["azure_endpoint"], arguments["api_version"]) == ("https://example.openai.azure.com", "2024-10-21")
