@@ -12,21 +12,20 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from flink_agents.api.agents.agent import Agent
+
 from flink_agents.api.agents.types import OutputSchema
-from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.chat_message import ChatMessage
 from flink_agents.api.chat_models.errors import (
     ModelAuthenticationError,
     ModelBadRequest,
     ModelContextTooLong,
     ModelRateLimited,
 )
-from flink_agents.api.decorators import action, chat_model_setup, tool
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
+
+
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.resource import ResourceDescriptor, ResourceName
+
 from flink_agents.integrations.chat_models.azure.azure_openai_chat_model import (
     AzureOpenAIChatModelConnection,
     AzureOpenAIChatModelSetup,
@@ -35,8 +34,8 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     NOTIFIED,
     NOTIFY_RESULT,
     clear_notified,
-    record_notification,
 )
+from tests.support.provider_agent import ReviewAgent
 from tests.support.scripted_http import ScriptedError
 from tests.support.scripted_openai_server import AzureOpenAIScriptedServer, openai_error_body
 
@@ -198,50 +197,20 @@ def test_errors_are_classified_as_azure(error: ScriptedError, expected: type):
         assert isinstance(exc.__cause__, openai.APIStatusError)
 
 
-class AzureReviewAgent(Agent):
-    """Asks an Azure deployment about each review; it may notify shipping."""
-
-    def __init__(self, endpoint: str) -> None:
-        super().__init__()
-        self.add_resource(
-            "azure",
-            ResourceType.CHAT_MODEL_CONNECTION,
-            ResourceDescriptor(
-                clazz=ResourceName.ChatModel.AZURE_OPENAI_CONNECTION,
-                azure_endpoint=endpoint, api_key="azure-key", api_version=API_VERSION, max_retries=0, timeout=10.0,
-            ),
-        )
-
-    @tool
-    @staticmethod
-    def notify_shipping_manager(id: str, review: str) -> str:
-        """Tell the shipping manager about a damaged delivery.
-
-        Args:
-            id: The product id.
-            review: The customer's review.
-        """
-        return record_notification(id, review)
-
-    @chat_model_setup
-    @staticmethod
-    def reviewer() -> ResourceDescriptor:
-        return ResourceDescriptor(
+def _review_agent(endpoint: str) -> ReviewAgent:
+    """The shared review agent over an Azure OpenAI connection to the test's server."""
+    return ReviewAgent(
+        "azure",
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.AZURE_OPENAI_CONNECTION,
+            azure_endpoint=endpoint, api_key="azure-key", api_version=API_VERSION, max_retries=0, timeout=10.0,
+        ),
+        ResourceDescriptor(
             clazz=ResourceName.ChatModel.AZURE_OPENAI_SETUP,
             connection="azure", model=DEPLOYMENT, model_of_azure_deployment="gpt-4o",
             tools=["notify_shipping_manager"],
-        )
-
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message]))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
+        ),
+    )
 
 
 def test_tool_call_loop_through_an_agent():
@@ -251,7 +220,7 @@ def test_tool_call_loop_through_an_agent():
     replies = [{"role": "assistant", "content": None, "tool_calls": [call]}, {"content": "notified"}]
     with AzureOpenAIScriptedServer(replies) as server:
         env = AgentsExecutionEnvironment.get_execution_environment()
-        out = env.from_list([{"key": "B07", "value": review}]).apply(AzureReviewAgent(server.base_url)).to_list()
+        out = env.from_list([{"key": "B07", "value": review}]).apply(_review_agent(server.base_url)).to_list()
         env.execute()
     assert out == [{"B07": {"answer": "notified"}}]
     assert NOTIFIED == [review]

@@ -13,7 +13,7 @@ import ollama
 import pytest
 from pydantic import BaseModel
 
-from flink_agents.api.agents.agent import Agent
+
 from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.errors import (
@@ -25,12 +25,10 @@ from flink_agents.api.chat_models.errors import (
     ModelServerError,
     ModelUnreachable,
 )
-from flink_agents.api.decorators import action, chat_model_setup, tool
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+
+
+from flink_agents.api.resource import ResourceDescriptor, ResourceName
+
 from flink_agents.integrations.chat_models.ollama_chat_model import (
     OllamaChatModelConnection,
     OllamaChatModelSetup,
@@ -45,8 +43,8 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     NOTIFY,
     NOTIFY_RESULT,
     clear_notified,
-    record_notification,
 )
+from tests.support.provider_agent import ReviewAgent, run_local
 from tests.support.scripted_http import ScriptedError
 from tests.support.scripted_ollama_server import CHAT_PATH, EMBED_PATH, OllamaScriptedServer
 
@@ -200,63 +198,21 @@ def test_setup_fields_reach_the_request_and_thinking_becomes_reasoning():
 # -- chat: an agent's tool-call loop ---------------------------------------------------
 
 
-class ReviewAgent(Agent):
-    """Asks a local Ollama model about each review; the model may notify shipping."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__()
-        self.add_resource(
-            "ollama",
-            ResourceType.CHAT_MODEL_CONNECTION,
-            ResourceDescriptor(clazz=ResourceName.ChatModel.OLLAMA_CONNECTION, base_url=base_url, request_timeout=10),
-        )
-
-    @tool
-    @staticmethod
-    def notify_shipping_manager(id: str, review: str) -> str:
-        """Tell the shipping manager about a damaged delivery.
-
-        Args:
-            id: The product id.
-            review: The customer's review.
-        """
-        return record_notification(id, review)
-
-    @chat_model_setup
-    @staticmethod
-    def reviewer() -> ResourceDescriptor:
-        return ResourceDescriptor(
-            clazz=ResourceName.ChatModel.OLLAMA_SETUP,
-            connection="ollama",
-            model="llama3.2",
-            temperature=0.0,
-            keep_alive="30m",
-            tools=["notify_shipping_manager"],
-        )
-
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message]))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
-
-
-def _run(agent: Agent, records: List[Dict[str, Any]], config: Dict[str, Any] | None = None) -> List[Dict[Any, Any]]:
-    env = AgentsExecutionEnvironment.get_execution_environment()
-    env.get_config().update(config or {})
-    out = env.from_list(records).apply(agent).to_list()
-    env.execute()
-    return out
+def _review_agent(base_url: str) -> ReviewAgent:
+    """The shared review agent over an Ollama connection to the test's server."""
+    return ReviewAgent(
+        "ollama",
+        ResourceDescriptor(clazz=ResourceName.ChatModel.OLLAMA_CONNECTION, base_url=base_url, request_timeout=10),
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.OLLAMA_SETUP, connection="ollama", model="llama3.2", temperature=0.0,
+            keep_alive="30m", tools=["notify_shipping_manager"],
+        ),
+    )
 
 
 def test_tool_call_loop_through_the_local_runner():
     with OllamaScriptedServer([_tool_call(REVIEW), {"role": "assistant", "content": ANSWER}]) as server:
-        out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+        out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
 
     assert out == [{"B01": {"answer": ANSWER}}]
     assert NOTIFIED == [REVIEW]
@@ -329,7 +285,7 @@ def test_a_retryable_error_is_retried_by_the_agents_error_strategy():
     replies = [ScriptedError(503, "server busy"), _tool_call(REVIEW), {"content": ANSWER}]
     with OllamaScriptedServer(replies) as server:
         retry = {"error-handling-strategy": "retry", "max-retries": 2, "retry-wait-interval": 0}
-        out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}], retry)
+        out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}], retry)
     assert out == [{"B01": {"answer": ANSWER}}]
     assert len(server.requests) == 3 and server.requests[0] == server.requests[1]
 

@@ -10,14 +10,12 @@ import pytest
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
-from flink_agents.api.agents.agent import Agent
+
 from flink_agents.api.chat_message import ChatMessage, MessageRole
-from flink_agents.api.decorators import action, chat_model_setup, tool
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+
+
+from flink_agents.api.resource import ResourceDescriptor, ResourceName
+
 from flink_agents.integrations.chat_models.openai.openai_chat_model import (
     OpenAIChatModelConnection,
     OpenAIChatModelSetup,
@@ -50,64 +48,10 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     NOTIFY,
     NOTIFY_RESULT,
     clear_notified,
-    record_notification,
 )
+from tests.support.provider_agent import ReviewAgent, run_local
 from tests.support.scripted_http import ScriptedError
 from tests.support.scripted_openai_server import OpenAIScriptedServer, openai_error_body
-
-class ReviewAgent(Agent):
-    """Asks the model about each review; the model may notify shipping.
-
-    The connection's base URL comes from the test's server, so the
-    constructor adds it; everything else is declared on the class.
-    """
-
-    def __init__(self, base_url: str, max_retries: int = 2) -> None:
-        super().__init__()
-        self.add_resource(
-            "openai",
-            ResourceType.CHAT_MODEL_CONNECTION,
-            ResourceDescriptor(
-                clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION,
-                base_url=base_url,
-                max_retries=max_retries,
-                timeout_s=10.0,
-            ),
-        )
-
-    @tool
-    @staticmethod
-    def notify_shipping_manager(id: str, review: str) -> str:
-        """Tell the shipping manager about a damaged delivery.
-
-        Args:
-            id: The product id.
-            review: The customer's review.
-        """
-        return record_notification(id, review)
-
-    @chat_model_setup
-    @staticmethod
-    def reviewer() -> ResourceDescriptor:
-        return ResourceDescriptor(
-            clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP,
-            connection="openai",
-            model="gpt-test",
-            temperature=0.0,
-            tools=["notify_shipping_manager"],
-        )
-
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message]))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
-
 
 REVIEW = {"id": "B01", "review": "The box was crushed and the shoes arrived damaged."}
 TOOL_CALL_REPLY = {
@@ -122,18 +66,26 @@ TOOL_CALL_REPLY = {
 ANSWER = '{"score": 1, "reasons": ["reports shipping damage"]}'
 
 
-def _run(agent: Agent, records: List[Dict[str, Any]]) -> List[Dict[Any, Any]]:
-    env = AgentsExecutionEnvironment.get_execution_environment()
-    out = env.from_list(records).apply(agent).to_list()
-    env.execute()
-    return out
+def _review_agent(base_url: str, max_retries: int = 2) -> ReviewAgent:
+    """The shared review agent over an OpenAI connection to the test's server."""
+    return ReviewAgent(
+        "openai",
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_CONNECTION, base_url=base_url, max_retries=max_retries,
+            timeout_s=10.0,
+        ),
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.OPENAI_COMPLETIONS_SETUP, connection="openai", model="gpt-test",
+            temperature=0.0, tools=["notify_shipping_manager"],
+        ),
+    )
 
 
 def test_tool_call_loop_through_the_local_runner(scripted_chat_server):
     server = scripted_chat_server
     server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
 
-    out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+    out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
 
     assert out == [{"B01": {"answer": ANSWER}}]
     assert NOTIFIED == [REVIEW]
@@ -189,7 +141,7 @@ def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
         {"key": f"k{n % 3}", "value": {"id": f"B{n}", "review": f"box {n} was crushed"}}
         for n in range(9)
     ]
-    out = _run(ReviewAgent(server.base_url), records)
+    out = run_local(_review_agent(server.base_url), records)
 
     assert len(out) == 9 and len(server.requests) == 18
     assert sorted(c["id"] for c in NOTIFIED) == sorted(f"B{n}" for n in range(9))
@@ -205,7 +157,7 @@ def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
 def test_provider_error_fails_the_run_with_a_classified_error(scripted_chat_server):
     # An empty script: the server answers 500.
     with pytest.raises(ActionFailed) as failed:
-        _run(ReviewAgent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
+        run_local(_review_agent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
     cause = failed.value.cause
     assert isinstance(cause, ModelServerError) and cause.retryable
     assert (cause.provider, cause.status) == ("openai", 500)

@@ -7,7 +7,7 @@ import json
 import socket
 import sys
 import time
-from typing import Any, Dict, List
+from typing import List
 
 import aiohttp
 import dashscope
@@ -15,7 +15,7 @@ import pytest
 import requests
 from pydantic import BaseModel
 
-from flink_agents.api.agents.agent import Agent
+
 from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.errors import (
@@ -27,12 +27,10 @@ from flink_agents.api.chat_models.errors import (
     ModelServerError,
     ModelUnreachable,
 )
-from flink_agents.api.decorators import action, chat_model_setup, tool
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+
+
+from flink_agents.api.resource import ResourceDescriptor, ResourceName
+
 from flink_agents.api.tools.tool import ToolMetadata
 from flink_agents.integrations.chat_models.tongyi_chat_model import (
     TongyiChatModelConnection,
@@ -48,8 +46,8 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     NOTIFIED,
     NOTIFY_RESULT,
     clear_notified,
-    record_notification,
 )
+from tests.support.provider_agent import ReviewAgent, run_local
 from tests.support.scripted_dashscope_server import EMBEDDING_PATH, GENERATION_PATH, DashScopeScriptedServer
 from tests.support.scripted_http import ScriptedError
 
@@ -65,58 +63,18 @@ def _no_key_in_env(monkeypatch):
     monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
 
 
-class ReviewAgent(Agent):
-    """Asks Qwen about each review; the model may notify shipping."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__()
-        self.add_resource(
-            "tongyi",
-            ResourceType.CHAT_MODEL_CONNECTION,
-            ResourceDescriptor(
-                clazz=ResourceName.ChatModel.TONGYI_CONNECTION, api_key=KEY, base_url=base_url, request_timeout=10.0
-            ),
-        )
-
-    @tool
-    @staticmethod
-    def notify_shipping_manager(id: str, review: str) -> str:
-        """Tell the shipping manager about a damaged delivery.
-
-        Args:
-            id: The product id.
-            review: The customer's review.
-        """
-        return record_notification(id, review)
-
-    @chat_model_setup
-    @staticmethod
-    def reviewer() -> ResourceDescriptor:
-        return ResourceDescriptor(
-            clazz=ResourceName.ChatModel.TONGYI_SETUP,
-            connection="tongyi",
-            model="qwen-max",
-            temperature=0.1,
+def _review_agent(base_url: str) -> ReviewAgent:
+    """The shared review agent over a Tongyi connection to the test's server."""
+    return ReviewAgent(
+        "tongyi",
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.TONGYI_CONNECTION, api_key=KEY, base_url=base_url, request_timeout=10.0
+        ),
+        ResourceDescriptor(
+            clazz=ResourceName.ChatModel.TONGYI_SETUP, connection="tongyi", model="qwen-max", temperature=0.1,
             tools=["notify_shipping_manager"],
-        )
-
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message]))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
-
-
-def _run(agent: Agent, records: List[Dict[str, Any]]) -> List[Dict[Any, Any]]:
-    env = AgentsExecutionEnvironment.get_execution_environment()
-    out = env.from_list(records).apply(agent).to_list()
-    env.execute()
-    return out
+        ),
+    )
 
 
 def _closed_port_url() -> str:
@@ -160,7 +118,7 @@ def test_tool_call_loop_through_the_local_runner():
         "function": {"name": "notify_shipping_manager", "arguments": json.dumps(REVIEW)},
     }]}
     with DashScopeScriptedServer([tool_call, {"role": "assistant", "content": ANSWER}]) as server:
-        out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+        out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
 
     assert out == [{"B01": {"answer": ANSWER}}]
     assert NOTIFIED == [REVIEW]
