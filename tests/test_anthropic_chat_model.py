@@ -6,13 +6,12 @@ import asyncio
 import importlib
 import json
 import socket
-from typing import Any, Dict, List
+from typing import Any, List
 
 import anthropic
 import pytest
 from pydantic import BaseModel
 
-from flink_agents.api.agents.agent import STRUCTURED_OUTPUT, Agent
 from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.errors import (
@@ -24,12 +23,7 @@ from flink_agents.api.chat_models.errors import (
     ModelResponseError,
     ModelUnreachable,
 )
-from flink_agents.api.decorators import action, chat_model_setup, tool
-from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
-from flink_agents.api.events.event import InputEvent, OutputEvent
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
-from flink_agents.api.runner_context import RunnerContext
+from flink_agents.api.resource import ResourceDescriptor, ResourceName
 from flink_agents.api.tools.tool import ToolMetadata
 from flink_agents.integrations import sdk
 from flink_agents.integrations.chat_models.anthropic.anthropic_chat_model import (
@@ -45,8 +39,8 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     NOTIFY,
     NOTIFY_RESULT,
     clear_notified,
-    record_notification,
 )
+from tests.support.provider_agent import ReviewAgent, run_local
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer
 from tests.support.scripted_http import ScriptedError
 
@@ -181,59 +175,26 @@ def test_achat_uses_an_async_client_per_event_loop():
     assert [e.headers["x-stainless-async"] for e in server.exchanges] == ["async:asyncio"] * 2
 
 
-class ReviewAgent(Agent):
-    """Asks Claude about each review; Claude may notify shipping."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__()
-        self.add_resource("anthropic", ResourceType.CHAT_MODEL_CONNECTION, ResourceDescriptor(
+def _review_agent(base_url: str, output_schema: Any = None) -> ReviewAgent:
+    """The shared review agent over an Anthropic connection to the test's
+    server; with an output schema it sends no system message."""
+    return ReviewAgent(
+        "anthropic",
+        ResourceDescriptor(
             clazz=ResourceName.ChatModel.ANTHROPIC_CONNECTION, api_key="sk-test", base_url=base_url, max_retries=0,
-        ))
-
-    @tool
-    @staticmethod
-    def notify_shipping_manager(id: str, review: str) -> str:
-        """Tell the shipping manager about a damaged delivery.
-
-        Args:
-            id: The product id.
-            review: The customer's review.
-        """
-        return record_notification(id, review)
-
-    @chat_model_setup
-    @staticmethod
-    def reviewer() -> ResourceDescriptor:
-        return ResourceDescriptor(
+        ),
+        ResourceDescriptor(
             clazz=ResourceName.ChatModel.ANTHROPIC_SETUP, connection="anthropic", model="claude-test",
             max_tokens=256, temperature=0.0, tools=["notify_shipping_manager"],
-        )
-
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        messages = [
-            ChatMessage(role=MessageRole.SYSTEM, content="You rate product reviews."),
-            ChatMessage(role=MessageRole.USER, content=json.dumps(event.input)),
-        ]
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=messages))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output={"answer": event.response.content}))
-
-
-def _run(agent: Agent, records: List[Dict[str, Any]]) -> List[Dict[Any, Any]]:
-    env = AgentsExecutionEnvironment.get_execution_environment()
-    out = env.from_list(records).apply(agent).to_list()
-    env.execute()
-    return out
+        ),
+        system=None if output_schema else "You rate product reviews.",
+        output_schema=output_schema,
+    )
 
 
 def test_tool_call_loop_of_an_agent_on_the_local_runner():
     with AnthropicScriptedServer([NOTIFY_CALL, {"role": "assistant", "content": ANSWER}]) as server:
-        out = _run(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+        out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
     assert out == [{"B01": {"answer": ANSWER}}]
     assert NOTIFIED == [REVIEW]
     first, second = server.requests
@@ -272,7 +233,7 @@ def test_concurrent_keys_pair_each_tool_result_with_its_own_call():
     records = [{"key": f"k{n % 3}", "value": {"id": f"B{n}", "review": f"box {n} was crushed"}} for n in range(6)]
     with AnthropicScriptedServer() as server:
         server.set_reply_fn(reply)
-        out = _run(ReviewAgent(server.base_url), records)
+        out = run_local(_review_agent(server.base_url), records)
     assert len(out) == 6 and len(server.requests) == 12
     assert sorted(c["id"] for c in NOTIFIED) == [f"B{n}" for n in range(6)]
     answered = {r["messages"][-1]["content"][0]["tool_use_id"] for r in server.requests
@@ -327,26 +288,13 @@ def test_structured_output_waits_for_the_other_tools_the_model_called():
     assert reply.tool_calls[0]["original_id"] == "toolu_0" and reply.content == ""
 
 
-class RatingAgent(ReviewAgent):
-    @action(InputEvent)
-    @staticmethod
-    def on_input(event: InputEvent, ctx: RunnerContext) -> None:
-        message = ChatMessage(role=MessageRole.USER, content=json.dumps(event.input))
-        ctx.send_event(ChatRequestEvent(model="reviewer", messages=[message], output_schema=Rating))
-
-    @action(ChatResponseEvent)
-    @staticmethod
-    def on_response(event: ChatResponseEvent, ctx: RunnerContext) -> None:
-        ctx.send_event(OutputEvent(output=event.response.extra_args[STRUCTURED_OUTPUT].model_dump()))
-
-
 def test_structured_output_of_an_agent_on_the_local_runner():
     rating = {"score": 2, "reasons": ["late"]}
     reply = {"role": "assistant", "content": None, "tool_calls": [
         {"type": "function", "function": {"name": "Rating", "arguments": rating}},
     ]}
     with AnthropicScriptedServer([reply]) as server:
-        out = _run(RatingAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+        out = run_local(_review_agent(server.base_url, output_schema=Rating), [{"key": "B01", "value": REVIEW}])
     assert out == [{"B01": rating}]
     assert server.requests[0]["tool_choice"] == {"type": "any"}
 
