@@ -6,12 +6,14 @@ Ollama)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Dict
 
+from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.tools.tool import ToolMetadata
 
-__all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "split_reasoning", "to_openai_tool"]
+__all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "parse_tool_arguments", "split_reasoning", "to_openai_tool"]
 
 # The bound Flink Agents 0.3.1 enforces on a function's description.
 MAX_TOOL_DESCRIPTION_CHARS = 1024
@@ -69,3 +71,39 @@ def split_reasoning(text: str) -> tuple[str, str]:
         head, _, answer = answer.rpartition(_THINK_END)
         parts.insert(0, head.replace("<think>", "").strip())
     return answer.strip(), "\n\n".join(p for p in parts if p)
+
+
+_MAX_SHOWN_ARGUMENTS = 500
+
+
+def parse_tool_arguments(tool_name: str, text: Any, provider: str) -> Dict[str, Any]:
+    """A tool call's arguments, sent as JSON text (OpenAI-style APIs), as a dict.
+
+    Args:
+        tool_name: The called tool, for the message.
+        text: The arguments' JSON text (a dict is taken as is; None or blank: no arguments).
+        provider: The provider, for the error.
+
+    Raises:
+        ModelResponseError: The text is not JSON, or not a JSON object; the
+            message names the tool and shows the text (first 500 characters).
+    """
+    if isinstance(text, dict):
+        return text
+    if text is None or not str(text).strip():
+        return {}
+    text = str(text)
+    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelResponseError(
+            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
+            f"({exc.msg} at char {exc.pos}): {shown!r}",
+            provider,
+        ) from exc
+    if not isinstance(value, dict):
+        raise ModelResponseError(
+            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}", provider
+        )
+    return value

@@ -48,8 +48,9 @@ from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
 from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.tools.tool import Tool, ToolMetadata
-from flink_agents.integrations.chat_models._per_loop import PerLoopClients
 from flink_agents.integrations._dashscope import PROVIDER, check_response, dashscope_failure, resolve_api_key
+from flink_agents.integrations.chat_models._per_loop import PerLoopClients
+from flink_agents.integrations.chat_models.chat_model_utils import parse_tool_arguments
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
@@ -69,7 +70,6 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 DEFAULT_MODEL = "qwen-plus"
 # DashScope refuses a longer function description.
 MAX_TOOL_DESCRIPTION_CHARS = 1024
-_MAX_SHOWN_ARGUMENTS = 500
 
 
 def to_dashscope_tool(metadata: ToolMetadata, skip_length_check: bool = False) -> Dict[str, Any]:  # noqa: FBT001
@@ -171,28 +171,6 @@ def _with_schema_instruction(messages: List[Dict[str, Any]], schema: Any) -> Lis
     return [{"role": "system", "content": instruction}, *messages]
 
 
-def _parse_arguments(tool_name: str, text: Any) -> Dict[str, Any]:
-    if isinstance(text, dict):
-        return text
-    if text is None or not str(text).strip():
-        return {}
-    text = str(text)
-    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
-            f"({exc.msg} at char {exc.pos}): {shown!r}",
-            PROVIDER,
-        ) from exc
-    if not isinstance(value, dict):
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}", PROVIDER
-        )
-    return value
-
-
 def _text_of(content: Any) -> str:
     """A message's text: DashScope gives a string (or a list of
     ``{"text": ...}`` parts for multimodal models)."""
@@ -246,7 +224,7 @@ def from_dashscope_response(response: Any, model: str, extract_reasoning: bool =
         calls.append({
             "id": call_id,
             "type": "function",
-            "function": {"name": name, "arguments": _parse_arguments(name, function.get("arguments"))},
+            "function": {"name": name, "arguments": parse_tool_arguments(name, function.get("arguments"), PROVIDER)},
             "original_id": call_id,
         })
     extra: Dict[str, Any] = {"model_name": model}

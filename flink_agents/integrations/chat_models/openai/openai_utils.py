@@ -22,7 +22,7 @@ from flink_agents.api.chat_models.errors import (
     error_for_status,
 )
 from flink_agents.api.tools.tool import Tool
-from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
+from flink_agents.integrations.chat_models.chat_model_utils import parse_tool_arguments, to_openai_tool
 
 __all__ = [
     "DEFAULT_OPENAI_API_BASE_URL",
@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 DEFAULT_OPENAI_API_BASE_URL = "https://api.openai.com/v1"
-_MAX_SHOWN_ARGUMENTS = 500
 # OpenAI's error code for a prompt over the model's context window.
 _CONTEXT_LENGTH_CODE = "context_length_exceeded"
 
@@ -129,25 +128,6 @@ def to_openai_tools(tools: Sequence[Tool]) -> List[Dict[str, Any]]:
     return [to_openai_tool(metadata=t.metadata, skip_length_check=True) for t in tools]
 
 
-def _parse_arguments(tool_name: str, text: str | None, provider: str) -> Dict[str, Any]:
-    if text is None or not text.strip():
-        return {}
-    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
-            f"({exc.msg} at char {exc.pos}): {shown!r}",
-            provider,
-        ) from exc
-    if not isinstance(value, dict):
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}", provider
-        )
-    return value
-
-
 def convert_from_openai_message(message: Any, extra_args: Dict[str, Any], *, provider: str = "openai") -> ChatMessage:
     """The runtime's message for a chat-completions reply message.
 
@@ -177,7 +157,7 @@ def convert_from_openai_message(message: Any, extra_args: Dict[str, Any], *, pro
         calls.append({
             "id": call.id,
             "type": "function",
-            "function": {"name": function.name, "arguments": _parse_arguments(function.name, function.arguments,
+            "function": {"name": function.name, "arguments": parse_tool_arguments(function.name, function.arguments,
                                                                              provider)},
             "original_id": call.id,
         })
