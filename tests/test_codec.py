@@ -431,6 +431,8 @@ def test_an_output_schema_class_of_the_main_script_on_a_setup_is_registered() ->
     assert register_plan_classes(AgentPlan.from_agent(agent)) == 2
 
     assert round_trip(Verdict(x=2)) == Verdict(x=2) and round_trip(Rating(x=1)) == Rating(x=1)
+    # The chat action rebuilds a request's schema from its serialized form on every tool round.
+    assert OutputSchema.model_validate(OutputSchema(Verdict).model_dump()).output_schema is Verdict
 
 
 def test_a_runtime_class_named_by_its_module_before_the_runtime_was_grouped_still_decodes():

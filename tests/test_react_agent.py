@@ -408,3 +408,14 @@ def test_031_react_agent_on_local_runner(scripted_chat_server):
     assert int(output_list[0]["0001"].result) == 1386528
     assert TOOL_RUNS == [("add", 2123, 2321), ("multiply", 4444, 312)]
     assert server.requests[0]["messages"][-1] == {"role": "user", "content": "What is (2123 + 2321) * 312"}
+
+
+def test_a_step_bound_reached_or_an_unusable_input_is_terminal_not_retried() -> None:
+    """The same input to the same model would end the same way: the retry
+    strategy must not run the action again (runtime.errors.classify)."""
+    from flink_agents.api.agents.react_agent import ReActInputError, ReActStepLimitReached
+    from flink_agents.runtime.errors import TERMINAL, classify
+
+    assert classify(ReActStepLimitReached("ReActAgent", 2, [])) == TERMINAL
+    assert classify(ReActInputError("list", "no prompt for a list input")) == TERMINAL
+    assert classify(RuntimeError("a tool failed")) != TERMINAL

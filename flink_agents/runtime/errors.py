@@ -7,8 +7,9 @@ Three kinds decide what happens when an action invocation ends in an error:
   backoff, skip).
 - ``TERMINAL``: a fault that a retry would repeat (``NondeterminismError``,
   ``ActionReturnedValue``, a sent event holding a value the codec refuses,
-  a model provider's non-retryable ``ModelCallError`` such as a context
-  too long or a bad request, ``api.chat_models.errors``): the record fails,
+  an exception whose class sets ``retryable = False``, such as a model
+  provider's context too long or bad request (``api.chat_models.errors``)
+  or ``ReActStepLimitReached``): the record fails,
   or under ``skip`` goes to the error output, without retries.
 - ``INTERNAL``: the runtime itself cannot go on (``JournalUnavailable``: a
   store write failed, so nothing may build on results that are not
@@ -148,12 +149,6 @@ def classify(error: BaseException) -> str:
         return INTERNAL
     if isinstance(error, (NondeterminismError, ActionReturnedValue, EncodeError)):
         return TERMINAL
-    if getattr(error, "retryable", None) is False and _is_model_call_error(error):
-        return TERMINAL  # a provider's refusal: the same request gets the same answer
+    if getattr(type(error), "retryable", None) is False:
+        return TERMINAL  # says so itself: a provider's refusal, a step bound reached
     return RETRYABLE
-
-
-def _is_model_call_error(error: BaseException) -> bool:
-    from flink_agents.api.chat_models.errors import ModelCallError
-
-    return isinstance(error, ModelCallError)

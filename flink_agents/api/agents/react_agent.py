@@ -66,6 +66,8 @@ class ReActInputError(RuntimeError):
         input_type: The input's type name.
     """
 
+    retryable = False  # the same input, the same model: terminal (runtime.errors.classify)
+
     def __init__(self, input_type: str, message: str) -> None:
         super().__init__(message)
         self.input_type = input_type
@@ -80,6 +82,8 @@ class ReActStepLimitReached(RuntimeError):
         tool_calls: The calls of the refused round (``{"id", "function":
             {"name", "arguments"}}``), which did not run.
     """
+
+    retryable = False  # the same input, the same model: terminal (runtime.errors.classify)
 
     def __init__(self, agent: str, limit: int, tool_calls: List[Dict[str, Any]]) -> None:
         shown = ", ".join(_describe_call(call) for call in tool_calls) or "no calls"

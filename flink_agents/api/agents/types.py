@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
@@ -30,6 +30,27 @@ __all__ = ["OutputSchema", "OutputValidationError", "REASK_MARK"]
 REASK_MARK = "output_schema_reask"
 
 _MAX_SHOWN = 300
+
+
+def _import_class(module: str, qualname: str) -> type:
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+# How a serialized schema's model class is found again: by importing it,
+# unless the runtime installed its resolver, which also knows classes that
+# came by value to a Flink worker (a job script's ``__main__``; see
+# ``runtime.durability.codec_classes``).
+_resolve_class: Callable[[str, str], type] = _import_class
+
+
+def use_class_resolver(resolver: Callable[[str, str], type]) -> None:
+    """Find serialized schema classes with ``resolver(module, qualname)``
+    (the runtime installs the codec's class registry here)."""
+    global _resolve_class
+    _resolve_class = resolver
 
 
 class OutputValidationError(ValueError):
@@ -95,8 +116,7 @@ class OutputSchema(BaseModel):
             return data
         schema = data.get("output_schema")
         if isinstance(schema, dict) and set(schema) == {"module", "class"}:
-            module = importlib.import_module(schema["module"])
-            data = {**data, "output_schema": getattr(module, schema["class"])}
+            data = {**data, "output_schema": _resolve_class(schema["module"], schema["class"])}
         elif isinstance(schema, dict) and set(schema) == {"names", "types"}:
             from pyflink.common.typeinfo import BasicType, BasicTypeInfo, RowTypeInfo
 

@@ -30,6 +30,8 @@ from typing import Any, Dict, Iterable, Set
 
 from pydantic import BaseModel as _BaseModel
 
+from flink_agents.api.agents import types as _output_schema_types
+
 __all__ = ["class_name", "register_class", "register_plan_classes", "register_reachable_classes", "resolve_class"]
 
 _REGISTRY: Dict[str, type] = {}  # "module:qualname" -> class, for classes not importable by name
@@ -286,3 +288,12 @@ def register_plan_classes(plan: Any) -> int:
 
     add(plan)
     return register_reachable_classes(roots)
+
+
+def _resolve_schema_class(module: str, qualname: str) -> type:
+    return resolve_class(f"{module}:{qualname}")
+
+
+# Output schemas (api.agents.types) name their model class as module and
+# qualname; on a worker it may be a main-script class only this registry knows.
+_output_schema_types.use_class_resolver(_resolve_schema_class)
