@@ -28,7 +28,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.notify_tool import clear_notified  # noqa: F401 (an autouse fixture)
 from tests.support.scripted_openai_server import _count_tokens
-from tests.test_openai_chat_model import ANSWER, REVIEW, TOOL_CALL_REPLY, ReviewAgent
+from tests.test_openai_chat_model import ANSWER, REVIEW, TOOL_CALL_REPLY, openai_review_agent
 
 
 class Checked(Event):
@@ -93,7 +93,7 @@ def test_token_usage_and_tool_calls_from_an_openai_compatible_server(scripted_ch
     server = scripted_chat_server
     server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
 
-    metrics = _execute(ReviewAgent(server.base_url), [{"key": "B01", "value": REVIEW}])
+    metrics = _execute(openai_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
 
     # The scripted server reports usage as words of the messages it got and sent.
     prompt = sum(_count_tokens(m.get("content")) for request in server.requests for m in request["messages"])

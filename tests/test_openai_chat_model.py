@@ -66,7 +66,7 @@ TOOL_CALL_REPLY = {
 ANSWER = '{"score": 1, "reasons": ["reports shipping damage"]}'
 
 
-def _review_agent(base_url: str, max_retries: int = 2) -> ReviewAgent:
+def openai_review_agent(base_url: str, max_retries: int = 2) -> ReviewAgent:
     """The shared review agent over an OpenAI connection to the test's server."""
     return ReviewAgent(
         "openai",
@@ -85,7 +85,7 @@ def test_tool_call_loop_through_the_local_runner(scripted_chat_server):
     server = scripted_chat_server
     server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
 
-    out = run_local(_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
+    out = run_local(openai_review_agent(server.base_url), [{"key": "B01", "value": REVIEW}])
 
     assert out == [{"B01": {"answer": ANSWER}}]
     assert NOTIFIED == [REVIEW]
@@ -141,7 +141,7 @@ def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
         {"key": f"k{n % 3}", "value": {"id": f"B{n}", "review": f"box {n} was crushed"}}
         for n in range(9)
     ]
-    out = run_local(_review_agent(server.base_url), records)
+    out = run_local(openai_review_agent(server.base_url), records)
 
     assert len(out) == 9 and len(server.requests) == 18
     assert sorted(c["id"] for c in NOTIFIED) == sorted(f"B{n}" for n in range(9))
@@ -157,7 +157,7 @@ def test_reused_provider_ids_and_concurrent_keys(scripted_chat_server):
 def test_provider_error_fails_the_run_with_a_classified_error(scripted_chat_server):
     # An empty script: the server answers 500.
     with pytest.raises(ActionFailed) as failed:
-        run_local(_review_agent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
+        run_local(openai_review_agent(scripted_chat_server.base_url, max_retries=0), [{"key": "B01", "value": REVIEW}])
     cause = failed.value.cause
     assert isinstance(cause, ModelServerError) and cause.retryable
     assert (cause.provider, cause.status) == ("openai", 500)
