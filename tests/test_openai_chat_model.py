@@ -37,6 +37,7 @@ from flink_agents.api.chat_models.errors import (
 )
 from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
 from flink_agents.integrations.chat_models.openai.openai_utils import (
+    DEFAULT_OPENAI_API_BASE_URL,
     convert_from_openai_message,
     convert_to_openai_message,
     convert_to_openai_messages,
@@ -492,7 +493,8 @@ def test_031_helpers(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert resolve_openai_credentials() == ("", "https://api.openai.com/v1")
+    # No base URL anywhere: the SDK's public default (a constant; nothing is called).
+    assert resolve_openai_credentials() == ("", DEFAULT_OPENAI_API_BASE_URL)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     monkeypatch.setenv("OPENAI_API_BASE_URL", "http://env/v1")
     assert resolve_openai_credentials() == ("sk-env", "http://env/v1")

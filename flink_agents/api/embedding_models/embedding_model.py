@@ -19,9 +19,25 @@ from pydantic import Field, PrivateAttr
 
 from flink_agents.api.resource import Resource, ResourceType
 
-__all__ = ["BaseEmbeddingModelConnection", "BaseEmbeddingModelSetup", "Embedding"]
+__all__ = ["BaseEmbeddingModelConnection", "BaseEmbeddingModelSetup", "Embedding", "texts_of"]
 
 Embedding = List[float]
+
+
+def texts_of(text: str | Sequence[str]) -> List[str]:
+    """The texts of an ``embed`` call: ``[text]`` for one string, else the
+    batch as a list.
+
+    Raises:
+        TypeError: An item of the batch is not a ``str`` (names its index).
+    """
+    if isinstance(text, str):
+        return [text]
+    texts = list(text)
+    for index, item in enumerate(texts):
+        if not isinstance(item, str):
+            raise TypeError(f"text to embed #{index} must be a str, got {type(item).__name__}: {item!r:.80}")
+    return texts
 
 
 class BaseEmbeddingModelConnection(Resource, ABC):

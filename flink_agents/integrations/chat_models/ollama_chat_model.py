@@ -48,9 +48,10 @@ is left to the agent's error strategy (``retry``).
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, ClassVar, Dict, List, Literal, Mapping, Sequence
 
-from pydantic import Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection, BaseChatModelSetup
@@ -73,6 +74,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "OllamaChatModelConnection",
     "OllamaChatModelSetup",
+    "OllamaServer",
     "ollama_clients",
     "from_ollama_response",
     "ollama_call_error",
@@ -241,16 +243,15 @@ def from_ollama_response(response: Any, model_name: str | None = None) -> ChatMe
     return ChatMessage(role=MessageRole.ASSISTANT, content=message.content or "", tool_calls=calls, extra_args=extra)
 
 
-class OllamaChatModelConnection(BaseChatModelConnection):
-    """A connection to an Ollama server (``ollama serve``; ``ollama pull
-    <model>`` downloads a model).
+class OllamaServer(BaseModel):
+    """The fields and SDK clients every Ollama connection (chat,
+    embeddings) has, with 0.3.1's positional order ``(base_url,
+    request_timeout)``.
 
     Attributes:
         base_url: The server root, e.g. ``http://localhost:11434``.
         request_timeout: Timeout of one HTTP request, in seconds (None: none).
     """
-
-    supports_output_schema: ClassVar[bool] = True
 
     base_url: str = Field(default=DEFAULT_BASE_URL, description="Root URL of the Ollama server.")
     request_timeout: float | None = Field(
@@ -258,6 +259,7 @@ class OllamaChatModelConnection(BaseChatModelConnection):
     )
 
     _clients: SdkClients | None = PrivateAttr(default=None)
+    _clients_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(
         self,
@@ -268,9 +270,10 @@ class OllamaChatModelConnection(BaseChatModelConnection):
         super().__init__(base_url=base_url, request_timeout=request_timeout, **kwargs)
 
     def _pool(self) -> SdkClients:
-        if self._clients is None:
-            self._clients = ollama_clients(self.base_url, self.request_timeout, type(self).__name__)
-        return self._clients
+        with self._clients_lock:
+            if self._clients is None:
+                self._clients = ollama_clients(self.base_url, self.request_timeout, type(self).__name__)
+            return self._clients
 
     @property
     def client(self) -> Any:
@@ -280,6 +283,18 @@ class OllamaChatModelConnection(BaseChatModelConnection):
             ImportError: The ``ollama`` SDK is not installed (names the extra).
         """
         return self._pool().sync()
+
+
+class OllamaChatModelConnection(OllamaServer, BaseChatModelConnection):
+    """A connection to an Ollama server (``ollama serve``; ``ollama pull
+    <model>`` downloads a model).
+
+    Attributes:
+        base_url: The server root, e.g. ``http://localhost:11434``.
+        request_timeout: Timeout of one HTTP request, in seconds (None: none).
+    """
+
+    supports_output_schema: ClassVar[bool] = True
 
     def _request(
         self, messages: Sequence[ChatMessage], tools: List[Tool] | None, kwargs: Mapping[str, Any]

@@ -28,6 +28,7 @@ from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelConnection,
     BaseEmbeddingModelSetup,
     Embedding,
+    texts_of,
 )
 from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.openai.openai_utils import openai_call_error, resolve_openai_credentials
@@ -48,16 +49,6 @@ DEFAULT_MAX_RETRIES = 3
 MAX_INPUTS_PER_REQUEST = 2048
 # Sent when no key is configured: local OpenAI-compatible servers ignore it.
 _PLACEHOLDER_API_KEY = "unused"
-
-
-def _texts_of(text: str | Sequence[str]) -> List[str]:
-    if isinstance(text, str):
-        return [text]
-    texts = list(text)
-    for index, item in enumerate(texts):
-        if not isinstance(item, str):
-            raise TypeError(f"text to embed #{index} must be a str, got {type(item).__name__}: {item!r:.80}")
-    return texts
 
 
 def _vector(value: Any) -> Embedding:
@@ -150,7 +141,7 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
         settings = {k: v for k, v in kwargs.items() if v is not None}
         if not settings.get("model"):
             raise ValueError("an OpenAI embedding call needs a model name (set OpenAIEmbeddingModelSetup.model)")
-        texts = _texts_of(text)
+        texts = texts_of(text)
         size = MAX_INPUTS_PER_REQUEST
         return [{**settings, "input": texts[start:start + size]} for start in range(0, len(texts), size)]
 

@@ -27,6 +27,7 @@ from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelConnection,
     BaseEmbeddingModelSetup,
     Embedding,
+    texts_of,
 )
 from flink_agents.integrations._dashscope import PROVIDER, check_response, dashscope_failure, resolve_api_key
 from flink_agents.integrations.sdk import import_sdk
@@ -50,16 +51,6 @@ def max_texts_per_request(model: str) -> int:
     """How many texts DashScope takes in one request for ``model``:
     25 for ``text-embedding-v1``/``v2``, 10 otherwise (``v3``, ``v4``)."""
     return _LEGACY_MODEL_BATCH.get(model, _DEFAULT_BATCH)
-
-
-def _texts_of(text: str | Sequence[str]) -> List[str]:
-    if isinstance(text, str):
-        return [text]
-    texts = list(text)
-    for index, item in enumerate(texts):
-        if not isinstance(item, str):
-            raise TypeError(f"text to embed #{index} must be a str, got {type(item).__name__}: {item!r:.80}")
-    return texts
 
 
 class TongyiEmbeddingModelConnection(BaseEmbeddingModelConnection):
@@ -99,7 +90,7 @@ class TongyiEmbeddingModelConnection(BaseEmbeddingModelConnection):
             ImportError: The ``dashscope`` SDK is not installed (names the extra).
         """
         dashscope = import_sdk("dashscope", "tongyi", "TongyiEmbeddingModelConnection")
-        texts = _texts_of(text)
+        texts = texts_of(text)
         settings = dict(kwargs)
         model = settings.pop("model", None) or DEFAULT_MODEL
         settings = {k: v for k, v in settings.items() if v is not None}

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.embedding_models.embedding_model import (
     BaseEmbeddingModelConnection,
     BaseEmbeddingModelSetup,
     Embedding,
+    texts_of,
 )
-from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.ollama_chat_model import (
-    DEFAULT_BASE_URL,
-    DEFAULT_REQUEST_TIMEOUT,
     PROVIDER,
-    ollama_clients,
+    OllamaServer,
     ollama_call_error,
 )
 
@@ -39,48 +37,13 @@ __all__ = ["OllamaEmbeddingModelConnection", "OllamaEmbeddingModelSetup"]
 _TOP_LEVEL = ("truncate", "keep_alive", "dimensions")
 
 
-def _texts_of(text: str | Sequence[str]) -> List[str]:
-    if isinstance(text, str):
-        return [text]
-    texts = list(text)
-    for index, item in enumerate(texts):
-        if not isinstance(item, str):
-            raise TypeError(f"text to embed #{index} must be a str, got {type(item).__name__}: {item!r:.80}")
-    return texts
-
-
-class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
+class OllamaEmbeddingModelConnection(OllamaServer, BaseEmbeddingModelConnection):
     """A connection to an Ollama server for embeddings.
 
     Attributes:
         base_url: The server root, e.g. ``http://localhost:11434``.
         request_timeout: Timeout of one HTTP request, in seconds (None: none).
     """
-
-    base_url: str = Field(default=DEFAULT_BASE_URL, description="Root URL of the Ollama server.")
-    request_timeout: float | None = Field(
-        default=DEFAULT_REQUEST_TIMEOUT, gt=0, description="Timeout of one HTTP request, in seconds."
-    )
-
-    _clients: SdkClients | None = PrivateAttr(default=None)
-
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(base_url=base_url, request_timeout=request_timeout, **kwargs)
-
-    def _pool(self) -> SdkClients:
-        if self._clients is None:
-            self._clients = ollama_clients(self.base_url, self.request_timeout, type(self).__name__)
-        return self._clients
-
-    @property
-    def client(self) -> Any:
-        """The shared sync ``ollama.Client`` (0.3.1's ``client`` property)."""
-        return self._pool().sync()
 
     def _request(self, text: str | List[str], kwargs: Dict[str, Any]) -> Dict[str, Any]:
         settings = {k: v for k, v in kwargs.items() if v is not None}
@@ -119,7 +82,7 @@ class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
                 does not hold one vector per text.
             ImportError: The ``ollama`` SDK is not installed (names the extra).
         """
-        texts = _texts_of(text)
+        texts = texts_of(text)
         if not texts:
             return []
         request = self._request(text if isinstance(text, str) else texts, kwargs)
@@ -135,7 +98,7 @@ class OllamaEmbeddingModelConnection(BaseEmbeddingModelConnection):
 
     async def aembed(self, text: str | Sequence[str], **kwargs: Any) -> Embedding | List[Embedding]:
         """Async ``embed``, on an ``ollama.AsyncClient`` per event loop."""
-        texts = _texts_of(text)
+        texts = texts_of(text)
         if not texts:
             return []
         request = self._request(text if isinstance(text, str) else texts, kwargs)
