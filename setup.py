@@ -6,6 +6,8 @@ _PROVIDER_EXTRAS = {
     "ollama": ["ollama>=0.4"],
     "tongyi": ["dashscope>=1.20"],
     "azure": [],  # the openai SDK's AzureOpenAI client
+    "mcp": ["mcp>=2,<3"],  # MCP servers as tool and prompt sources
+    "chroma": ["chromadb>=1.0,<2"],  # the Chroma vector store (embedded or HTTP)
 }
 
 setup(

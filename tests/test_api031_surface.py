@@ -33,9 +33,6 @@ NOT_HERE = {
     "flink_agents.api.function:JavaFunction.for_action": "Java actions need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_model_from_java_tool_schema_str": "Java tools need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_java_tool_schema_str_from_model": "Java tools need Flink Agents' Java operator",
-    "flink_agents.api.decorators:mcp_server": "MCP: issue 17",
-    "flink_agents.api.decorators:vector_store": "vector stores: issue 17",
-    "flink_agents.api.runner_context:RunnerContext.long_term_memory": "long-term memory: issue 17",
     "flink_agents.api.version_compatibility:FlinkVersionManager": "Flink version matrix: issue 19",
 }
 

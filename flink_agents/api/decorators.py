@@ -21,9 +21,11 @@ __all__ = [
     "chat_model_setup",
     "embedding_model_connection",
     "embedding_model_setup",
+    "mcp_server",
     "prompt",
     "skills",
     "tool",
+    "vector_store",
 ]
 
 ACTION_ATTR = "_flink_agents_listen_events"
@@ -86,4 +88,11 @@ embedding_model_setup.__doc__ = (
     "Mark a function returning an embedding model setup's ``ResourceDescriptor``, as Flink Agents 0.3.1's; "
     "inside an action ``ctx.get_resource(name, ResourceType.EMBEDDING_MODEL)`` gives the setup, "
     "whose ``embed``/``aembed`` calls are journaled."
+)
+vector_store = _resource_marker(ResourceType.VECTOR_STORE)
+vector_store.__doc__ = "Mark a function returning a vector store's ``ResourceDescriptor`` (``flink_agents.api.vector_stores``)."
+mcp_server = _resource_marker(ResourceType.MCP_SERVER)
+mcp_server.__doc__ = (
+    "Mark a function returning an ``MCPServer``'s ``ResourceDescriptor`` "
+    "(``flink_agents.integrations.mcp``): its tools and prompts become the agent's, by name."
 )

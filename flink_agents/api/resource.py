@@ -250,3 +250,11 @@ class ResourceName:
         OPENAI_SETUP = "flink_agents.integrations.embedding_models.openai_embedding_model.OpenAIEmbeddingModelSetup"
         TONGYI_CONNECTION = "flink_agents.integrations.embedding_models.tongyi_embedding_model.TongyiEmbeddingModelConnection"
         TONGYI_SETUP = "flink_agents.integrations.embedding_models.tongyi_embedding_model.TongyiEmbeddingModelSetup"
+
+    class VectorStore:
+        """Vector stores."""
+
+        CHROMA_VECTOR_STORE = "flink_agents.integrations.vector_stores.chroma.chroma_vector_store.ChromaVectorStore"
+
+    # MCP servers (tools and prompts from the Model Context Protocol)
+    MCP_SERVER = "flink_agents.integrations.mcp.mcp.MCPServer"

@@ -6,7 +6,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from concurrent.futures import Executor
-from typing import Any, Awaitable, Callable, Dict, Generator
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Generator
 
 from flink_agents.api.callbacks import Callback
 from flink_agents.api.configuration import ReadableConfiguration
@@ -14,6 +14,9 @@ from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.metric_group import MetricGroup
 from flink_agents.api.resource import Resource, ResourceType
+
+if TYPE_CHECKING:
+    from flink_agents.api.memory.long_term_memory import BaseLongTermMemory
 
 __all__ = ["AsyncExecutionResult", "RunnerContext"]
 
@@ -159,6 +162,20 @@ class RunnerContext(ABC):
     @abstractmethod
     def action_config(self) -> Dict[str, Any]:
         """The configuration given with ``add_action(..., **config)``."""
+
+    @property
+    def long_term_memory(self) -> "BaseLongTermMemory":
+        """The long-term memory of the current key
+        (``flink_agents.api.memory.long_term_memory``; Flink Agents 0.3.1's
+        property): memory sets whose items outlive runs, restarts and
+        failovers, searched by meaning; calls are journaled.
+
+        Raises:
+            RuntimeError: The job configures no long-term memory (set
+                ``long-term-memory.vector-store`` to a vector store's name).
+            NotImplementedError: This context has no long-term memory.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no long-term memory")
 
     @property
     def agent_metric_group(self) -> MetricGroup:

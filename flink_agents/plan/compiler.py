@@ -13,6 +13,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
 from flink_agents.api.events.chat_event import ChatRequestEvent
+from flink_agents.api.events.context_retrieval_event import ContextRetrievalRequestEvent
 from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
 from flink_agents.api.prompts.prompt import LocalPrompt
@@ -27,15 +28,20 @@ __all__ = ["compile_agent"]
 
 log = logging.getLogger(__name__)
 
-_BUILTIN_MODULE = "flink_agents.runtime.builtin_actions"
-# Built-in actions: name -> (function, event types). Named, not imported: the
-# plan layer does not depend on the runtime.
-_BUILTIN_ACTIONS: Dict[str, Tuple[str, List[str]]] = {
+# Built-in actions: name -> (module, function, event types). Named, not
+# imported: the plan layer does not depend on the runtime.
+_BUILTIN_ACTIONS: Dict[str, Tuple[str, str, List[str]]] = {
     "_chat_model_action": (
+        "flink_agents.runtime.builtin_actions",
         "chat_model_action",
         [ChatRequestEvent.EVENT_TYPE, ToolResponseEvent.EVENT_TYPE],
     ),
-    "_tool_call_action": ("tool_call_action", [ToolRequestEvent.EVENT_TYPE]),
+    "_tool_call_action": ("flink_agents.runtime.builtin_actions", "tool_call_action", [ToolRequestEvent.EVENT_TYPE]),
+    "_context_retrieval_action": (
+        "flink_agents.runtime.features.retrieval",
+        "context_retrieval_action",
+        [ContextRetrievalRequestEvent.EVENT_TYPE],
+    ),
 }
 
 
@@ -206,11 +212,11 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
             function=FunctionRef.of(fn),
             config=config,
         )
-    for name, (fn_name, event_types) in _BUILTIN_ACTIONS.items():
+    for name, (module, fn_name, event_types) in _BUILTIN_ACTIONS.items():
         actions[name] = ActionSpec(
             name=name,
             listen_event_types=event_types,
-            function=FunctionRef(module=_BUILTIN_MODULE, qualname=fn_name, is_async=True),
+            function=FunctionRef(module=module, qualname=fn_name, is_async=True),
             builtin=True,
         )
     return actions

@@ -13,6 +13,7 @@ from flink_agents.api.events.event import Event
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.metric_group import MetricGroup
 from flink_agents.api.resource import Resource, ResourceType
+from flink_agents.api.vector_stores.vector_store import BaseVectorStore
 from flink_agents.api.runner_context import AsyncExecutionResult, RunnerContext
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import TaskScope, position
@@ -109,7 +110,8 @@ class ActionContext(RunnerContext):
     def get_resource(self, name: str, type: ResourceType, metric_group: MetricGroup | None = None) -> Resource:
         """The resource ``name`` of kind ``type``. An embedding model setup
         comes as a ``JournaledEmbeddingModel`` bound to this invocation: its
-        ``embed``/``aembed`` calls are journaled (``embed:<name>``)."""
+        ``embed``/``aembed`` calls are journaled (``embed:<name>``); a vector
+        store as a ``JournaledVectorStore``, every call journaled."""
         resource = self._resources(name, type)
         bind = getattr(resource, "set_metric_group", None)  # a sub-agent handle has none
         if bind is not None:
@@ -117,7 +119,18 @@ class ActionContext(RunnerContext):
         if isinstance(resource, BaseEmbeddingModelSetup):
             journaled = JournaledEmbeddingModel(resource, name, self._journaled_call_sync, self.journaled_call)
             return journaled  # type: ignore[return-value]
+        if isinstance(resource, BaseVectorStore):
+            from flink_agents.runtime.execution.journaled_vector_store import JournaledVectorStore
+
+            return JournaledVectorStore(resource, name, self._journaled_call_sync, self.journaled_call)  # type: ignore[return-value]
         return resource
+
+    @property
+    def long_term_memory(self) -> Any:
+        """See ``RunnerContext.long_term_memory`` (``runtime.features.long_term_memory``)."""
+        from flink_agents.runtime.features.long_term_memory import long_term_memory_of
+
+        return long_term_memory_of(self)
 
     @property
     def config(self) -> ReadableConfiguration:

@@ -1,0 +1,1 @@
+"""Long-term memory (``long_term_memory.BaseLongTermMemory``)."""

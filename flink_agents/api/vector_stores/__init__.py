@@ -1,0 +1,1 @@
+"""Vector store resources (``vector_store.BaseVectorStore``) and their queries."""
