@@ -8,6 +8,7 @@ _PROVIDER_EXTRAS = {
     "azure": [],  # the openai SDK's AzureOpenAI client
     "mcp": ["mcp>=2,<3"],  # MCP servers as tool and prompt sources
     "chroma": ["chromadb>=1.0,<2"],  # the Chroma vector store (embedded or HTTP)
+    "mem0": ["mem0ai>=2.2.1,<2.3"],  # Mem0-backed long-term memory (its API changes between minor releases)
 }
 
 setup(

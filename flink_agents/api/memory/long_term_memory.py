@@ -66,8 +66,10 @@ class MemorySetItem(BaseModel):
 
     Attributes:
         memory_set_name: The set it belongs to.
-        id: Its id (deterministic per journaled write: a replayed write
-            gives the same id).
+        id: Its id (a replayed write returns the journaled ids; the
+            vector-store memory also derives them from the record and the
+            call, so a write run again after a failover overwrites its
+            own items instead of adding copies).
         value: Its text.
         created_at: When it was first written (UTC), if the backend knows.
         updated_at: When it was last written (UTC), if the backend knows.
@@ -125,7 +127,11 @@ class BaseLongTermMemory(ABC, BaseModel):
         """The set ``name``, created if new.
 
         Raises:
-            ValueError: ``name`` is empty or not a str.
+            ValueError: ``name`` cannot name a set: the vector-store memory
+                takes 1 to 59 characters of letters, digits, ``.``, ``_``
+                and ``-``, starting and ending with a letter or digit,
+                without ``..``.
+            RuntimeError: The action that got this memory has returned.
         """
 
     @abstractmethod
