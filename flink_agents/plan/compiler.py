@@ -283,6 +283,12 @@ def _collect_resources(agent: Agent, agent_name: str, tree: _Tree) -> Dict[Resou
 def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], agent_name: str) -> None:
     """A chat model setup's prompt and tools (when named) must exist.
 
+    When the agent declares MCP servers, a name no local resource has is
+    accepted here: it may be one of the servers' tools or prompts, which are
+    listed only on the worker at first use (the client compiling the plan
+    may not reach the servers); a name no server offers fails there, with an
+    error listing what each server offers.
+
     Its connection is not checked here: as in Flink Agents 0.3.1, a setup
     that overrides ``chat`` may never use one, so a connection that names
     no resource fails only when the setup first uses it (a ``KeyError``
@@ -304,6 +310,8 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
                 known = resources.get(target_type, {})
                 if arg == "tools" and ref in BUILTIN_CALLBACK_TOOLS and ref not in known:
                     continue  # a built-in tool (flink_agents.api.callbacks)
+                if ref not in known and resources.get(ResourceType.MCP_SERVER):
+                    continue  # maybe an MCP server's tool or prompt: checked at first use
                 if ref not in known:
                     raise PlanError(
                         f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "

@@ -105,16 +105,24 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
             log.debug("tool response %s answers no chat request of this run", event.request_id)
             return
         names = _tool_names(conversation["messages"])
+        rendered_by = _result_renderers(ctx, conversation["model"])
         for call_id in conversation.pop("pending_calls"):
             if call_id not in event.responses:
                 raise RuntimeError(f"tool response {event.request_id} lacks call {call_id!r}")
             result = event.responses[call_id]
             if names.get(call_id) == CREATE_CALLBACK_TOOL and isinstance(result, dict) and result.get("pending"):
                 conversation.setdefault("operations", []).append(result["operation_id"])
+            render = rendered_by.get(names.get(call_id))
+            if render is not None:
+                # The tool says how the model sees its result (an MCP tool:
+                # as untrusted data), from the journaled value.
+                content = render(result, event.errors.get(call_id))
+            else:
+                content = result if isinstance(result, str) else json.dumps(result)
             conversation["messages"].append(
                 ChatMessage(
                     role=MessageRole.TOOL,
-                    content=result if isinstance(result, str) else json.dumps(result),
+                    content=content,
                     extra_args={
                         "tool_call_id": call_id,
                         "external_id": event.external_ids.get(call_id),
@@ -275,6 +283,21 @@ def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> 
     group.get_counter("completionTokens").inc(int(completion or 0))
 
 
+def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any, str | None], str]]:
+    """Tool name -> ``result_for_model(value, error)`` of the tools the
+    setup ``model`` offers that define one (MCP tools: their results reach
+    the model wrapped as untrusted data)."""
+    setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
+    if not isinstance(setup, BaseChatModelSetup):
+        raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
+    renderers: Dict[str, Callable[[Any, str | None], str]] = {}
+    for tool in setup.offered_tools:
+        render = getattr(tool, "result_for_model", None)
+        if callable(render):
+            renderers[tool.name] = render
+    return renderers
+
+
 def _tool_names(messages: List[Dict[str, Any]]) -> Dict[str, str]:
     """Call id -> tool name, over the latest assistant message with tool calls."""
     for message in reversed(messages):
@@ -406,6 +429,10 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             ctx.action_metric_group.get_sub_group("tool", name).get_counter("numOfToolCalls").inc()
             if fn is not None and inspect.iscoroutinefunction(fn):
                 return _json_result(await fn(*args, **kwargs))
+            acall = getattr(tool, "acall", None)
+            if acall is not None and inspect.iscoroutinefunction(acall):
+                # A tool with its own coroutine (an MCP tool): no thread per call.
+                return _json_result(await acall(*args, **kwargs))
             return _json_result(await asyncio.to_thread(tool.call, *args, **kwargs))
 
         # Journaled: a tool with side effects does not run twice after a failover.

@@ -117,6 +117,11 @@ class _Missing(KeyError):
 class ResourceCache:
     """Creates each resource on first use and keeps it until ``close``.
 
+    A ``TOOL`` or ``PROMPT`` name that the plan does not declare is looked up
+    among the agent's MCP servers' tools and prompts, when it declares any
+    (``runtime.features.mcp_resources``: listed at first use, local names
+    win, a name two servers offer is refused).
+
     Resources are shared by every key of the operator instance, so they must
     be safe to use from concurrent runs (the SDK clients are).
     """
@@ -142,6 +147,16 @@ class ResourceCache:
                 from flink_agents.runtime.features.callback_tools import builtin_callback_tool
 
                 found = self._built[(type, name)] = builtin_callback_tool(name)
+            mcp_servers = self._plan.resources.get(ResourceType.MCP_SERVER)
+            if found is None and mcp_servers and type in (ResourceType.TOOL, ResourceType.PROMPT) \
+                    and not self._plan.has_resource(name, type):
+                # A tool or prompt of the agent's MCP servers (local names win).
+                from flink_agents.runtime.features.mcp_resources import mcp_resource
+
+                found = self._built[(type, name)] = mcp_resource(
+                    name, type, list(mcp_servers), lambda server: self.get(server, ResourceType.MCP_SERVER),
+                    self._plan.agent,
+                )
             if found is None:
                 if not self._plan.has_resource(name, type):
                     known = sorted(self._plan.resources.get(type, {}))
@@ -175,6 +190,8 @@ class ResourceCache:
             # As Flink Agents 0.3.1: the context is a constructor argument, so
             # a resource may use it in its own validators.
             resource = cls(**spec.descriptor.arguments, resource_context=context)
+        if spec.type == ResourceType.MCP_SERVER and hasattr(resource, "bind_resource_name"):
+            resource.bind_resource_name(spec.name)  # for messages and untrusted-data sources
         if isinstance(resource, Resource):
             if resource.resource_context is None:
                 resource.resource_context = context
