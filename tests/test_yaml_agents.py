@@ -358,9 +358,11 @@ ERROR_CASES = {
         "chat_model_connections:\n  - name: c\n    clazz: olama\n",
         3, "chat_model_connections[0].clazz", r"unknown chat_model_connection alias 'olama' \(aliases: .*local.*openai",
     ),
-    "alias not shipped yet": (
-        AGENT_HEAD + "    vector_stores:\n      - name: v\n        clazz: chroma\n",
-        9, "agents[0].vector_stores[0].clazz", "alias 'chroma' stands for .*ChromaVectorStore, which is not available yet",
+    # Every 0.3.1 class alias ships now (chroma last): the chroma alias
+    # resolves and its class is checked like any other.
+    "chroma alias with a misspelt setting": (
+        AGENT_HEAD + "    vector_stores:\n      - name: v\n        clazz: chroma\n        persist_dir: /tmp/x\n",
+        10, "agents[0].vector_stores[0].persist_dir", r"unknown key for ChromaVectorStore \(its settings: .*persist_directory",
     ),
     "class that does not exist": (
         "chat_model_connections:\n  - name: c\n    clazz: my_pkg.models.Connection\n",
@@ -413,11 +415,6 @@ ERROR_CASES = {
     "unknown shared action": (
         "agents:\n  - name: a\n    actions: [nope]\n", 3, "agents[0].actions[0]",
         r"no shared action named 'nope' in this file \(shared actions: none\)",
-    ),
-    "event alias not shipped yet": (
-        "agents:\n  - name: a\n    actions:\n      - name: act\n        function: json:dumps\n"
-        "        listen_to: [input, context_retrieval_request]\n",
-        6, "agents[0].actions[0].listen_to[1]", "not ship yet",
     ),
     "skills without a source": (
         "skills:\n  - name: s\n", 2, "skills[0]", "at least one of paths, urls, classpath, package",

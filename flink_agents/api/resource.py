@@ -250,11 +250,16 @@ class ResourceName:
         OPENAI_SETUP = "flink_agents.integrations.embedding_models.openai_embedding_model.OpenAIEmbeddingModelSetup"
         TONGYI_CONNECTION = "flink_agents.integrations.embedding_models.tongyi_embedding_model.TongyiEmbeddingModelConnection"
         TONGYI_SETUP = "flink_agents.integrations.embedding_models.tongyi_embedding_model.TongyiEmbeddingModelSetup"
+        # Offline, deterministic, lexical (word overlap, not meaning): tests and examples.
+        HASHING_CONNECTION = "flink_agents.integrations.embedding_models.local.hashing_embedding_model.HashingEmbeddingModelConnection"
+        HASHING_SETUP = "flink_agents.integrations.embedding_models.local.hashing_embedding_model.HashingEmbeddingModelSetup"
 
     class VectorStore:
         """Vector stores."""
 
         CHROMA_VECTOR_STORE = "flink_agents.integrations.vector_stores.chroma.chroma_vector_store.ChromaVectorStore"
+        # Mem0's vector store providers (pgvector, Qdrant, Milvus, ...): the mem0 extra.
+        MEM0_VECTOR_STORE = "flink_agents.integrations.vector_stores.mem0.mem0_vector_store.Mem0VectorStore"
 
     # MCP servers (tools and prompts from the Model Context Protocol)
     MCP_SERVER = "flink_agents.integrations.mcp.mcp.MCPServer"

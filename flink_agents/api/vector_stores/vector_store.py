@@ -9,10 +9,16 @@ collections. Module path and names as Flink Agents 0.3.1's
 
 From an action, ``ctx.get_resource(name, ResourceType.VECTOR_STORE)``
 returns the store wrapped so that each call (``query``, ``add``, ``update``,
-``get``, ``delete``) is journaled: a replay after a failover returns the
-recorded result and writes nothing again (``runtime.execution.resources``).
-The built-in retrieval action answers a ``ContextRetrievalRequestEvent`` the
-same way.
+``get``, ``delete``, their async ``a``-variants, collection management) is
+journaled: a replay after a failover returns the recorded result and writes
+nothing again; documents added without an id get ids derived from the run,
+so an add re-executed before its journal entry was committed replaces its
+first copy (``runtime.execution.journaled_vector_store``). The built-in
+retrieval action answers a ``ContextRetrievalRequestEvent`` the same way
+(``runtime.features.retrieval``).
+
+Implementations: ``add`` must be an upsert (a document whose id is stored
+already is replaced), and must not change the order of the ids it returns.
 
 Filter DSL (``filters`` of ``query``, ``get`` and ``delete``): equality only,
 the subset every backend honours. ``{"field": value}`` matches documents
@@ -201,7 +207,8 @@ class BaseVectorStore(Resource, ABC):
             document.embedding = [float(x) for x in vector]
 
     def add(self, documents: Document | List[Document], collection_name: str | None = None, **kwargs: Any) -> List[str]:
-        """Store ``documents`` (embedding those without vectors, in one batch).
+        """Store ``documents`` (embedding those without vectors, in one
+        batch); a document whose id is stored already is replaced (upsert).
 
         Returns:
             Their ids, in order (assigned where a document had none).

@@ -4,11 +4,11 @@ class aliases in a resource's ``clazz``.
 The tables are Flink Agents 0.3.1's (``flink_agents.api.yaml.aliases``
 there): ``EVENT_ALIASES`` maps an alias to an ``EVENT_TYPE`` string,
 ``CLAZZ_ALIASES`` maps resource type -> language -> alias -> fully
-qualified class name, with 0.3.1's class paths. One names a class this
-release does not ship yet (``chroma``, a vector store): the loader refuses
-it by alias while its class cannot be imported, and it works as soon as the
-class lands at that path. ``local`` is this project's
-addition: the offline deterministic chat model.
+qualified class name, with 0.3.1's class paths. An alias whose class
+cannot be imported (a provider not shipped, or its module broken) is
+refused by the loader, naming the alias. ``local`` (the offline
+deterministic chat model) and ``hashing`` (the offline lexical embedding
+model) are this project's additions.
 
 Only the ``python`` bucket exists: this runtime has no JVM bridge, so
 0.3.1's ``type: java`` aliases have no class here.
@@ -68,6 +68,7 @@ CLAZZ_ALIASES: Dict[ResourceType, Dict[str, Dict[str, str]]] = {
             "ollama": ResourceName.EmbeddingModel.OLLAMA_CONNECTION,
             "openai": ResourceName.EmbeddingModel.OPENAI_CONNECTION,
             "tongyi": ResourceName.EmbeddingModel.TONGYI_CONNECTION,
+            "hashing": ResourceName.EmbeddingModel.HASHING_CONNECTION,
         },
     },
     ResourceType.EMBEDDING_MODEL: {
@@ -75,19 +76,20 @@ CLAZZ_ALIASES: Dict[ResourceType, Dict[str, Dict[str, str]]] = {
             "ollama": ResourceName.EmbeddingModel.OLLAMA_SETUP,
             "openai": ResourceName.EmbeddingModel.OPENAI_SETUP,
             "tongyi": ResourceName.EmbeddingModel.TONGYI_SETUP,
+            "hashing": ResourceName.EmbeddingModel.HASHING_SETUP,
         },
     },
     ResourceType.VECTOR_STORE: {
         "python": {
-            "chroma": "flink_agents.integrations.vector_stores.chroma.chroma_vector_store.ChromaVectorStore",
+            "chroma": ResourceName.VectorStore.CHROMA_VECTOR_STORE,
         },
     },
 }
 
 
 class AliasNotAvailable(LookupError):
-    """An alias whose class this release cannot provide: a 0.3.1 provider
-    not shipped yet, or a ``java`` alias."""
+    """An alias whose class this release cannot provide: one that does not
+    import, or a ``java`` alias."""
 
 
 def is_alias(name: str, resource_type: ResourceType) -> bool:
@@ -100,8 +102,8 @@ def resolve_event_type(name: str) -> str:
     custom event's ``EVENT_TYPE``) unchanged, as 0.3.1 does.
 
     Raises:
-        AliasNotAvailable: A 0.3.1 alias whose event class this release does
-            not ship yet (``context_retrieval_request``, ...).
+        AliasNotAvailable: An alias whose event class cannot be imported
+            (every 0.3.1 event alias ships now).
     """
     event_type = EVENT_ALIASES.get(name)
     if event_type is None:

@@ -1,0 +1,1 @@
+"""Chroma (``chromadb``) vector store: ``chroma_vector_store.ChromaVectorStore``."""
