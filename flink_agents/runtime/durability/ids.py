@@ -110,3 +110,22 @@ def tool_call_id(request_id: str, round_index: int, index: int) -> str:
     so results are keyed by this id; the provider's is kept beside it.
     """
     return f"{request_id.replace('-', '')[:12]}-{round_index}-{index}"
+
+
+def vector_store_document_id(run: RunIdentity, store: str, step: str, ordinal: int, index: int) -> str:
+    """The id of the ``index``-th id-less document of the ``ordinal``-th
+    ``add`` to vector store ``store`` by the task at ``step`` (UUIDv5, as
+    text): an ``add`` re-executed after a failover, before its journal entry
+    was committed, writes the same ids (an upsert, not copies)."""
+    return str(event_id(run, f"vector_store:{store}/{step}/{index}", ordinal))
+
+
+def memory_item_id(run: RunIdentity, step: str, ordinal: int, index: int, text: str) -> str:
+    """The id of item ``index`` (text ``text``) of the ``ordinal``-th
+    long-term memory ``add`` of the task at ``step`` (UUIDv5, as text). The
+    text is part of it, so a job started afresh under the same job
+    identifier (record sequences from 0 again) does not overwrite older
+    items that have other text."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return str(event_id(run, f"ltm:{step}#{ordinal}:{digest}", index))
+

@@ -17,7 +17,13 @@ from flink_agents.api.vector_stores.vector_store import BaseVectorStore
 from flink_agents.api.runner_context import AsyncExecutionResult, RunnerContext
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import TaskScope, position
-from flink_agents.runtime.durability.ids import RunIdentity, callback_ref, session_path, sub_agent_call_id
+from flink_agents.runtime.durability.ids import (
+    RunIdentity,
+    callback_ref,
+    session_path,
+    sub_agent_call_id,
+    vector_store_document_id,
+)
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
 from flink_agents.runtime.execution.event_codec import encode_event
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
@@ -122,7 +128,13 @@ class ActionContext(RunnerContext):
         if isinstance(resource, BaseVectorStore):
             from flink_agents.runtime.execution.journaled_vector_store import JournaledVectorStore
 
-            return JournaledVectorStore(resource, name, self._journaled_call_sync, self.journaled_call)  # type: ignore[return-value]
+            def new_ids(count: int) -> List[str]:
+                step, ordinal = self._next_position("vector_store_ids")
+                return [vector_store_document_id(self._run, name, step, ordinal, i) for i in range(count)]
+
+            return JournaledVectorStore(  # type: ignore[return-value]
+                resource, name, self._journaled_call_sync, self.journaled_call, new_ids=new_ids
+            )
         return resource
 
     @property

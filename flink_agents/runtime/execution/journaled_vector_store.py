@@ -41,7 +41,6 @@ from flink_agents.api.vector_stores.vector_store import (
     VectorStoreQuery,
     VectorStoreQueryResult,
 )
-from flink_agents.runtime.durability.ids import event_id
 
 __all__ = ["JournaledVectorStore"]
 
@@ -117,16 +116,10 @@ class JournaledVectorStore:
     def _ids_for(self, count: int) -> List[str]:
         if self._new_ids is not None:
             return list(self._new_ids(count))
-        context = getattr(self._call_sync, "__self__", None)
-        run = getattr(context, "run_identity", None)
-        next_position = getattr(context, "_next_position", None)
-        if run is None or next_position is None:
-            raise RuntimeError(
-                f"vector store {self.name!r}: cannot derive document ids outside an action context; "
-                "give the documents ids"
-            )
-        step, ordinal = next_position("vector_store_ids")
-        return [str(event_id(run, f"vector_store:{self.name}/{step}/{index}", ordinal)) for index in range(count)]
+        raise RuntimeError(
+            f"vector store {self.name!r}: this view derives no document ids (built outside an action "
+            "context); give the documents ids"
+        )
 
     # -- queries ----------------------------------------------------------------
 

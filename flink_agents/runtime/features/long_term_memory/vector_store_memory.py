@@ -22,7 +22,7 @@ arguments digested): a replay after a failover returns the recorded result
 and touches the store not at all. Item ids are UUIDv5s of the record (journal
 id, key, sequence), the calling task's step and its ordinal among this
 task's ``add`` calls, the item's index and a digest of its text
-(``item_id``), so an ``add`` that ran but whose
+(``runtime.durability.ids.memory_item_id``), so an ``add`` that ran but whose
 result a crash lost runs again with the same ids and overwrites its own
 items instead of adding copies (and keeps their ``created_at``).
 Timestamps are the runtime clock's (``Run.clock``), read when the call runs,
@@ -31,7 +31,6 @@ never on replay.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List
@@ -46,9 +45,9 @@ from flink_agents.api.vector_stores.vector_store import (
     VectorStoreQuery,
     check_filters,
 )
-from flink_agents.runtime.durability.ids import RunIdentity, event_id
+from flink_agents.runtime.durability.ids import memory_item_id
 
-__all__ = ["VectorStoreLongTermMemory", "collection_of", "item_id", "scope_of", "validate_set_name"]
+__all__ = ["VectorStoreLongTermMemory", "collection_of", "scope_of", "validate_set_name"]
 
 RESERVED_PREFIX = "ltm_"
 SCOPE, SET, CREATED, UPDATED = "ltm_scope", "ltm_set", "ltm_created_at_ms", "ltm_updated_at_ms"
@@ -78,16 +77,6 @@ def collection_of(name: str) -> str:
 def scope_of(key_text: str, job_identifier: str | None) -> str:
     """The ``ltm_scope`` of a key's items (module docstring)."""
     return key_text if not job_identifier else f"{job_identifier}|{key_text}"
-
-
-def item_id(run: RunIdentity, step: str, ordinal: int, index: int, text: str) -> str:
-    """The id of item ``index`` (text ``text``) of the ``ordinal``-th ``add``
-    of the task at ``step`` in run ``run``: a UUIDv5 (event namespace, kind
-    ``ltm:``). The text is part of it, so a job started afresh under the same
-    job identifier (record sequences from 0 again, the journal pruned) does
-    not overwrite older items with other text."""
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-    return str(event_id(run, f"ltm:{step}#{ordinal}:{digest}", index))
 
 
 def _utc(ms: Any) -> datetime | None:
@@ -248,7 +237,7 @@ class VectorStoreLongTermMemory(BaseLongTermMemory):
         if not items:
             return []
         step, ordinal = ctx._next_position("ltm_add")
-        ids = [item_id(ctx.run_identity, step, ordinal, index, text) for index, text in enumerate(items)]
+        ids = [memory_item_id(ctx.run_identity, step, ordinal, index, text) for index, text in enumerate(items)]
 
         def run() -> List[str]:
             return self._write(set_name, ids, items, metas, ctx.runtime_run.clock.now_ms())
