@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from flink_agents.api.agents.types import OutputSchema
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.events.chat_event import as_output_schema
-from flink_agents.api.prompts.prompt import Prompt
+from flink_agents.api.prompts.prompt import LocalPrompt, Prompt
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.tools.tool import Tool
 
@@ -264,7 +264,12 @@ class BaseChatModelSetup(Resource):
             return await asyncio.to_thread(
                 functools.partial(self.chat, messages, prompt_args=prompt_args, **kwargs)
             )
-        prepared = self._prepare(messages, prompt_args)
+        if self._prompt is None or isinstance(self._prompt, LocalPrompt):
+            prepared = self._prepare(messages, prompt_args)
+        else:
+            # Another prompt may do I/O to fill itself (an MCP prompt asks its
+            # server): off the event loop, which runs other keys meanwhile.
+            prepared = await asyncio.to_thread(self._prepare, messages, prompt_args)
         assert self._connection is not None  # set by _prepare
         prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
         return await self._connection.achat(prepared, tools=self._tools, **arguments)
