@@ -195,6 +195,31 @@ def test_one_store_is_used_from_many_threads(tmp_path: Path) -> None:
     assert len(store.get(limit=None)) == 60
 
 
+def test_stores_of_several_subtasks_open_one_directory_at_once(tmp_path: Path) -> None:
+    """Subtasks of one Python worker (thread mode) each build their own store
+    and open the same directory at the same moment; chromadb's client
+    creation is not thread-safe, so the store serializes it per process."""
+    for attempt in range(3):  # the race, unguarded, failed 3 of 3 runs of 4 threads
+        stores = [_store(persist_directory=str(tmp_path / f"db{attempt}")) for _ in range(4)]
+        barrier = threading.Barrier(len(stores))
+        errors: List[BaseException] = []
+
+        def open_and_count(store: ChromaVectorStore) -> None:
+            barrier.wait()
+            try:
+                store.add([Document(content="a review", id="r1")])
+                assert store.get(ids=["r1"])[0].content == "a review"
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_and_count, args=(store,)) for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [], f"attempt {attempt}: {errors!r}"
+
+
 # -- a Chroma server --------------------------------------------------------------
 
 

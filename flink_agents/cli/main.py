@@ -23,11 +23,13 @@ __all__ = ["main", "SNAPSHOTS"]
 
 # Snapshot file under plans/ -> the agent it is compiled from (default arguments).
 SNAPSHOTS: Dict[str, str] = {
+    "product_qa.json": "jobs.product_qa:ProductQAAgent",
     "review_analysis.json": "jobs.review_analysis:ReviewAnalysisAgent",
     "review_triage.json": "jobs.review_triage:ReviewTriageAgent",
     "shipping_claims.json": "jobs.shipping_claims:ShippingClaimsAgent",
 }
 JOBS: Dict[str, str] = {
+    "product-qa": "jobs.product_qa:main",
     "review-analysis": "jobs.review_analysis:main",
     "review-triage": "jobs.review_triage:main",
     "shipping-claims": "jobs.shipping_claims:main",

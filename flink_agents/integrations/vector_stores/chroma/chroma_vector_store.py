@@ -61,6 +61,8 @@ def _chromadb() -> Any:
     return import_sdk("chromadb", "chroma", "ChromaVectorStore")
 
 
+_CLIENT_CREATION = threading.Lock()  # see ChromaVectorStore.client
+
 class ChromaVectorStore(CollectionManageableVectorStore):
     """Documents in a Chroma collection (module docstring for where they live).
 
@@ -101,7 +103,6 @@ class ChromaVectorStore(CollectionManageableVectorStore):
     auto_create_collection: bool = True
 
     _client: Any = PrivateAttr(default=None)
-    _client_lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def client(self) -> Any:
@@ -112,7 +113,11 @@ class ChromaVectorStore(CollectionManageableVectorStore):
         """
         if self._client is not None:
             return self._client
-        with self._client_lock:
+        # One lock per process, not per store: chromadb 1.5's client
+        # creation is not thread-safe (two stores opening the same
+        # directory at once, as subtasks of one worker in thread mode do,
+        # fail with "Could not connect to tenant default_tenant").
+        with _CLIENT_CREATION:
             if self._client is None:
                 self._client = self._new_client()
         return self._client
