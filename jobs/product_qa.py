@@ -64,7 +64,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
-from jobs.review_analysis import MODEL_FORMS, PROVIDERS, _connection_arguments
+from jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments
 from jobs.product_questions import ProductQuestion, read_questions
 from jobs.review_index import COLLECTION, extractive_answer
 
@@ -103,7 +103,7 @@ def _chat_model(model: str, base_url: str | None, timeout_s: float, max_retries:
         connection_class, setup_class, _ = PROVIDERS[provider]
         return (
             ResourceDescriptor(
-                clazz=connection_class, **_connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
+                clazz=connection_class, **connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
             ),
             ResourceDescriptor(clazz=setup_class, connection=MODEL_CONNECTION, model=name),
         )
@@ -334,7 +334,7 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_analysis import _failure_summary
+    from jobs.review_analysis import failure_summary
     from jobs.review_index import build_review_index
     from jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
 
@@ -365,7 +365,7 @@ def main(argv: List[str] | None = None) -> int:
     )
     started = time.monotonic()
     try:
-        with jsonl_output(args.output, len(questions), f"product-qa ({args.runner})") as write:
+        with jsonl_output(args.output, len(questions), f"product-qa ({args.runner})", unit="question") as write:
             if args.runner == "flink":
                 run_on_flink(
                     questions, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
@@ -378,7 +378,7 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {_failure_summary(exc)}", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
         print("(run with --verbose for the full trace)", file=sys.stderr)
         return 1
     print(

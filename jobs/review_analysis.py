@@ -87,7 +87,7 @@ PROVIDERS: Dict[str, tuple[str, str, str | None]] = {
 MODEL_FORMS = "'local', " + ", ".join(f"'{p}:{'DEPLOYMENT' if p == 'azure' else 'NAME'}'" for p in PROVIDERS)
 
 
-def _connection_arguments(
+def connection_arguments(
     provider: str, base_url: str | None, api_version: str | None, timeout_s: float, max_retries: int
 ) -> Dict[str, Any]:
     """The connection's constructor arguments, in each provider connection's
@@ -130,7 +130,7 @@ def _model_resources(
         connection_class, setup_class, _ = PROVIDERS[provider]
         return (
             ResourceDescriptor(
-                clazz=connection_class, **_connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
+                clazz=connection_class, **connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
             ),
             ResourceDescriptor(clazz=setup_class, model=name, **setup_args),
         )
@@ -388,7 +388,7 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _failure_summary(exc: BaseException) -> str:
+def failure_summary(exc: BaseException) -> str:
     """One line for a failed job, naming the root Python cause: on the local
     runner the exception itself (``ActionFailed`` names action, key and
     record); on Flink the Python exception found in the Java cause chain
@@ -440,7 +440,7 @@ def main(argv: List[str] | None = None) -> int:
         if args.verbose:
             raise
         endpoint = f" (model {args.model} at {args.base_url})" if args.base_url else ""
-        print(f"error: the job failed{endpoint}: {_failure_summary(exc)}", file=sys.stderr)
+        print(f"error: the job failed{endpoint}: {failure_summary(exc)}", file=sys.stderr)
         print("(run with --verbose for the full trace)", file=sys.stderr)
         return 1
     elapsed = time.monotonic() - started

@@ -170,9 +170,9 @@ def check_output_path(path: Path) -> None:
 
 
 @contextmanager
-def jsonl_output(path: Path, total: int, desc: str) -> Iterator[Callable[[Dict[str, Any]], None]]:
+def jsonl_output(path: Path, total: int, desc: str, unit: str = "review") -> Iterator[Callable[[Dict[str, Any]], None]]:
     """A writer of JSON lines to ``path``, with a progress bar of ``total``
-    records on stderr. The lines go to ``<path>.partial`` first, renamed to
+    records (counted in ``unit``s) on stderr. The lines go to ``<path>.partial`` first, renamed to
     ``path`` only when the block completes: a failed run never destroys an
     earlier result.
 
@@ -188,7 +188,7 @@ def jsonl_output(path: Path, total: int, desc: str) -> Iterator[Callable[[Dict[s
     partial = path.with_name(path.name + ".partial")
     try:
         with open(partial, "w", encoding="utf-8") as sink, tqdm(
-            total=total, unit="review", desc=desc, file=sys.stderr
+            total=total, unit=unit, desc=desc, file=sys.stderr
         ) as progress:
             def write(output: Dict[str, Any]) -> None:
                 sink.write(json.dumps(output) + "\n")

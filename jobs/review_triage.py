@@ -133,7 +133,7 @@ class ReviewTriageAgent(Agent):
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the exit code."""
-    from jobs.review_analysis import SAMPLE_INPUT, _failure_summary, product_id_of, run_locally, run_on_flink
+    from jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
     from jobs.review_records import BadRecordError, check_output_path
 
     parser = argparse.ArgumentParser(prog="python -m jobs.review_triage", description=__doc__.split("\n")[0])
@@ -158,7 +158,7 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {_failure_summary(exc)}", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
         print("(run with --verbose for the full trace)", file=sys.stderr)
         return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -366,7 +366,7 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_analysis import _failure_summary
+    from jobs.review_analysis import failure_summary
     from jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
     args = _arguments(argv)
@@ -398,7 +398,7 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {_failure_summary(exc)}", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
         print(f"(run with --verbose for the full trace; carrier log: {setup.carrier_log_path})", file=sys.stderr)
         return 1
     elapsed = time.monotonic() - started

@@ -212,5 +212,5 @@ def test_the_api_key_stays_out_of_the_plan(provider: str, monkeypatch: pytest.Mo
 def test_azure_takes_endpoint_and_api_version_from_azure_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AZURE_OPENAI_ENDPOINT", "https://127.0.0.1:9")
     monkeypatch.setenv("OPENAI_API_VERSION", "2024-10-21")
-    arguments = review_analysis._connection_arguments("azure", None, None, 30.0, 1)
+    arguments = review_analysis.connection_arguments("azure", None, None, 30.0, 1)
     assert (arguments["azure_endpoint"], arguments["api_version"]) == ("https://127.0.0.1:9", "2024-10-21")
