@@ -31,7 +31,7 @@ setup(
         "protobuf",  # apache-flink constrains the version
         "openai>=1.40",
         "tqdm>=4.60",
-        "psycopg[binary]>=3.1",  # the PostgreSQL journal store (clusters)
+        "psycopg[binary,pool]>=3.1",  # the PostgreSQL journal store (clusters)
         "aiohttp>=3.9",  # the callback ingress (flink-agents callbacks serve)
     ],
     # Provider SDKs are optional: a connection whose SDK is missing fails on

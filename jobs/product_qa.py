@@ -45,10 +45,8 @@ Run ``python -m jobs.product_qa --help``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -230,12 +228,9 @@ def product_id_of(question: Dict[str, Any]) -> str:
 
 def run_locally(questions: List[Dict[str, Any]], agent: Agent) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``questions`` on the embedded local runner."""
-    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+    from jobs.review_analysis import run_locally as run_records_locally
 
-    env = AgentsExecutionEnvironment.get_execution_environment()
-    outputs = env.from_list([{"key": product_id_of(q), "value": q} for q in questions]).apply(agent).to_list()
-    env.execute()
-    return [output for record in outputs for output in record.values()]
+    return run_records_locally(questions, agent, key_of=product_id_of)
 
 
 def run_on_flink(
@@ -249,39 +244,20 @@ def run_on_flink(
     restart_attempts: int = 3,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``questions`` as a Flink job on a local
-    mini-cluster (settings as ``jobs.review_analysis.run_on_flink``);
-    outputs come back to this process as they are produced.
+    mini-cluster (``jobs.review_analysis.run_on_flink``: a checkpointed file
+    source, so a failover does not emit the questions again); outputs come
+    back to this process as they are produced.
 
     Raises:
         flink_agents.runtime.flink.failures.FlinkJobFailed: The job failed;
             the message names the root Python cause.
     """
-    from pyflink.common import Types, WatermarkStrategy
-    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+    from jobs.review_analysis import run_on_flink as run_records_on_flink
 
-    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-    from flink_agents.runtime.flink.failures import job_failures
-    from jobs.review_analysis import flink_environment
-
-    env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode, restart_attempts)
-    options = {"journal.sqlite.path": str(journal_path)} if journal_path else {}
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
-    results: List[Dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="product-qa-") as directory:
-        # A file source: its position is checkpointed, so a failover does not
-        # emit the questions again.
-        path = Path(directory) / "questions.jsonl"
-        path.write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
-        source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(path)).build()
-        lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "questions").uid("product-qa:source")
-        stream = lines.map(json.loads).uid("product-qa:decode")
-        outputs = agents_env.from_datastream(stream, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
-        with job_failures(), outputs.execute_and_collect("product-qa") as collected:
-            for output in collected:
-                results.append(output)
-                if on_output is not None:
-                    on_output(output)
-    return results
+    return run_records_on_flink(
+        questions, agent, parallelism, checkpoint_interval_ms, on_output, journal_path, execution_mode,
+        restart_attempts, key_of=product_id_of, job_name="product-qa",
+    )
 
 
 def _positive_int(text: str) -> int:

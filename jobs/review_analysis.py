@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from flink_agents.api.agents.agent import STRUCTURED_OUTPUT, Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
@@ -216,12 +216,15 @@ def product_id_of(review: Dict[str, Any]) -> str:
     return review["id"]
 
 
-def run_locally(reviews: List[Dict[str, Any]], agent: Agent) -> List[Dict[str, Any]]:
-    """Run ``agent`` over ``reviews`` on the embedded local runner."""
+def run_locally(
+    reviews: List[Dict[str, Any]], agent: Agent, key_of: Callable[[Dict[str, Any]], str] = product_id_of
+) -> List[Dict[str, Any]]:
+    """Run ``agent`` over ``reviews`` (any records, keyed by ``key_of``) on
+    the embedded local runner."""
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
     env = AgentsExecutionEnvironment.get_execution_environment()
-    outputs = env.from_list([{"key": product_id_of(r), "value": r} for r in reviews]).apply(agent).to_list()
+    outputs = env.from_list([{"key": key_of(r), "value": r} for r in reviews]).apply(agent).to_list()
     env.execute()
     return [output for record in outputs for output in record.values()]
 
@@ -273,6 +276,8 @@ def run_on_flink(
     journal_path: Path | None = None,
     execution_mode: str = "process",
     restart_attempts: int = 3,
+    key_of: Callable[[Dict[str, Any]], str] = product_id_of,
+    job_name: str = "review-analysis",
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` as a Flink job on a local mini-cluster;
     outputs come back to this process as they are produced.
@@ -281,6 +286,8 @@ def run_on_flink(
         journal_path: SQLite journal file (default: the runtime's default,
             ``flink_agents_journal.db`` in the working directory).
         restart_attempts: Restarts after a failure before the job fails.
+        key_of: The key selector (any JSON records, keyed by product id by default).
+        job_name: The Flink job's name, also the prefix of its source's operator uids.
 
     Raises:
         flink_agents.runtime.flink.failures.FlinkJobFailed: The job
@@ -291,32 +298,33 @@ def run_on_flink(
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
     env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode, restart_attempts)
-    options = {"journal.sqlite.path": str(journal_path)} if journal_path else {}
+    # Absolute: on a cluster a relative path would name another file on each host.
+    options = {"journal.sqlite.path": str(Path(journal_path).resolve())} if journal_path else {}
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
     with tempfile.TemporaryDirectory(prefix="review-analysis-") as directory:
         outputs = agents_env.from_datastream(
-            _checkpointed_source(env, reviews, Path(directory)), product_id_of, key_type=Types.STRING()
+            _checkpointed_source(env, reviews, Path(directory), job_name), key_of, key_type=Types.STRING()
         ).apply(agent).to_datastream()
-        return _collect(outputs, on_output)
+        return _collect(outputs, on_output, job_name)
 
 
-def _checkpointed_source(env: Any, reviews: List[Dict[str, Any]], directory: Path) -> Any:
-    """The validated reviews as a stream from a file source, whose position is
+def _checkpointed_source(env: Any, reviews: List[Dict[str, Any]], directory: Path, job_name: str) -> Any:
+    """The validated records as a stream from a file source, whose position is
     checkpointed: after a failover Flink resumes it where the restored
     checkpoint left it (``from_collection`` would emit everything again)."""
     from pyflink.common import WatermarkStrategy
     from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
-    path = directory / "reviews.jsonl"
+    path = directory / "records.jsonl"
     with open(path, "w", encoding="utf-8") as sink:
         for review in reviews:
             sink.write(json.dumps(review) + "\n")
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(path)).build()
-    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "reviews").uid("review-analysis:source")
-    return lines.map(json.loads).uid("review-analysis:decode")
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "records").uid(f"{job_name}:source")
+    return lines.map(json.loads).uid(f"{job_name}:decode")
 
 
-def _collect(outputs: Any, on_output: Any) -> List[Dict[str, Any]]:
+def _collect(outputs: Any, on_output: Any, job_name: str) -> List[Dict[str, Any]]:
     """Run the job and gather its outputs, passing each to ``on_output`` as
     it arrives.
 
@@ -327,7 +335,7 @@ def _collect(outputs: Any, on_output: Any) -> List[Dict[str, Any]]:
     from flink_agents.runtime.flink.failures import job_failures
 
     results: List[Dict[str, Any]] = []
-    with job_failures(), outputs.execute_and_collect("review-analysis") as collected:
+    with job_failures(), outputs.execute_and_collect(job_name) as collected:
         for output in collected:
             results.append(output)
             if on_output is not None:

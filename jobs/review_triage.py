@@ -154,7 +154,8 @@ def main(argv: List[str] | None = None) -> int:
             outputs = run_locally(reviews, ReviewTriageAgent())
         else:
             outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
-                                   journal_path=args.output.with_name(args.output.name + ".journal.db"))
+                                   journal_path=args.output.with_name(args.output.name + ".journal.db"),
+                                   job_name="review-triage")
     except Exception as exc:
         if args.verbose:
             raise

@@ -249,9 +249,23 @@ class RuntimeOptions:
         "journal.sqlite.path", str, "flink_agents_journal.db",
         description="SQLite journal file (made absolute on the client).",
     )
+    JOURNAL_SQLITE_SHARED = ConfigOption(
+        "journal.sqlite.shared", bool, False,
+        description="Declare that journal.sqlite.path (absolute) is on storage every TaskManager "
+        "host shares; without it a cluster submission refuses an SQLite journal.",
+    )
     JOURNAL_POSTGRES_DSN = ConfigOption(
         "journal.postgres.dsn", str, None,
         description="PostgreSQL DSN of the journal; default the FLINK_AGENTS_POSTGRES_DSN environment variable.",
+    )
+    JOURNAL_POSTGRES_POOL_MIN_SIZE = ConfigOption(
+        "journal.postgres.pool.min_size", int, 1, check=_non_negative, requirement="must be >= 0",
+        description="PostgreSQL connections each Python worker process keeps open while idle.",
+    )
+    JOURNAL_POSTGRES_POOL_MAX_SIZE = ConfigOption(
+        "journal.postgres.pool.max_size", int, 4, check=_positive, requirement="must be >= 1",
+        description="PostgreSQL connections each Python worker process opens at most, shared by "
+        "all its subtasks.",
     )
     JOURNAL_RETRY_TIMEOUT_S = ConfigOption(
         "journal.retry.timeout_s", float, 10.0, check=_non_negative, requirement="must be >= 0",

@@ -7,6 +7,9 @@ Keys (flat, dotted, as in a Flink configuration):
   in the current directory.
 - ``journal.postgres.dsn``: the PostgreSQL DSN; default the environment
   variable ``FLINK_AGENTS_POSTGRES_DSN``.
+- ``journal.postgres.pool.min_size`` (default 1), ``journal.postgres.pool.max_size``
+  (4): the connections each worker process keeps idle and opens at most
+  (``stores.postgres_store.PoolSize``).
 - ``journal.retry.timeout_s`` (default 10), ``journal.retry.initial_backoff_s``
   (0.05), ``journal.retry.max_backoff_s`` (1): how long the SQL stores ride
   out a lost connection or a locked file (``stores.retry.StoreRetry``).
@@ -26,7 +29,7 @@ from flink_agents.api.configuration import readable
 from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.stores.journal import JournalStore
 from flink_agents.stores.memory_store import InMemoryJournalStore
-from flink_agents.stores.postgres_store import PostgresJournalStore
+from flink_agents.stores.postgres_store import PoolSize, PostgresJournalStore
 from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 
@@ -50,7 +53,8 @@ def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
         ValueError: ``journal.store`` is not one of ``STORES``, or it is
             ``"postgres"`` and neither ``journal.postgres.dsn`` nor
             ``FLINK_AGENTS_POSTGRES_DSN`` gives a DSN, or a
-            ``journal.retry.*`` value is not a number of seconds >= 0.
+            ``journal.retry.*`` value is not a number of seconds >= 0, or a
+            ``journal.postgres.pool.*`` size is out of range.
     """
     options = readable(config)
     kind = (options.get(RuntimeOptions.JOURNAL_STORE) or "sqlite").strip().lower()
@@ -66,5 +70,5 @@ def open_journal_store(config: Mapping[str, Any]) -> JournalStore:
                 "journal.store is 'postgres' but no DSN is configured: set "
                 f"journal.postgres.dsn or the {POSTGRES_DSN_ENV} environment variable"
             )
-        return PostgresJournalStore(str(dsn), retry=StoreRetry.from_config(options))
+        return PostgresJournalStore(str(dsn), retry=StoreRetry.from_config(options), pool=PoolSize.from_config(options))
     raise ValueError(f"configuration 'journal.store': must be one of {', '.join(map(repr, STORES))}, got {kind!r}")

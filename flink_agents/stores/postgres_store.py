@@ -18,13 +18,19 @@ database, give each DSN its own schema, e.g. ``options=-csearch_path=my_job``.
 Each ``append`` and ``prune`` is one transaction; an existing
 (step, ordinal) is replaced (``ON CONFLICT ... DO UPDATE``). Each callback
 write is one transaction too; a version-1 database created before the
-``callbacks`` table existed gets it on the next connection. Each process
-connects on first use and shares that connection among its threads under a
-lock; after ``os.fork`` the child connects anew and leaves the inherited one
-alone (psycopg does not close a connection in a process that did not open it).
-A connection that broke is dropped and the next call reconnects; the call that
-saw it break raises, since its commit may or may not have happened (appends
-are idempotent upserts, so the runtime may simply retry).
+``callbacks`` table existed gets it on the next connection.
+
+Connections: ``PostgresJournalStore`` draws them from one bounded
+``psycopg_pool`` pool per worker process and DSN (``_postgres_pool``:
+``journal.postgres.pool.min_size``, default 1, and ``max_size``, default 4),
+shared by every store of the process, checked each time one is handed out
+(a connection a server restart broke is replaced before any call sees it),
+released at ``close`` and never used across ``os.fork``. A connection that
+breaks during a call makes that call fail with ``JournalUnavailableError``,
+which ``StoreRetry`` retries on another connection (appends are idempotent
+upserts). Connections carry ``application_name=flink_agents`` unless the DSN
+or ``PGAPPNAME`` names one, so ``pg_stat_activity`` shows them. ``SQLJournalStore`` over a
+bare ``PostgresDialect`` keeps one connection per store instead.
 
 ``psycopg`` is imported on first connection, so this module imports (and a
 store can be built and pickled) without it or a server.
@@ -33,12 +39,15 @@ store can be built and pickled) without it or a server.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Optional, Type
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Type
 
 from flink_agents.stores import _sql
 from flink_agents.stores._dialect import Dialect
+from flink_agents.stores._postgres_pool import POOLS, PoolSize
 from flink_agents.stores.errors import JournalSchemaError, JournalStoreError, JournalUnavailableError
 from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sql_store import SQLJournalStore
@@ -46,7 +55,11 @@ from flink_agents.stores.sql_store import SQLJournalStore
 if TYPE_CHECKING:  # pragma: no cover
     import psycopg
 
-__all__ = ["PostgresDialect", "PostgresJournalStore", "describe_dsn"]
+__all__ = ["APPLICATION_NAME", "PoolSize", "PostgresDialect", "PostgresJournalStore", "describe_dsn"]
+
+# pg_stat_activity.application_name of the journal's connections, unless the
+# DSN or PGAPPNAME sets one (libpq's fallback_application_name).
+APPLICATION_NAME = "flink_agents"
 
 _SCHEMA_TABLE = "journal_schema"
 # pg_advisory_xact_lock key serializing schema creation: "flinkJ" in ASCII.
@@ -72,6 +85,9 @@ class PostgresJournalStore(SQLJournalStore):
         sleep: Waits between retries, in seconds (``time.sleep``; a fake in tests).
         monotonic: Measures the retry deadline, in seconds (``time.monotonic``;
             a fake in tests, advanced by the fake ``sleep``).
+        pool: How many connections this process keeps and opens at most to
+            this DSN, shared with every other store of the process with the
+            same DSN, timeout and sizes (``PoolSize``).
     """
 
     def __init__(
@@ -82,12 +98,62 @@ class PostgresJournalStore(SQLJournalStore):
         retry: StoreRetry = StoreRetry(),
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        pool: PoolSize = PoolSize(),
     ) -> None:
         super().__init__(PostgresDialect(dsn, connect_timeout_s), clock, retry=retry, sleep=sleep, monotonic=monotonic)
+        self.pool_size = pool
+        self._pool_key: Optional[Tuple[str, int, int, int]] = None  # held in this process, if any
+
+    def pool_stats(self) -> Dict[str, int]:
+        """psycopg_pool's counters of this process's pool for the store
+        (``pool_size``, ``pool_available``, ``connections_num``, ...); ``{}``
+        before the first read or write."""
+        self._forget_inherited()
+        key = self._pool_key
+        return POOLS.stats(key) if key is not None else {}
+
+    def close(self) -> None:
+        """Release this store's hold on the process's pool (the last store to
+        let go closes it); a later call takes the pool again."""
+        self._forget_inherited()
+        with self._lock:
+            key, self._pool_key = self._pool_key, None
+        if key is not None:
+            POOLS.release(key)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = super().__getstate__()
+        state["_pool_key"] = None
+        return state
+
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """A connection of the process's pool for one call, without the
+        store's lock: the store's threads run their calls side by side, up
+        to the pool's ``max_size`` over the whole process."""
+        self._forget_inherited()
+        with self._lock:
+            if self._pool_key is None:
+                dialect = self._dialect
+                key = (dialect.dsn, _timeout_s(_parse_dsn(dialect.dsn).get("connect_timeout"),
+                                               dialect.connect_timeout_s),
+                       self.pool_size.min_size, self.pool_size.max_size)
+                self._pool_key = POOLS.acquire(key, dialect.connect, f"flink_agents journal {dialect.describe()}")
+            key = self._pool_key
+        with POOLS.borrow(key) as connection:
+            yield connection
+
+    def _forget_inherited(self) -> None:
+        """After ``os.fork``: the parent's pool is not this process's (the
+        child's ``POOLS`` forgot it); the next call takes the child's own."""
+        if self._pid != os.getpid():
+            self._pool_key = None
+        super()._forget_inherited()
 
 
 class PostgresDialect(Dialect):
-    """PostgreSQL through psycopg 3, one connection per process.
+    """PostgreSQL through psycopg 3: its SQL, errors and connect (used by a
+    store directly, or by the process's pool for ``PostgresJournalStore``).
 
     Args:
         dsn: A libpq connection string or URI.
@@ -132,7 +198,9 @@ class PostgresDialect(Dialect):
         """psycopg's transaction block (``BEGIN`` ... ``COMMIT``/``ROLLBACK``)."""
         return connection.transaction()
 
-    def connect(self) -> "psycopg.Connection[Any]":
+    def connect(
+        self, open_attempt: Optional[Callable[[str], "psycopg.Connection[Any]"]] = None
+    ) -> "psycopg.Connection[Any]":
         """Connect in autocommit mode and check or create the schema.
 
         The connect timeout (``connect_timeout`` of the DSN, else
@@ -146,6 +214,10 @@ class PostgresDialect(Dialect):
         at least libpq's floor of 2 s, and none starts once it passed. So a
         connect gives up after at most the timeout plus 2 s.
 
+        Args:
+            open_attempt: Opens one attempt's connection string in autocommit
+                mode (a pool's connection class); default ``psycopg.connect``.
+
         Raises:
             ValueError: The DSN cannot be parsed.
             JournalUnavailableError: Naming host, port, database and user,
@@ -155,12 +227,14 @@ class PostgresDialect(Dialect):
         import psycopg  # lazily: the package imports without it
         from psycopg.conninfo import conninfo_attempts, make_conninfo
 
+        open_attempt = open_attempt or (lambda conninfo: psycopg.connect(conninfo, autocommit=True))
         parts = _parse_dsn(self.dsn)
         if self.dsn.strip() and not parts:
             raise ValueError(
                 "the PostgreSQL journal DSN is not a libpq connection string or URI "
                 "(not shown: it may hold a password)"
             )
+        parts.setdefault("fallback_application_name", APPLICATION_NAME)
         timeout_s = _timeout_s(parts.get("connect_timeout"), self.connect_timeout_s)
         deadline = time.monotonic() + timeout_s
         failures: List[str] = []
@@ -178,7 +252,7 @@ class PostgresDialect(Dialect):
                 break
             attempt["connect_timeout"] = max(2, math.ceil(left_s))
             try:
-                connection = psycopg.connect(make_conninfo("", **attempt), autocommit=True)
+                connection = open_attempt(make_conninfo("", **attempt))
                 break
             except psycopg.Error as error:
                 where = attempt.get("hostaddr") or attempt.get("host") or "(default host)"

@@ -8,12 +8,13 @@ the run-end markers for ``prune``) and the ``callbacks`` table of
 is one transaction; reads run outside one.
 
 Connections: each process connects on its first read or write and shares
-that connection among its threads under a lock. PyFlink ships a store to its
-Python workers by pickling it, and workers may fork, so a connection never
-crosses either: the store pickles without it, and after ``os.fork`` the child
-connects anew and hands the inherited connection to ``Dialect.set_aside``. A
-connection the dialect reports broken is dropped after the call that saw it
-break (that call raises); the next call reconnects.
+that connection among its threads under a lock (``PostgresJournalStore``
+draws from a pool per process instead: ``stores._postgres_pool``). PyFlink
+ships a store to its Python workers by pickling it, and workers may fork, so
+a connection never crosses either: the store pickles without it, and after
+``os.fork`` the child connects anew and hands the inherited connection to
+``Dialect.set_aside``. A connection the dialect reports broken is dropped
+after the call that saw it break (that call raises); the next call reconnects.
 
 Errors: every failure is one of the store's own errors (``stores.errors``),
 naming the operation, the run (where the call has one) and the store's
@@ -95,6 +96,7 @@ class SQLJournalStore(JournalStore, CallbackStore):
         self._sleep = sleep
         self._monotonic = monotonic
         self._lock = threading.Lock()
+        self._writes_lock = threading.Lock()  # a pooled session does not hold _lock
         self._connection: Any = None
         self._pid = os.getpid()
 
@@ -379,7 +381,8 @@ class SQLJournalStore(JournalStore, CallbackStore):
                     with self._dialect.transaction(connection):
                         result = body(connection)
                     if counted:
-                        self.writes += 1  # under the lock, after the commit
+                        with self._writes_lock:  # after the commit
+                            self.writes += 1
                     return result
             except Exception as error:  # BaseException (a cancellation, a crash) passes as is
                 failure = self._store_error(error, operation, run)
@@ -430,12 +433,14 @@ class SQLJournalStore(JournalStore, CallbackStore):
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_lock"] = None
+        state["_writes_lock"] = None
         state["_connection"] = None
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._writes_lock = threading.Lock()
         self._pid = os.getpid()
 
     def _sql(self, statement: str) -> str:
@@ -466,4 +471,5 @@ class SQLJournalStore(JournalStore, CallbackStore):
             self._dialect.set_aside(self._connection)
         self._connection = None
         self._lock = threading.Lock()
+        self._writes_lock = threading.Lock()
         self._pid = pid

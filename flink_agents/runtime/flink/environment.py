@@ -8,13 +8,15 @@ import uuid
 from typing import Any, Callable, Dict
 
 from pyflink.common import Types
-from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
+from pyflink.datastream import DataStream, KeySelector, KeyedStream, StreamExecutionEnvironment
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.core_options import AgentConfigOptions, RuntimeOptions, validate_options
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.flink.failures import job_failures
+from flink_agents.runtime.flink.journal_placement import check_journal_placement, execution_target
+from flink_agents.runtime.flink.submission import AgentOutputStream, configure_python_workers, set_input_uid
 from flink_agents.runtime.flink.table import ConvertingOperatorFunction, OutputConverter, table_to_datastream
 from flink_agents.runtime.flink.operator import (
     ERROR_OUTPUT,
@@ -32,10 +34,12 @@ log = logging.getLogger(__name__)
 
 class FlinkAgentBuilder(AgentBuilder):
     def __init__(
-        self, env: "FlinkExecutionEnvironment", keyed: KeyedStream,
+        self, env: "FlinkExecutionEnvironment", keyed: KeyedStream | None,
         unkeyed: DataStream | None = None, key_selector: Any = None, key_type: Any = None,
     ) -> None:
         self._env = env
+        # None: keyed in to_datastream, after a steering input may have been
+        # added (a key_by made here would stay in the graph unused).
         self._keyed = keyed
         self._unkeyed = unkeyed  # kept to union a steering input with it
         self._key_selector = key_selector
@@ -44,6 +48,7 @@ class FlinkAgentBuilder(AgentBuilder):
         self._plan: AgentPlan | None = None
         self._agent_name = "agent"
         self._outputs: DataStream | None = None
+        self._side_outputs: Dict[str, DataStream] = {}
         self._progress = False
 
     def apply(self, agent: Agent | str) -> AgentBuilder:
@@ -75,19 +80,37 @@ class FlinkAgentBuilder(AgentBuilder):
 
     def _keyed_input(self) -> KeyedStream:
         """The main input, unioned with the steering input if there is one
-        (both tagged, keyed by their own selectors)."""
+        (both tagged, keyed by their own selectors). The operator computing
+        the keys gets the uid ``flink-agents:<agent>:key``."""
         if self._steering is None:
-            return self._keyed
+            keyed = self._keyed
+            if keyed is None:
+                keyed = self._unkeyed.key_by(self._key_selector, key_type=self._key_type)
+            set_input_uid(keyed, f"flink-agents:{self._agent_name}:key")
+            return keyed
         steering, steering_selector = self._steering
         select_main, select_steering = _key_function(self._key_selector), _key_function(steering_selector)
         main = _tagged(self._unkeyed, INPUT_TAG).uid(f"flink-agents:{self._agent_name}:input")
         steer = _tagged(steering, STEERING_TAG).uid(f"flink-agents:{self._agent_name}:steering")
-        return main.union(steer).key_by(
+        keyed = main.union(steer).key_by(
             lambda t: select_main(t[1]) if t[0] == INPUT_TAG else select_steering(t[1]), key_type=self._key_type
         )
+        set_input_uid(keyed, f"flink-agents:{self._agent_name}:key")
+        return keyed
 
     def to_datastream(self, output_type: Any = None, progress: bool = False) -> DataStream:
         """The agent's outputs (``OutputEvent.output``), in order per key.
+
+        Every operator made here has a stable uid (``flink-agents:<agent>``
+        and ``:key``, ``:input``, ``:steering``, ``:errors``,
+        ``:progress``): a savepoint restores into the same job rebuilt, at
+        any parallelism. The sink of the returned stream's
+        ``execute_and_collect`` gets ``flink-agents:<agent>:collect:<new
+        hex>``, new per submission: Flink's collect sink cannot resume from
+        saved state, so a job meant to be resumed writes to a real sink.
+        The job's Python workers are set to this interpreter and its paths
+        (``runtime.flink.submission.configure_python_workers``), so the job
+        also runs when submitted to a cluster with ``flink run``.
 
         Args:
             output_type: Flink type information of the outputs; default pickled
@@ -109,6 +132,8 @@ class FlinkAgentBuilder(AgentBuilder):
         config: Dict[str, Any] = dict(self._env.get_config())
         config.setdefault(RuntimeOptions.JOURNAL_RETENTION_S.key, self._env.default_retention_s())
         options = validate_options(config)
+        # Before the path is made absolute: a relative one is refused on a cluster.
+        check_journal_placement(options, execution_target(self._env.env))
         if (options.get(RuntimeOptions.JOURNAL_STORE) or "sqlite").strip().lower() == "sqlite":
             # Resolved here: Python workers run in another working directory.
             path = options.get(RuntimeOptions.JOURNAL_SQLITE_PATH) or DEFAULT_SQLITE_PATH
@@ -120,15 +145,17 @@ class FlinkAgentBuilder(AgentBuilder):
         self._progress = bool(progress or options.get(RuntimeOptions.PROGRESS_ENABLED))
         job_id = options.get(AgentConfigOptions.JOB_IDENTIFIER) or self._env.job_id
         _single_element_bundles(self._env.env)
+        configure_python_workers(self._env.env)
         if output_type is None:
             function = AgentOperatorFunction(self._plan, config, job_id)
         else:  # each output converted to the type, misfits named (runtime.flink.table)
             function = ConvertingOperatorFunction(self._plan, config, job_id, OutputConverter(output_type))
-        self._outputs = (
+        processed = (
             self._keyed_input().process(function, output_type=output_type or Types.PICKLED_BYTE_ARRAY())
             .name(f"agent:{self._agent_name}")
             .uid(f"flink-agents:{self._agent_name}")
         )
+        self._outputs = AgentOutputStream(processed, f"flink-agents:{self._agent_name}:collect")
         return self._outputs
 
     def error_stream(self) -> DataStream:
@@ -141,7 +168,23 @@ class FlinkAgentBuilder(AgentBuilder):
         """
         if self._outputs is None:
             raise RuntimeError("call to_datastream() before error_stream()")
-        return self._outputs.get_side_output(ERROR_OUTPUT)
+        return self._side_output(ERROR_OUTPUT, "errors")
+
+    def _side_output(self, tag: Any, name: str) -> DataStream:
+        """The side output ``tag`` (PyFlink maps it to a stream of its own
+        with an identity map), made once, with the uid
+        ``flink-agents:<agent>:<name>``.
+
+        The map is not chained: PyFlink's Python chaining would merge it
+        with the user's next Python function into a new operator carrying
+        this uid while a union made before still reads the old pair, so the
+        uid would be in the graph twice (and the pair would run twice)."""
+        if name not in self._side_outputs:
+            self._side_outputs[name] = (
+                self._outputs.get_side_output(tag).name(f"agent:{self._agent_name}:{name}")
+                .uid(f"flink-agents:{self._agent_name}:{name}").disable_chaining()
+            )
+        return self._side_outputs[name]
 
     def to_table(self, schema: Any, output_type: Any) -> Any:
         """The agent's outputs as a ``pyflink.table.Table``, as Flink Agents
@@ -197,7 +240,7 @@ class FlinkAgentBuilder(AgentBuilder):
                 "the progress stream is opt-in: call to_datastream(progress=True) "
                 "(or set progress.enabled) before progress_stream()"
             )
-        return self._outputs.get_side_output(PROGRESS_OUTPUT)
+        return self._side_output(PROGRESS_OUTPUT, "progress")
 
 
 def _tagged(stream: DataStream, tag: str) -> DataStream:
@@ -295,12 +338,15 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
 
         Raises:
             ValueError: No key selector for an unkeyed stream.
+            TypeError: The key selector is neither a ``KeySelector`` nor callable.
         """
         if isinstance(input, KeyedStream) and key_selector is None:
             return FlinkAgentBuilder(self, input)
         if key_selector is None:
             raise ValueError("from_datastream needs a key_selector (or a KeyedStream)")
-        return FlinkAgentBuilder(self, input.key_by(key_selector, key_type=key_type), input, key_selector, key_type)
+        if not isinstance(key_selector, KeySelector) and not callable(key_selector):
+            raise TypeError("Parameter key_selector should be type of KeySelector or a callable function.")
+        return FlinkAgentBuilder(self, None, input, key_selector, key_type)
 
     @property
     def t_env(self) -> Any:

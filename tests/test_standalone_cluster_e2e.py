@@ -1,0 +1,268 @@
+"""The jobs on a standalone Flink cluster, submitted as Flink users do.
+
+One cluster for the session (``tools/cluster.sh``: a JobManager and one
+TaskManager with 2 slots, from the apache-flink wheel's distribution). On
+it: the review job by ``flink run -py`` in thread mode and by ``flink run
+-pym ... -pyfs`` in process mode, each over the bundled sample with the
+local model, outputs identical to the local runner's; then the review agent
+over an unbounded input with a slow scripted model and a file sink, stopped
+with a savepoint mid-run and resumed from it at another parallelism without
+``--allowNonRestoredState``: every review has exactly one output, and each
+product's running summary continues where the savepoint left it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from jobs.review_analysis import SAMPLE_INPUT, ReviewAnalysisAgent, run_locally
+from jobs.review_records import read_reviews
+from tests.support.flink_jobs import write_jsonl
+from tests.support.scripted_openai_server import ScriptedChatServer
+from tests.support.standalone_cluster import REPO_ROOT, StandaloneCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+OPENAI_KEY = "test-key-standalone-cluster"  # TaskManagers read it from their environment
+SUBMIT_TIMEOUT_S = 150.0
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    directory = tmp_path_factory.mktemp("cluster")
+    started = StandaloneCluster.start(directory, taskmanagers=1, slots=2, env={"OPENAI_API_KEY": OPENAI_KEY})
+    print(f"\n[cluster] up at {started.rest_url} in {started.start_s:.1f} s")
+    try:
+        yield started
+    finally:
+        pids = [started.state.get("JM_PID", ""), *started.state.get("TM_PIDS", "").split()]
+        stopped = started.stop()
+        assert stopped.returncode == 0, stopped.stderr
+        alive = [pid for pid in pids if pid and Path(f"/proc/{pid}/cmdline").exists()
+                 and str(directory) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+        assert not alive, f"tools/cluster.sh stop left {alive} running"
+
+
+def _sorted_outputs(path: Path) -> List[Dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sorted(lines, key=lambda o: (o["id"], o["ts"]))
+
+
+@pytest.fixture(scope="module")
+def local_outputs(tmp_path_factory: pytest.TempPathFactory) -> List[Dict[str, Any]]:
+    """The local runner's outputs over the sample (journal in a tmp dir)."""
+    import os
+
+    directory = tmp_path_factory.mktemp("local")
+    here = os.getcwd()
+    os.chdir(directory)  # the local runner's default SQLite journal lands here
+    try:
+        outputs = run_locally(read_reviews(SAMPLE_INPUT).reviews, ReviewAnalysisAgent())
+    finally:
+        os.chdir(here)
+    return sorted(outputs, key=lambda o: (o["id"], o["ts"]))
+
+
+def _submit(cluster: StandaloneCluster, *args: str) -> float:
+    """``flink run ARGS`` to its end; returns its wall time.
+
+    Raises:
+        AssertionError: It failed; the message has its output and the
+            cluster's log tails.
+    """
+    started = time.monotonic()
+    done = cluster.flink("run", *args, timeout_s=SUBMIT_TIMEOUT_S)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, (
+        f"flink run {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n"
+        f"{cluster.log_tail()}"
+    )
+    return elapsed
+
+
+def test_cluster_status_and_an_idempotent_start(cluster: StandaloneCluster) -> None:
+    status = cluster.status()
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"rest: {cluster.rest_url}" in status.stdout and "answers: yes" in status.stdout
+    overview = cluster.rest("/overview")
+    assert (overview["taskmanagers"], overview["slots-total"]) == (1, 2)
+    again = StandaloneCluster.start(cluster.directory, taskmanagers=1, slots=2, env=cluster.env)
+    assert again.rest_url == cluster.rest_url  # reported, not started twice
+    other_shape = subprocess.run(
+        ["bash", str(REPO_ROOT / "tools" / "cluster.sh"), "start", "--dir", str(cluster.directory), "--slots", "3"],
+        env=cluster.env, capture_output=True, text=True, timeout=60,
+    )
+    assert other_shape.returncode == 1 and "stop it first" in other_shape.stderr
+
+
+def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_outputs, tmp_path) -> None:
+    """The job's default execution mode (thread): the TaskManager's embedded
+    interpreter finds pemja and the project through the python.pythonpath
+    the runtime set; the journal is the default SQLite one beside the output."""
+    output = tmp_path / "thread.jsonl"
+    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "jobs" / "review_analysis.py"),
+                      "--output", str(output), "--parallelism", "2", "--restart-attempts", "0")
+    print(f"\n[cluster] flink run -py (thread, parallelism 2, 60 reviews): {elapsed:.1f} s")
+    assert _sorted_outputs(output) == local_outputs
+    assert (tmp_path / "thread.jsonl.journal.db").is_file()
+    jobs = [job for job in cluster.jobs() if job["name"] == "review-analysis"]
+    assert jobs and all(job["state"] == "FINISHED" for job in jobs)
+
+
+def test_flink_run_pym_in_process_mode_matches_the_local_runner(cluster, local_outputs, tmp_path) -> None:
+    output = tmp_path / "process.jsonl"
+    elapsed = _submit(cluster, "-pym", "jobs.review_analysis", "-pyfs", str(REPO_ROOT / "jobs"),
+                      "--execution-mode", "process", "--output", str(output), "--parallelism", "2",
+                      "--restart-attempts", "0")
+    print(f"\n[cluster] flink run -pym (process, parallelism 2, 60 reviews): {elapsed:.1f} s")
+    assert _sorted_outputs(output) == local_outputs
+
+
+# --- stop with a savepoint, resume at another parallelism -------------------
+
+# The review agent over a watched directory (unbounded: a bounded input would
+# reach its end, whose final watermark waits for all work, before a savepoint
+# could be taken mid-run), its outputs to files committed at checkpoints.
+# Not execute_and_collect: Flink's collect sink restored from a savepoint
+# fails a new client ("userVisibleTail should not be larger than offset"),
+# so a job meant to be resumed writes to a sink. Every operator has its uid.
+STREAM_JOB = '''
+import argparse, json
+
+from pyflink.common import Duration, Encoder, Types, WatermarkStrategy
+from pyflink.datastream.connectors.file_system import (
+    BucketAssigner, FileSink, FileSource, RollingPolicy, StreamFormat)
+
+from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+from jobs.review_analysis import ReviewAnalysisAgent, flink_environment, product_id_of
+
+parser = argparse.ArgumentParser()
+for name in ("--input-dir", "--output-dir", "--journal", "--base-url", "--execution-mode"):
+    parser.add_argument(name)
+parser.add_argument("--parallelism", type=int)
+args = parser.parse_args()
+env = flink_environment(args.parallelism, 1_000, args.execution_mode, restart_attempts=0)
+agents_env = AgentsExecutionEnvironment.get_execution_environment(
+    env, **{"journal.sqlite.path": args.journal, "job-identifier": "review-stream"})
+source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input_dir)
+          .monitor_continuously(Duration.of_millis(200)).build())
+lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "reviews").uid("review-stream:source")
+reviews = lines.map(json.loads, output_type=Types.PICKLED_BYTE_ARRAY()).name("decode").uid("review-stream:decode")
+agent = ReviewAnalysisAgent("openai:scripted", args.base_url, timeout_s=60.0, max_retries=0)
+outputs = agents_env.from_datastream(reviews, product_id_of, key_type=Types.STRING()).apply(agent).to_datastream()
+sink = (FileSink.for_row_format(args.output_dir, Encoder.simple_string_encoder())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy()).build())
+(outputs.map(json.dumps, output_type=Types.STRING()).name("encode").uid("review-stream:encode")
+ .sink_to(sink).name("outputs").uid("review-stream:outputs"))
+env.execute("review-stream")
+'''
+
+MODEL_LATENCY_S = 1.5  # per request; 6 products, one review of a product at a time: ~15 s of work
+
+
+def _score(review: str) -> int:
+    return 1 + len(review) % 5
+
+
+def _scripted_reply(body: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """A valid ReviewAnalysis for the review in the request (the user
+    message is ``{"id", "review"}``), the same every time it is asked."""
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str) and content.startswith("{"):
+            review = json.loads(content)["review"]
+            return {"role": "assistant", "content": json.dumps({"score": _score(review), "reasons": ["scripted"]})}
+    raise ValueError(f"request #{index} has no review")
+
+
+def _expected(reviews: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """What the review agent outputs with the scripted model: each
+    product's running count and mean in input order."""
+    seen: Dict[str, int] = defaultdict(int)
+    total: Dict[str, int] = defaultdict(int)
+    expected = []
+    for review in reviews:
+        score = _score(review["review"])
+        seen[review["id"]] += 1
+        total[review["id"]] += score
+        expected.append({"id": review["id"], "ts": review["ts"], "score": score, "reasons": ["scripted"],
+                         "reviews_seen": seen[review["id"]],
+                         "mean_score": round(total[review["id"]] / seen[review["id"]], 3)})
+    return sorted(expected, key=lambda o: (o["id"], o["ts"]))
+
+
+def _committed(directory: Path) -> List[Dict[str, Any]]:
+    """The outputs in the sink's committed part files (in-progress and
+    pending ones are hidden: their names start with '.')."""
+    found = []
+    for path in sorted(directory.rglob("part-*")):
+        if not path.name.startswith("."):
+            found += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return found
+
+
+def _wait_for_outputs(directory: Path, count: int, cluster: StandaloneCluster, jid: str, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        committed = len(_committed(directory))
+        if committed >= count:
+            return committed
+        state = cluster.rest(f"/jobs/{jid}")["state"]
+        if state in ("FAILED", "CANCELED", "FINISHED"):
+            raise AssertionError(f"job {jid} is {state} with {committed} output(s)\n{cluster.log_tail()}")
+        time.sleep(0.2)
+    raise AssertionError(f"{len(_committed(directory))} of {count} outputs within {timeout_s} s")
+
+
+def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path) -> None:
+    reviews = read_reviews(SAMPLE_INPUT).reviews
+    job = tmp_path / "review_stream_job.py"
+    job.write_text(STREAM_JOB, encoding="utf-8")
+    inbox, outputs = tmp_path / "inbox", tmp_path / "outputs"
+    inbox.mkdir()
+    write_jsonl(inbox / "reviews.jsonl", reviews)
+
+    def submit(parallelism: int, *restore: str) -> str:
+        """``flink run -d``: returns the job id."""
+        done = cluster.flink(
+            "run", "-d", *restore, "-py", str(job), "--input-dir", str(inbox), "--output-dir", str(outputs),
+            "--journal", str(tmp_path / "journal.db"), "--base-url", server.base_url,
+            "--execution-mode", "thread", "--parallelism", str(parallelism), timeout_s=SUBMIT_TIMEOUT_S,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return re.search(r"JobID ([0-9a-f]{32})", done.stdout).group(1)
+
+    with ScriptedChatServer(latency_s=MODEL_LATENCY_S) as server:
+        server.set_reply_fn(_scripted_reply)
+        first = submit(2)
+        _wait_for_outputs(outputs, 1, cluster, first, timeout_s=90)
+        started = time.monotonic()
+        stopped = cluster.flink("stop", "--savepointPath", (tmp_path / "savepoints").as_uri(), first, timeout_s=90)
+        stop_s = time.monotonic() - started
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr + cluster.log_tail()
+        savepoint = re.search(r"Savepoint completed\. Path: (\S+)", stopped.stdout).group(1)
+        before = len(_committed(outputs))
+        assert 1 <= before < len(reviews), f"the savepoint was not taken mid-run ({before} outputs)"
+        print(f"\n[cluster] stop-with-savepoint after {before} of {len(reviews)} outputs: {stop_s:.1f} s")
+
+        second = submit(1, "-s", savepoint)  # parallelism 2 -> 1; no --allowNonRestoredState
+        try:
+            _wait_for_outputs(outputs, len(reviews), cluster, second, timeout_s=120)
+            time.sleep(3)  # three more checkpoints: a repeated output would be committed by now
+        finally:
+            cancelled = cluster.flink("cancel", second, timeout_s=60)
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+
+    results = sorted(_committed(outputs), key=lambda o: (o["id"], o["ts"]))
+    keys = [(o["id"], o["ts"]) for o in results]
+    assert len(keys) == len(set(keys)), "an output was repeated after the restore"
+    assert results == _expected(reviews)  # none lost; each product's summary continued
