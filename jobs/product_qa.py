@@ -271,7 +271,6 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     default_reviews = SHARED_REVIEWS if SHARED_REVIEWS.is_file() else SAMPLE_REVIEWS
     parser = argparse.ArgumentParser(
         prog="python -m jobs.product_qa", description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--reviews", type=Path, default=default_reviews,
                         help="JSONL of {id, review, ts} (default: ../shared/data/product_reviews.jsonl, else the "
@@ -280,25 +279,25 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
                         help="JSONL of {product_id, question} (default: jobs/data/product_questions.jsonl for the "
                              "shared reviews, jobs/data/product_questions_sample.jsonl for the sample)")
     parser.add_argument("--output", type=Path, default=Path("out/product_qa.jsonl"),
-                        help="one JSON line per question (replaced only when the job succeeds)")
+                        help="one JSON line per question, replaced only when the job succeeds (default: %(default)s)")
     parser.add_argument("--index-dir", type=Path, default=None,
                         help="Chroma persist directory of the review index (default: the output path with suffix .index)")
     parser.add_argument("--chroma-host", default=None, help="index into and query a Chroma server instead")
-    parser.add_argument("--chroma-port", type=int, default=8000, help="the Chroma server's port")
-    parser.add_argument("--dimensions", type=_positive_int, default=256, help="hashing embedding length")
-    parser.add_argument("--max-results", type=_positive_int, default=6, help="reviews retrieved per question")
-    parser.add_argument("--model", default="local", help=f"{MODEL_FORMS}; 'local' answers extractively, offline")
+    parser.add_argument("--chroma-port", type=int, default=8000, help="the Chroma server's port (default: %(default)s)")
+    parser.add_argument("--dimensions", type=_positive_int, default=256, help="hashing embedding length (default: %(default)s)")
+    parser.add_argument("--max-results", type=_positive_int, default=6, help="reviews retrieved per question (default: %(default)s)")
+    parser.add_argument("--model", default="local", help=f"{MODEL_FORMS}; 'local' (the default) answers extractively, offline")
     parser.add_argument("--base-url", default=None, help="the provider's endpoint")
     parser.add_argument("--api-version", default=None, help="Azure OpenAI API version (azure: models)")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models")
-    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed model request")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models in seconds (default: %(default)s)")
+    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed model request (default: %(default)s)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
-                        help="Flink mini-cluster or the embedded local runner")
-    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
+                        help="Flink mini-cluster or the embedded local runner (default: %(default)s)")
+    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism (default: %(default)s)")
     parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (process with parallelism > 1 needs --chroma-host)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000, help="Flink checkpoint interval")
-    parser.add_argument("--restart-attempts", type=int, default=3, help="Flink restarts after a failure")
+                        help="PyFlink python.execution-mode (default: %(default)s; process with parallelism > 1 needs --chroma-host)")
+    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000, help="Flink checkpoint interval (default: %(default)s)")
+    parser.add_argument("--restart-attempts", type=int, default=3, help="Flink restarts after a failure (default: %(default)s)")
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)
     if args.questions is None:

@@ -225,6 +225,42 @@ def test_a_server_without_prompts_lists_none(call_log: Path) -> None:
 # -- stdio: one process per instance, reconnects ----------------------------------------
 
 
+class _CatcherWithoutFileno:
+    """What ``sys.stderr`` is inside PyFlink's thread mode (pemja's
+    ``StdErrCatcher``): writable, but no file descriptor for a subprocess."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_stdio_server_starts_where_stderr_has_no_file_descriptor(
+    call_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stderr", _CatcherWithoutFileno())
+    server = stdio_server(call_log)
+    try:
+        assert "product_info" in [t.name for t in server.list_tools()]
+    finally:
+        server.close()
+
+
+def test_a_stdio_command_that_cannot_start_fails_at_once_naming_it() -> None:
+    server = MCPServer(command="/nonexistent/mcp-server", max_retries=3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(MCPSessionError, match="FileNotFoundError") as failure:
+            server.list_tools()
+        assert "/nonexistent/mcp-server" in str(failure.value)
+        assert time.monotonic() - started < 2.0, "a command that cannot start is not retried"
+    finally:
+        server.close()
+
+
+
+
 def test_a_stdio_server_is_spawned_once_per_instance_reconnects_when_it_dies_and_ends_with_close(
     call_log: Path,
 ) -> None:

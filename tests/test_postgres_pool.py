@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -350,8 +352,13 @@ class OwnServer:
 
     def pg_ctl(self, *args: str) -> None:
         command = [f"{self.bindir}/pg_ctl", "-D", str(self.data), *args]
-        if os.getuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
+        if os.getuid() == 0:  # PostgreSQL refuses root: as tools/postgres.sh, run it as 'postgres'
+            # runuser lives in /usr/sbin, which a plain PATH (CI's) may lack; su is the fallback.
+            runuser = shutil.which("runuser", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+            if runuser is not None:
+                command = [runuser, "-u", "postgres", "--", *command]
+            else:
+                command = ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(shlex.quote(part) for part in command)]
         subprocess.run(command, check=True, capture_output=True, timeout=60)
 
     def stop(self) -> None:
@@ -363,8 +370,14 @@ class OwnServer:
     def remove(self) -> None:
         try:
             self.stop()
-        except subprocess.CalledProcessError:
-            pass
+        except (subprocess.SubprocessError, OSError):
+            # pg_ctl could not stop it: end the postmaster itself, so no
+            # server outlives the test (its pid is the first line of postmaster.pid).
+            try:
+                pid = int((self.data / "postmaster.pid").read_text().split()[0])
+                os.kill(pid, signal.SIGQUIT)
+            except (OSError, ValueError, IndexError):
+                pass
         shutil.rmtree(self.data, ignore_errors=True)
 
 

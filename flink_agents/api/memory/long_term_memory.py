@@ -128,7 +128,7 @@ class BaseLongTermMemory(ABC, BaseModel):
 
         Raises:
             ValueError: ``name`` cannot name a set: the vector-store memory
-                takes 1 to 59 characters of letters, digits, ``.``, ``_``
+                takes 1 to 59 characters of ASCII letters, digits, ``.``, ``_``
                 and ``-``, starting and ending with a letter or digit,
                 without ``..``.
             RuntimeError: The action that got this memory has returned.

@@ -81,6 +81,8 @@ def _is_broken(exc: BaseException) -> bool:
         return exc.error.code == types.CONNECTION_CLOSED
     if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)):
         return True
+    if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError)):
+        return False  # a stdio server's command cannot start: a reconnect will not fix it
     if isinstance(exc, (ConnectionError, EOFError, OSError)) and not isinstance(exc, TimeoutError):
         return True
     try:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict, List, Tuple
 from urllib.parse import urlparse
@@ -138,7 +140,7 @@ class MCPServer(Resource):
         if self.command is not None:
             stdio = _sdk("mcp.client.stdio")
             parameters = stdio.StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)
-            async with stdio.stdio_client(parameters) as streams:
+            async with stdio.stdio_client(parameters, errlog=_server_errlog()) as streams:
                 yield streams[0], streams[1]
             return
         httpx2 = _sdk("httpx2")
@@ -315,3 +317,25 @@ class MCPServer(Resource):
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def _server_errlog() -> Any:
+    """Where a stdio server's stderr goes: this process's stderr when it is a
+    real file. In PyFlink's thread mode ``sys.stderr`` is the embedded
+    interpreter's catcher, which has no file descriptor to hand a subprocess
+    (the SDK's default would fail with "'StdErrCatcher' object has no
+    attribute 'fileno'"): then the original stderr, else the null device."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    global _DEVNULL
+    if _DEVNULL is None:
+        _DEVNULL = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - kept for the process
+    return _DEVNULL
+
+
+_DEVNULL: Any = None

@@ -63,7 +63,7 @@ def validate_set_name(name: Any) -> str:
     """
     if not isinstance(name, str) or not _SET_NAME.match(name) or ".." in name:
         raise ValueError(
-            f"memory set name {name!r} is invalid: use 1 to 59 characters of letters, digits, '.', '_' and '-', "
+            f"memory set name {name!r} is invalid: use 1 to 59 characters of ASCII letters, digits, '.', '_' and '-', "
             "starting and ending with a letter or digit, without '..' (e.g. 'product_facts')"
         )
     return name
