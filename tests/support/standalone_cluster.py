@@ -129,3 +129,62 @@ class StandaloneCluster:
             out.append(f"==> {path.name} <==\n" + "\n".join(text))
         return "\n".join(out)
 
+
+
+# --- failover helpers --------------------------------------------------------
+
+
+def listening_ports(pid: int) -> set:
+    """The TCP ports process ``pid`` listens on (its sockets' inodes matched
+    against ``/proc/net/tcp{,6}``; the caller's own processes only)."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _cluster_taskmanager_pids(cluster: "StandaloneCluster") -> List[int]:
+    return [int(pid) for pid in cluster.state.get("TM_PIDS", "").split() if pid]
+
+
+def taskmanager_pids_of_job(cluster: "StandaloneCluster", jid: str) -> List[int]:
+    """The pids of the TaskManagers running a subtask of job ``jid`` (each
+    subtask's TaskManager, by the ports its REST entry names, matched against
+    the ports each recorded TaskManager pid listens on)."""
+    wanted = set()
+    for vertex in cluster.rest(f"/jobs/{jid}")["vertices"]:
+        for subtask in cluster.rest(f"/jobs/{jid}/vertices/{vertex['id']}")["subtasks"]:
+            tm_id = subtask.get("taskmanager-id")
+            for tm in cluster.rest("/taskmanagers")["taskmanagers"]:
+                if tm["id"] == tm_id:
+                    wanted.add(int(tm["dataPort"]))
+    return [pid for pid in _cluster_taskmanager_pids(cluster) if listening_ports(pid) & wanted]
+
+
+def job_subtasks(cluster: "StandaloneCluster", jid: str) -> List[Dict[str, Any]]:
+    """Every subtask of job ``jid`` (``{"subtask", "status", "attempt",
+    "taskmanager-id", ...}`` of its current attempt)."""
+    subtasks: List[Dict[str, Any]] = []
+    for vertex in cluster.rest(f"/jobs/{jid}")["vertices"]:
+        subtasks += cluster.rest(f"/jobs/{jid}/vertices/{vertex['id']}")["subtasks"]
+    return subtasks
+
+
+def completed_checkpoints(cluster: "StandaloneCluster", jid: str) -> int:
+    return int(cluster.rest(f"/jobs/{jid}/checkpoints")["counts"]["completed"])
