@@ -207,7 +207,10 @@ def extractive_answer(question: str, documents: Sequence[Document], max_sentence
     df = {w: sum(1 for *_, words in sentences if w in words) for w in wanted}
     n = len(sentences)
     scored = sorted(
-        ((-sum(math.log((n + 1) / df[w]) for w in words), rank, position, sentence, rid)
+        # fsum: exactly rounded whatever the order of the set's words (a
+        # plain sum of a set differs in its last bits between processes with
+        # other hash seeds, and would break ties differently on each runner).
+        ((-math.fsum(math.log((n + 1) / df[w]) for w in words), rank, position, sentence, rid)
          for rank, position, sentence, rid, words in sentences),
         key=lambda c: c[:3],
     )

@@ -47,7 +47,7 @@ import signal
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -55,6 +55,7 @@ import pytest
 
 from jobs.review_records import read_reviews
 from tests.support.scripted_openai_server import ScriptedChatServer
+from tests.support.scripted_reviews import committed_outputs, expected_review_outputs, scripted_review_reply
 from tests.support.standalone_cluster import (
     REPO_ROOT,
     StandaloneCluster,
@@ -174,41 +175,6 @@ class GatedChatServer(ScriptedChatServer):
         super().stop()
 
 
-def _score(review: str) -> int:
-    return 1 + len(review) % 5
-
-
-def _reply(body: Dict[str, Any], index: int) -> Dict[str, Any]:
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, str) and content.startswith("{"):
-            review = json.loads(content)["review"]
-            return {"role": "assistant", "content": json.dumps({"score": _score(review), "reasons": ["scripted"]})}
-    raise ValueError(f"request #{index} has no review")
-
-
-def _expected(reviews: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    seen: Dict[str, int] = defaultdict(int)
-    total: Dict[str, int] = defaultdict(int)
-    expected = []
-    for review in reviews:
-        score = _score(review["review"])
-        seen[review["id"]] += 1
-        total[review["id"]] += score
-        expected.append({"id": review["id"], "ts": review["ts"], "score": score, "reasons": ["scripted"],
-                         "reviews_seen": seen[review["id"]],
-                         "mean_score": round(total[review["id"]] / seen[review["id"]], 3)})
-    return sorted(expected, key=lambda o: (o["id"], o["ts"]))
-
-
-def _committed(directory: Path) -> List[Dict[str, Any]]:
-    found = []
-    for path in sorted(directory.rglob("part-*")):
-        if not path.name.startswith("."):
-            found += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return found
-
-
 def _request_review(body: Dict[str, Any]) -> str:
     return next(m["content"] for m in body["messages"] if m.get("role") == "user")
 
@@ -272,7 +238,7 @@ def test_a_killed_taskmanager_repeats_no_model_call_and_no_output(
     outputs = tmp_path / "outputs"
 
     with GatedChatServer(latency_s=MODEL_LATENCY_S) as server:
-        server.set_reply_fn(_reply)
+        server.set_reply_fn(scripted_review_reply)
         done = cluster.flink(
             "run", "-d", "-py", str(job), "--input-dir", str(inbox), "--output-dir", str(outputs),
             "--dsn", postgres_dsn, "--job-id", f"review-failover-{uuid.uuid4().hex[:12]}",
@@ -283,13 +249,13 @@ def test_a_killed_taskmanager_repeats_no_model_call_and_no_output(
         jid = re.search(r"JobID ([0-9a-f]{32})", done.stdout).group(1)
 
         # Mid-run: a checkpoint completed and outputs were committed.
-        _wait(lambda: completed_checkpoints(cluster, jid) >= 1 and len(_committed(outputs)) >= 1,
+        _wait(lambda: completed_checkpoints(cluster, jid) >= 1 and len(committed_outputs(outputs)) >= 1,
               90, "checkpoint with committed outputs", cluster, jid)
         first_output_s = time.monotonic() - started
         server.close_gate()
         _wait(server.settled, 30, "answer to every admitted request", cluster, jid)
         time.sleep(1.0)  # each answer journaled (an autocommitted insert) right after it arrives
-        admitted, committed = len(server.requests), len(_committed(outputs))
+        admitted, committed = len(server.requests), len(committed_outputs(outputs))
         assert admitted < len(reviews), "the job ended before the kill: nothing failed over"
         victims = taskmanager_pids_of_job(cluster, jid)
         assert len(victims) == 2, f"the job's subtasks are not on 2 of the 3 TaskManagers: {victims}"
@@ -313,7 +279,7 @@ def test_a_killed_taskmanager_repeats_no_model_call_and_no_output(
         recovered_s = time.monotonic() - killed_at
 
         try:
-            _wait(lambda: len(_committed(outputs)) >= len(reviews), 150, f"{len(reviews)} committed outputs",
+            _wait(lambda: len(committed_outputs(outputs)) >= len(reviews), 150, f"{len(reviews)} committed outputs",
                   cluster, jid)
             time.sleep(2.5)  # more checkpoints: a repeated output would be committed by now
         finally:
@@ -326,11 +292,11 @@ def test_a_killed_taskmanager_repeats_no_model_call_and_no_output(
     print(f"[failover] first committed output {first_output_s:.1f} s after submission; "
           f"new attempts {recovered_s:.1f} s after the kill; {held} request(s) of the dying "
           f"attempts held; {len(requests)} requests counted; job {total_s:.1f} s")
-    results = sorted(_committed(outputs), key=lambda o: (o["id"], o["ts"]))
+    results = sorted(committed_outputs(outputs), key=lambda o: (o["id"], o["ts"]))
     keys = [(o["id"], o["ts"]) for o in results]
     assert len(keys) == len(set(keys)), f"{len(keys) - len(set(keys))} output(s) repeated after the failover"
     assert len(results) == len(reviews), f"{len(results)} outputs for {len(reviews)} reviews"
-    assert results == _expected(reviews)
+    assert results == expected_review_outputs(reviews)
     asked = Counter(requests)
     want = Counter(json.dumps({"id": r["id"], "review": r["review"]}) for r in reviews)
     repeated = {review: n - want[review] for review, n in asked.items() if n > want[review]}

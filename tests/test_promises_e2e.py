@@ -223,7 +223,9 @@ def test_each_output_carries_its_own_records_timestamp(tmp_path: Path) -> None:
         write_jsonl(input_dir / "2.jsonl", [second])
         when_done(second)
         write_jsonl(input_dir / "3.jsonl", [last])
-        observed = job.take(3, timeout_s=30)
+        # 60 s: one clean CI run saw only 2 of 3 outputs within 30 s (passes
+        # in ~13 s alone); a lost output would still fail here.
+        observed = job.take(3, timeout_s=60)
     finally:
         job.close()
     print("\n" + "\n".join(f"  {s}" for s in observed))

@@ -17,7 +17,6 @@ import json
 import re
 import subprocess
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -28,6 +27,7 @@ from jobs.review_records import read_reviews
 from tests.support.flink_jobs import write_jsonl
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.standalone_cluster import REPO_ROOT, StandaloneCluster
+from tests.support.scripted_reviews import committed_outputs, expected_review_outputs, scripted_review_reply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -169,58 +169,17 @@ env.execute("review-stream")
 MODEL_LATENCY_S = 1.5  # per request; 6 products, one review of a product at a time: ~15 s of work
 
 
-def _score(review: str) -> int:
-    return 1 + len(review) % 5
-
-
-def _scripted_reply(body: Dict[str, Any], index: int) -> Dict[str, Any]:
-    """A valid ReviewAnalysis for the review in the request (the user
-    message is ``{"id", "review"}``), the same every time it is asked."""
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, str) and content.startswith("{"):
-            review = json.loads(content)["review"]
-            return {"role": "assistant", "content": json.dumps({"score": _score(review), "reasons": ["scripted"]})}
-    raise ValueError(f"request #{index} has no review")
-
-
-def _expected(reviews: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """What the review agent outputs with the scripted model: each
-    product's running count and mean in input order."""
-    seen: Dict[str, int] = defaultdict(int)
-    total: Dict[str, int] = defaultdict(int)
-    expected = []
-    for review in reviews:
-        score = _score(review["review"])
-        seen[review["id"]] += 1
-        total[review["id"]] += score
-        expected.append({"id": review["id"], "ts": review["ts"], "score": score, "reasons": ["scripted"],
-                         "reviews_seen": seen[review["id"]],
-                         "mean_score": round(total[review["id"]] / seen[review["id"]], 3)})
-    return sorted(expected, key=lambda o: (o["id"], o["ts"]))
-
-
-def _committed(directory: Path) -> List[Dict[str, Any]]:
-    """The outputs in the sink's committed part files (in-progress and
-    pending ones are hidden: their names start with '.')."""
-    found = []
-    for path in sorted(directory.rglob("part-*")):
-        if not path.name.startswith("."):
-            found += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return found
-
-
 def _wait_for_outputs(directory: Path, count: int, cluster: StandaloneCluster, jid: str, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        committed = len(_committed(directory))
+        committed = len(committed_outputs(directory))
         if committed >= count:
             return committed
         state = cluster.rest(f"/jobs/{jid}")["state"]
         if state in ("FAILED", "CANCELED", "FINISHED"):
             raise AssertionError(f"job {jid} is {state} with {committed} output(s)\n{cluster.log_tail()}")
         time.sleep(0.2)
-    raise AssertionError(f"{len(_committed(directory))} of {count} outputs within {timeout_s} s")
+    raise AssertionError(f"{len(committed_outputs(directory))} of {count} outputs within {timeout_s} s")
 
 
 def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path) -> None:
@@ -242,7 +201,7 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
         return re.search(r"JobID ([0-9a-f]{32})", done.stdout).group(1)
 
     with ScriptedChatServer(latency_s=MODEL_LATENCY_S) as server:
-        server.set_reply_fn(_scripted_reply)
+        server.set_reply_fn(scripted_review_reply)
         first = submit(2)
         _wait_for_outputs(outputs, 1, cluster, first, timeout_s=90)
         started = time.monotonic()
@@ -250,7 +209,7 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
         stop_s = time.monotonic() - started
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr + cluster.log_tail()
         savepoint = re.search(r"Savepoint completed\. Path: (\S+)", stopped.stdout).group(1)
-        before = len(_committed(outputs))
+        before = len(committed_outputs(outputs))
         assert 1 <= before < len(reviews), f"the savepoint was not taken mid-run ({before} outputs)"
         print(f"\n[cluster] stop-with-savepoint after {before} of {len(reviews)} outputs: {stop_s:.1f} s")
 
@@ -262,7 +221,7 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
             cancelled = cluster.flink("cancel", second, timeout_s=60)
         assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
 
-    results = sorted(_committed(outputs), key=lambda o: (o["id"], o["ts"]))
+    results = sorted(committed_outputs(outputs), key=lambda o: (o["id"], o["ts"]))
     keys = [(o["id"], o["ts"]) for o in results]
     assert len(keys) == len(set(keys)), "an output was repeated after the restore"
-    assert results == _expected(reviews)  # none lost; each product's summary continued
+    assert results == expected_review_outputs(reviews)  # none lost; each product's summary continued
