@@ -38,25 +38,10 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores import PostgresJournalStore
 from flink_agents.stores._postgres_pool import PoolSize
-from tests.support.journal_stores import entry, postgres_dsn, postgres_schema
+from tests.support.journal_stores import FakeTime, entry, postgres_dsn, postgres_schema
 
 REPO = Path(__file__).resolve().parent.parent
 CALLS: Counter = Counter()
-
-
-class FakeTime:
-    """``sleep`` and ``monotonic`` for a store: sleeping advances the clock."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: List[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 # --- counting connections on the server ---------------------------------------------------

@@ -41,24 +41,9 @@ from flink_agents.stores import (
 )
 from flink_agents.stores.sqlite_store import SQLiteDialect
 from tests.support.cuttable_proxy import CuttableProxy
-from tests.support.journal_stores import entry, postgres_schema
+from tests.support.journal_stores import FakeTime, entry, postgres_schema
 
 CALLS: Counter = Counter()
-
-
-class FakeTime:
-    """``sleep`` and ``monotonic`` for a store: sleeping advances the clock."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: List[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 def _chain(error: BaseException) -> List[BaseException]:

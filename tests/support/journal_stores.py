@@ -115,3 +115,18 @@ def store_factory(kind: str, tmp_path: Path) -> Iterator[MakeStore]:
         finally:
             for store in opened:
                 store.close()
+
+
+class FakeTime:
+    """``sleep`` and ``monotonic`` for a store: sleeping advances the clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: List[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def monotonic(self) -> float:
+        return self.now
