@@ -17,10 +17,11 @@ setup(
     description="Durable, event-driven AI agents on Apache Flink, in pure Python",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["flink_agents", "flink_agents.*", "jobs", "jobs.*"]),
-    # The bundled sample data ships inside the jobs package (jobs/data is not a
-    # Python package, so it is listed as package data, not discovered).
-    package_data={"jobs": ["data/*.jsonl", "data/NOTICE"]},
+    packages=find_packages(include=["flink_agents", "flink_agents.*"]),
+    # The bundled jobs are flink_agents.jobs (no top-level `jobs` module in
+    # site-packages); their sample data is not a Python package, so it is
+    # listed as package data, not discovered.
+    package_data={"flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"]},
     install_requires=[
         "apache-flink==2.3.0",
         "pydantic>=2.6,<3",

@@ -53,7 +53,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_records import read_reviews
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.scripted_reviews import committed_outputs, expected_review_outputs, scripted_review_reply
 from tests.support.standalone_cluster import (
@@ -82,7 +82,7 @@ from pyflink.datastream.connectors.file_system import (
     BucketAssigner, FileSink, FileSource, RollingPolicy, StreamFormat)
 
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from jobs.review_analysis import ReviewAnalysisAgent, product_id_of
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
 
 parser = argparse.ArgumentParser()
 for name in ("--input-dir", "--output-dir", "--dsn", "--job-id", "--base-url", "--execution-mode"):

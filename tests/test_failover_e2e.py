@@ -40,7 +40,7 @@ from flink_agents.api.decorators import tool
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.stores.factory import POSTGRES_DSN_ENV
-from jobs.review_analysis import MODEL_SETUP, ReviewAnalysisAgent, product_id_of
+from flink_agents.jobs.review_analysis import MODEL_SETUP, ReviewAnalysisAgent, product_id_of
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env
 from tests.support.flink_jobs import checkpoint_after as _checkpoint_after
 from tests.support.flink_jobs import completed_checkpoints as _completed_checkpoints
@@ -391,7 +391,7 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
 
 def _reviews_of(products: List[str], per_product: int, first_ts: int) -> List[Dict[str, Any]]:
     """Reviews of ``products`` taking turns, texts from the bundled sample."""
-    texts = [json.loads(line)["review"] for line in (REPO_ROOT / "jobs/data/sample_reviews.jsonl").read_text().splitlines()]
+    texts = [json.loads(line)["review"] for line in (REPO_ROOT / "flink_agents/jobs/data/sample_reviews.jsonl").read_text().splitlines()]
     reviews = []
     for n in range(per_product * len(products)):
         ts = first_ts + n

@@ -22,13 +22,13 @@ import pytest
 from py4j.protocol import Py4JJavaError
 
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from jobs.review_analysis import ReviewAnalysisAgent, product_id_of
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
 from tests.support.flink_jobs import child_environment, free_port, mini_cluster_env
 
 pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 GOOD = {"id": "B0GOOD0001", "review": "Works as described.", "ts": 1}
 
 
@@ -127,7 +127,7 @@ def test_the_job_command_names_a_journal_it_cannot_open_in_one_line(tmp_path: Pa
     reviews = tmp_path / "reviews.jsonl"
     reviews.write_text("".join(SAMPLE.read_text().splitlines(keepends=True)[:2]))
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.review_analysis", "--input", str(reviews), "--output", str(output),
+        [sys.executable, "-m", "flink_agents.jobs.review_analysis", "--input", str(reviews), "--output", str(output),
          "--runner", "flink", "--execution-mode", "thread", "--parallelism", "1", "--restart-attempts", "0"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=child_environment(),
     )

@@ -1,4 +1,4 @@
-"""The review jobs' input reader (``jobs.review_records.read_reviews``) and
+"""The review jobs' input reader (``flink_agents.jobs.review_records.read_reviews``) and
 output checks: a bad line is one bad record naming ``FILE:LINE`` and its
 reason, fatal by default and skipped (logged, counted) on request; the lines
 around it are read as usual. Also the job's command line refusing such input
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import review_analysis
-from jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
+from flink_agents.jobs import review_analysis
+from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
 
 GOOD = [
     {"id": "B0GOOD0001", "review": "Works as described.", "ts": 1},
@@ -59,7 +59,7 @@ def test_a_bad_line_is_skipped_logged_and_counted_on_request(
 ) -> None:
     bad_line, reason = BAD_LINES[case]
     path = _file_with(tmp_path, bad_line)
-    with caplog.at_level(logging.WARNING, logger="jobs.review_records"):
+    with caplog.at_level(logging.WARNING, logger="flink_agents.jobs.review_records"):
         read = read_reviews(path, skip_bad_records=True)
     assert read.reviews == GOOD  # the lines around it are unaffected
     assert len(read.bad_lines) == 1
@@ -134,7 +134,7 @@ def test_the_other_jobs_sharing_the_reader_refuse_bad_input_and_directory_output
 ) -> None:
     import importlib
 
-    main = importlib.import_module(f"jobs.{job}").main
+    main = importlib.import_module(f"flink_agents.jobs.{job}").main
     bad_line, reason = BAD_LINES["invalid_utf8"]
     path = _file_with(tmp_path, bad_line)
     output = tmp_path / "out.jsonl"

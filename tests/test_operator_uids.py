@@ -70,8 +70,8 @@ def _split_collect(graph: Dict[str, str | None], prefix: str) -> Tuple[List[str]
 
 @pytest.mark.parametrize("execution_mode", ["process", "thread"])
 def test_review_analysis_operators_all_have_stable_uids(built_graphs, execution_mode, tmp_path):
-    from jobs.review_analysis import SAMPLE_INPUT, ReviewAnalysisAgent, run_on_flink
-    from jobs.review_records import read_reviews
+    from flink_agents.jobs.review_analysis import SAMPLE_INPUT, ReviewAnalysisAgent, run_on_flink
+    from flink_agents.jobs.review_records import read_reviews
 
     reviews = read_reviews(SAMPLE_INPUT).reviews
     for _ in range(2):  # built twice in one JVM: Flink's own ids would differ
@@ -91,9 +91,9 @@ def test_review_analysis_operators_all_have_stable_uids(built_graphs, execution_
 
 
 def test_shipping_claims_operators_all_have_stable_uids(built_graphs):
-    from jobs.review_records import read_reviews
-    from jobs.review_analysis import SAMPLE_INPUT
-    from jobs.shipping_claims import run_on_flink
+    from flink_agents.jobs.review_records import read_reviews
+    from flink_agents.jobs.review_analysis import SAMPLE_INPUT
+    from flink_agents.jobs.shipping_claims import run_on_flink
 
     run_on_flink(read_reviews(SAMPLE_INPUT).reviews[:3], {}, parallelism=2, execution_mode="process")
     (graph,) = built_graphs
@@ -108,7 +108,7 @@ def test_runtime_operators_have_uids_without_python_chaining(tmp_path):
     from pyflink.common import Types
 
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-    from jobs.review_analysis import ReviewAnalysisAgent
+    from flink_agents.jobs.review_analysis import ReviewAnalysisAgent
     from tests.support.flink_jobs import mini_cluster_env
 
     env = mini_cluster_env(2, **{"python.operator-chaining.enabled": "false"})
@@ -136,7 +136,7 @@ def test_job_without_steering_keys_its_input_once():
     """from_datastream keys the input when the job is built, not before: a
     key function made and left unused would be an operator of its own."""
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-    from jobs.review_analysis import ReviewAnalysisAgent
+    from flink_agents.jobs.review_analysis import ReviewAnalysisAgent
     from tests.support.flink_jobs import mini_cluster_env
 
     env = mini_cluster_env(1, **{"python.operator-chaining.enabled": "false"})

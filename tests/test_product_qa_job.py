@@ -18,9 +18,9 @@ from flink_agents.integrations.embedding_models.local.hashing_embedding_model im
 from flink_agents.integrations.vector_stores.chroma.chroma_vector_store import ChromaVectorStore
 from flink_agents.runtime.features.untrusted import unwrap_untrusted
 from flink_agents.stores.memory_store import InMemoryJournalStore
-from jobs import product_qa
-from jobs.product_qa import ProductQAAgent, read_questions, run_locally
-from jobs.review_index import COLLECTION, build_review_index, extractive_answer, review_document
+from flink_agents.jobs import product_qa
+from flink_agents.jobs.product_qa import ProductQAAgent, read_questions, run_locally
+from flink_agents.jobs.review_index import COLLECTION, build_review_index, extractive_answer, review_document
 from tests.support.engine_runs import run_record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -178,13 +178,13 @@ def test_bad_questions_are_refused_naming_the_line(tmp_path: Path) -> None:
                     '{"product_id": "B1", "question": "b?", "question_id": "x"}\n')
     with pytest.raises(ValueError, match=r"q.jsonl:2: question_id 'x' repeats line 1"):
         read_questions(path)
-    assert read_questions(REPO_ROOT / "jobs" / "data" / "product_questions_sample.jsonl")[0]["question_id"] == "kettle-1"
+    assert read_questions(REPO_ROOT / "flink_agents" / "jobs" / "data" / "product_questions_sample.jsonl")[0]["question_id"] == "kettle-1"
 
 
 def test_the_bundled_question_files_name_products_of_their_reviews() -> None:
-    from jobs.review_records import read_reviews
+    from flink_agents.jobs.review_records import read_reviews
 
-    sample = {r["id"] for r in read_reviews(REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl").reviews}
+    sample = {r["id"] for r in read_reviews(REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl").reviews}
     assert {q["product_id"] for q in read_questions(product_qa.SAMPLE_QUESTIONS)} == sample
     shared = {q["product_id"] for q in read_questions(product_qa.SHARED_QUESTIONS)}
     assert len(shared) >= 10

@@ -9,9 +9,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from jobs.product_qa import SHARED_QUESTIONS, ProductQAAgent, read_questions, run_locally, run_on_flink
-from jobs.review_index import build_review_index, review_id
-from jobs.review_records import read_reviews
+from flink_agents.jobs.product_qa import SHARED_QUESTIONS, ProductQAAgent, read_questions, run_locally, run_on_flink
+from flink_agents.jobs.review_index import build_review_index, review_id
+from flink_agents.jobs.review_records import read_reviews
 
 pytestmark = pytest.mark.e2e
 

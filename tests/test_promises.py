@@ -4,7 +4,7 @@
    "The output file is replaced only when the job succeeds"): a run that
    fails on a malformed input line or on a failing model leaves an earlier
    output byte-identical and no stray temporary file; the shipping-claims
-   job shares the writer (``jobs.review_records.jsonl_output``).
+   job shares the writer (``flink_agents.jobs.review_records.jsonl_output``).
 2. ``flink.max_backlog`` back-pressure (docs/operations.md): the host blocks
    in ``KeyRunner.wait_for_capacity`` while the backlog is full, resumes when
    runs finish, and the backlog never exceeds the bound; the operator's
@@ -44,7 +44,7 @@ from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
 
 # --- 1. the output file is replaced only when the job succeeds -----------------------------
@@ -67,7 +67,7 @@ def _listing(directory: Path) -> List[str]:
 def earlier_review_output(tmp_path: Path) -> Dict[str, Any]:
     """A first, good run of the review-analysis job (local runner) over five
     sample reviews: its output file's bytes and the directory's listing."""
-    from jobs import review_analysis
+    from flink_agents.jobs import review_analysis
 
     reviews = _sample_reviews(5)
     good_input = _write_input(tmp_path / "good.jsonl", [json.dumps(r) for r in reviews])
@@ -85,7 +85,7 @@ def earlier_review_output(tmp_path: Path) -> Dict[str, Any]:
 def test_a_run_failing_on_a_malformed_line_leaves_the_earlier_output_intact(
     earlier_review_output: Dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from jobs import review_analysis
+    from flink_agents.jobs import review_analysis
 
     reviews = earlier_review_output["reviews"]
     output: Path = earlier_review_output["output"]
@@ -107,7 +107,7 @@ def test_a_run_whose_model_fails_leaves_the_earlier_output_intact(
     """The model answers the first reviews and then something that is not
     the expected JSON: the record fails and with it the job (strategy
     ``fail``), after the other records' outputs were produced."""
-    from jobs import review_analysis
+    from flink_agents.jobs import review_analysis
 
     reviews = earlier_review_output["reviews"]
     output: Path = earlier_review_output["output"]
@@ -139,7 +139,7 @@ def test_a_run_whose_model_fails_leaves_the_earlier_output_intact(
 def test_the_shared_writer_discards_written_lines_when_the_job_fails_midway(tmp_path: Path) -> None:
     """On Flink, outputs reach the writer as they are produced: a failure
     after some were written leaves the earlier file and no partial file."""
-    from jobs.review_records import jsonl_output
+    from flink_agents.jobs.review_records import jsonl_output
 
     output = tmp_path / "out.jsonl"
     output.write_bytes(b'{"earlier": true}\n')
@@ -168,7 +168,7 @@ def test_a_failed_shipping_claims_run_leaves_the_earlier_output_intact(
 ) -> None:
     """The callback port is taken, so the run fails inside the job (its
     ingress cannot start), after the output was opened for writing."""
-    from jobs import shipping_claims
+    from flink_agents.jobs import shipping_claims
 
     output = tmp_path / "shipping_claims.jsonl"
     earlier = b'{"id": "earlier", "claim": "approved"}\n'

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
+from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path:
 
 def _run_job(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "jobs.review_analysis", *args],
+        [sys.executable, "-m", "flink_agents.jobs.review_analysis", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

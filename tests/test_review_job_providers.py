@@ -18,7 +18,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from jobs import review_analysis
+from flink_agents.jobs import review_analysis
 
 REVIEWS = [
     {"id": "p1", "review": "Great pan, heats evenly and cleans up fast", "ts": 1},

@@ -21,11 +21,11 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.callbacks import PENDING, REJECTED, RESOLVED, CallbackRef
 from flink_agents.stores.memory_store import InMemoryJournalStore
-from jobs.carrier_claims import Claim, Desk, InboxTail, decide, parse_claim, post_json, run
-from jobs.review_records import read_reviews
-from jobs.shipping_claims import INBOX_OPTION, ShippingClaimsAgent, carrier_answer
+from flink_agents.jobs.carrier_claims import Claim, Desk, InboxTail, decide, parse_claim, post_json, run
+from flink_agents.jobs.review_records import read_reviews
+from flink_agents.jobs.shipping_claims import INBOX_OPTION, ShippingClaimsAgent, carrier_answer
 
-SAMPLE = Path(__file__).resolve().parent.parent / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = Path(__file__).resolve().parent.parent / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
 
 def _claim(text: str, claim_id: str = "0123456789abcdef", product_id: str = "P1") -> Dict[str, Any]:
@@ -61,7 +61,7 @@ def test_malformed_and_duplicate_lines_are_logged_by_line_and_skipped(
     posted: List[str] = []
     desk = Desk(0.0, frozenset(), post=lambda url, body: (posted.append(url), (202, "{}"))[1])
     tail = InboxTail(inbox)
-    with caplog.at_level(logging.INFO, logger="jobs.carrier_claims"):
+    with caplog.at_level(logging.INFO, logger="flink_agents.jobs.carrier_claims"):
         for line_no, line in tail.read():
             desk.take(line_no, line)
         desk.answer_due()

@@ -14,13 +14,13 @@ from typing import Any, Dict, List
 import pytest
 
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from jobs.carrier_claims import decide, parse_claim
-from jobs.review_records import read_reviews
-from jobs.shipping_claims import ClaimsSetup, run_job
+from flink_agents.jobs.carrier_claims import decide, parse_claim
+from flink_agents.jobs.review_records import read_reviews
+from flink_agents.jobs.shipping_claims import ClaimsSetup, run_job
 from tests.support.flink_jobs import child_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 HELD_PRODUCT = "B0FF3Q1Y9D"  # three damage reviews in the sample
 
 pytestmark = pytest.mark.e2e
@@ -63,7 +63,7 @@ def _check(outputs: List[Dict[str, Any]], inbox: Path, held: frozenset = frozens
 def test_job_command_on_the_mini_cluster(tmp_path: Path) -> None:
     output = tmp_path / "claims.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.shipping_claims", "--output", str(output)],
+        [sys.executable, "-m", "flink_agents.jobs.shipping_claims", "--output", str(output)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=child_environment(),
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,19 +1,21 @@
 """The jobs on a standalone Flink cluster, submitted as Flink users do.
 
 One cluster for the session (``tools/cluster.sh``: a JobManager and one
-TaskManager with 2 slots, from the apache-flink wheel's distribution). On
+TaskManager with 3 slots, from the apache-flink wheel's distribution). On
 it: the review job by ``flink run -py`` in thread mode and by ``flink run
 -pym ... -pyfs`` in process mode, each over the bundled sample with the
 local model, outputs identical to the local runner's; then the review agent
 over an unbounded input with a slow scripted model and a file sink, stopped
-with a savepoint mid-run and resumed from it at another parallelism without
-``--allowNonRestoredState``: every review has exactly one output, and each
-product's running summary continues where the savepoint left it.
+with a savepoint mid-run at parallelism 2 and resumed from it at parallelism
+3 with changed agent code, without ``--allowNonRestoredState``: every review
+has exactly one output, each one after the restore from the new code, and
+each product's running summary continues where the savepoint left it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import time
@@ -22,8 +24,9 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from jobs.review_analysis import SAMPLE_INPUT, ReviewAnalysisAgent, run_locally
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_analysis import SAMPLE_INPUT, ReviewAnalysisAgent, run_locally
+from flink_agents.jobs.review_records import read_reviews
+from flink_agents.runtime.flink.operator import HOST_SILENCE_S
 from tests.support.flink_jobs import write_jsonl
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.standalone_cluster import REPO_ROOT, StandaloneCluster
@@ -38,7 +41,7 @@ SUBMIT_TIMEOUT_S = 150.0
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     directory = tmp_path_factory.mktemp("cluster")
-    started = StandaloneCluster.start(directory, taskmanagers=1, slots=2, env={"OPENAI_API_KEY": OPENAI_KEY})
+    started = StandaloneCluster.start(directory, taskmanagers=1, slots=3, env={"OPENAI_API_KEY": OPENAI_KEY})
     print(f"\n[cluster] up at {started.rest_url} in {started.start_s:.1f} s")
     try:
         yield started
@@ -93,11 +96,11 @@ def test_cluster_status_and_an_idempotent_start(cluster: StandaloneCluster) -> N
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"rest: {cluster.rest_url}" in status.stdout and "answers: yes" in status.stdout
     overview = cluster.rest("/overview")
-    assert (overview["taskmanagers"], overview["slots-total"]) == (1, 2)
-    again = StandaloneCluster.start(cluster.directory, taskmanagers=1, slots=2, env=cluster.env)
+    assert (overview["taskmanagers"], overview["slots-total"]) == (1, 3)
+    again = StandaloneCluster.start(cluster.directory, taskmanagers=1, slots=3, env=cluster.env)
     assert again.rest_url == cluster.rest_url  # reported, not started twice
     other_shape = subprocess.run(
-        ["bash", str(REPO_ROOT / "tools" / "cluster.sh"), "start", "--dir", str(cluster.directory), "--slots", "3"],
+        ["bash", str(REPO_ROOT / "tools" / "cluster.sh"), "start", "--dir", str(cluster.directory), "--slots", "2"],
         env=cluster.env, capture_output=True, text=True, timeout=60,
     )
     assert other_shape.returncode == 1 and "stop it first" in other_shape.stderr
@@ -108,7 +111,7 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     interpreter finds pemja and the project through the python.pythonpath
     the runtime set; the journal is the default SQLite one beside the output."""
     output = tmp_path / "thread.jsonl"
-    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "jobs" / "review_analysis.py"),
+    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py"),
                       "--output", str(output), "--parallelism", "2", "--restart-attempts", "0")
     print(f"\n[cluster] flink run -py (thread, parallelism 2, 60 reviews): {elapsed:.1f} s")
     assert _sorted_outputs(output) == local_outputs
@@ -117,9 +120,24 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     assert jobs and all(job["state"] == "FINISHED" for job in jobs)
 
 
+# A user's own job package, shipped to the client and the workers with
+# -pyfs; flink_agents itself comes from the workers' interpreter.
+USER_JOB = """
+from flink_agents.jobs.review_analysis import main
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 def test_flink_run_pym_in_process_mode_matches_the_local_runner(cluster, local_outputs, tmp_path) -> None:
+    package = tmp_path / "shipped" / "my_reviews"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "job.py").write_text(USER_JOB)
     output = tmp_path / "process.jsonl"
-    elapsed = _submit(cluster, "-pym", "jobs.review_analysis", "-pyfs", str(REPO_ROOT / "jobs"),
+    # -pyfs puts the directory itself on the path: ship the package's parent.
+    elapsed = _submit(cluster, "-pym", "my_reviews.job", "-pyfs", str(package.parent),
                       "--execution-mode", "process", "--output", str(output), "--parallelism", "2",
                       "--restart-attempts", "0")
     print(f"\n[cluster] flink run -pym (process, parallelism 2, 60 reviews): {elapsed:.1f} s")
@@ -141,14 +159,38 @@ from pyflink.common import Duration, Encoder, Types, WatermarkStrategy
 from pyflink.datastream.connectors.file_system import (
     BucketAssigner, FileSink, FileSource, RollingPolicy, StreamFormat)
 
+from flink_agents.api.agents.agent import STRUCTURED_OUTPUT
+from flink_agents.api.decorators import action
+from flink_agents.api.events.chat_event import ChatResponseEvent
+from flink_agents.api.events.event import OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from jobs.review_analysis import ReviewAnalysisAgent, flink_environment, product_id_of
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, flink_environment, product_id_of
 
 parser = argparse.ArgumentParser()
 for name in ("--input-dir", "--output-dir", "--journal", "--base-url", "--execution-mode"):
     parser.add_argument(name)
 parser.add_argument("--parallelism", type=int)
+parser.add_argument("--agent-version", type=int, default=1)
 args = parser.parse_args()
+
+if args.agent_version == 2:
+    # The upgrade: changed code in the same agent class (the operator's uid
+    # is the class name); a changed action, reading the restored memory.
+    class ReviewAnalysisAgent(ReviewAnalysisAgent):
+        @action(ChatResponseEvent)
+        @staticmethod
+        def process_chat_response(event, ctx):
+            review = ctx.sensory_memory.get("review")
+            analysis = event.response.extra_args[STRUCTURED_OUTPUT]
+            summary = ctx.short_term_memory
+            seen = (summary.get("reviews_seen") or 0) + 1
+            score_sum = (summary.get("score_sum") or 0) + analysis.score
+            summary.set("reviews_seen", seen)
+            summary.set("score_sum", score_sum)
+            ctx.send_event(OutputEvent(output={
+                "id": review["id"], "ts": review["ts"], "score": analysis.score, "reasons": analysis.reasons,
+                "reviews_seen": seen, "mean_score": round(score_sum / seen, 3), "agent_version": 2,
+            }))
 env = flink_environment(args.parallelism, 1_000, args.execution_mode, restart_attempts=0)
 agents_env = AgentsExecutionEnvironment.get_execution_environment(
     env, **{"journal.sqlite.path": args.journal, "job-identifier": "review-stream"})
@@ -182,7 +224,7 @@ def _wait_for_outputs(directory: Path, count: int, cluster: StandaloneCluster, j
     raise AssertionError(f"{len(committed_outputs(directory))} of {count} outputs within {timeout_s} s")
 
 
-def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path) -> None:
+def test_stop_with_savepoint_and_resume_at_parallelism_3_with_changed_agent_code(cluster, tmp_path) -> None:
     reviews = read_reviews(SAMPLE_INPUT).reviews
     job = tmp_path / "review_stream_job.py"
     job.write_text(STREAM_JOB, encoding="utf-8")
@@ -190,19 +232,20 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
     inbox.mkdir()
     write_jsonl(inbox / "reviews.jsonl", reviews)
 
-    def submit(parallelism: int, *restore: str) -> str:
+    def submit(parallelism: int, version: int, *restore: str) -> str:
         """``flink run -d``: returns the job id."""
         done = cluster.flink(
             "run", "-d", *restore, "-py", str(job), "--input-dir", str(inbox), "--output-dir", str(outputs),
             "--journal", str(tmp_path / "journal.db"), "--base-url", server.base_url,
-            "--execution-mode", "thread", "--parallelism", str(parallelism), timeout_s=SUBMIT_TIMEOUT_S,
+            "--execution-mode", "thread", "--parallelism", str(parallelism), "--agent-version", str(version),
+            timeout_s=SUBMIT_TIMEOUT_S,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return re.search(r"JobID ([0-9a-f]{32})", done.stdout).group(1)
 
     with ScriptedChatServer(latency_s=MODEL_LATENCY_S) as server:
         server.set_reply_fn(scripted_review_reply)
-        first = submit(2)
+        first = submit(2, 1)
         _wait_for_outputs(outputs, 1, cluster, first, timeout_s=90)
         started = time.monotonic()
         stopped = cluster.flink("stop", "--savepointPath", (tmp_path / "savepoints").as_uri(), first, timeout_s=90)
@@ -213,7 +256,21 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
         assert 1 <= before < len(reviews), f"the savepoint was not taken mid-run ({before} outputs)"
         print(f"\n[cluster] stop-with-savepoint after {before} of {len(reviews)} outputs: {stop_s:.1f} s")
 
-        second = submit(1, "-s", savepoint)  # parallelism 2 -> 1; no --allowNonRestoredState
+        # The stopped job's runs in progress finish (their results are
+        # journaled); none starts after it stopped calling (thread mode
+        # never closes it: runtime.scheduling.key_runner, host_silence_s).
+        at_stop = len(server.requests)
+        time.sleep(HOST_SILENCE_S + MODEL_LATENCY_S + 1.5)
+        settled = len(server.requests)
+        time.sleep(2.0)
+        assert len(server.requests) == settled, "the stopped job went on calling the model"
+        # Per product: the run in flight, and those started until the
+        # runner noticed its operator's silence.
+        bound = 6 * (math.ceil(HOST_SILENCE_S / MODEL_LATENCY_S) + 1)
+        assert settled - at_stop <= bound, f"{settled - at_stop} requests after the stop (at most {bound})"
+        print(f"[cluster] model requests: {at_stop} at the stop, {settled} when the stopped job settled")
+
+        second = submit(3, 2, "-s", savepoint)  # parallelism 2 -> 3, v2 code; no --allowNonRestoredState
         try:
             _wait_for_outputs(outputs, len(reviews), cluster, second, timeout_s=120)
             time.sleep(3)  # three more checkpoints: a repeated output would be committed by now
@@ -224,4 +281,9 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism(cluster, tmp_path
     results = sorted(committed_outputs(outputs), key=lambda o: (o["id"], o["ts"]))
     keys = [(o["id"], o["ts"]) for o in results]
     assert len(keys) == len(set(keys)), "an output was repeated after the restore"
+    upgraded = [o for o in results if o.pop("agent_version", None) == 2]
+    # A record whose run finished before the resume (journaled) replays its
+    # result; every other one ran on the changed code. No call twice.
+    assert len(results) - len(upgraded) == settled, "a record ran on the old code after the resume"
+    assert len(server.requests) == len(reviews), "a model call was repeated"
     assert results == expected_review_outputs(reviews)  # none lost; each product's summary continued

@@ -304,9 +304,9 @@ def test_sub_agents_through_the_local_runner():
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_the_triage_job_with_sub_agents_on_the_mini_cluster_matches_the_local_runner(shared_reviews_path, tmp_path):
-    from jobs.review_analysis import run_locally, run_on_flink
-    from jobs.review_records import read_reviews
-    from jobs.review_triage import ReviewTriageAgent
+    from flink_agents.jobs.review_analysis import run_locally, run_on_flink
+    from flink_agents.jobs.review_records import read_reviews
+    from flink_agents.jobs.review_triage import ReviewTriageAgent
 
     reviews = read_reviews(shared_reviews_path).reviews[:600]
     on_flink = run_on_flink(reviews, ReviewTriageAgent(), parallelism=2, journal_path=tmp_path / "journal.db")

@@ -22,12 +22,12 @@ from flink_agents.api.resource import ResourceDescriptor, ResourceName, Resource
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.yaml.loader import YamlAgentError, build_agents, resolve_function
 from flink_agents.api.yaml.specs import YamlAgentsDocument, export
-from jobs.review_analysis import ReviewAnalysisAgent
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
-# The review-analysis agent of jobs/review_analysis.py, declared in YAML the
+# The review-analysis agent of flink_agents/jobs/review_analysis.py, declared in YAML the
 # way 0.3.1's quickstart (yaml_review_analysis_agent.yaml) declares its own:
 # the actions and the tool are the class's static methods; the prompt, the
 # tool list and the chat model are wired here. The connection is shared (a
@@ -38,11 +38,11 @@ agents:
     description: Scores product reviews; notifies shipping about damage.
     actions:
       - name: process_input
-        function: jobs.review_analysis:ReviewAnalysisAgent.process_input
+        function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.process_input
         listen_to: [input]
         type: python
       - name: process_chat_response
-        function: jobs.review_analysis:ReviewAnalysisAgent.process_chat_response
+        function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.process_chat_response
         listen_to: [chat_response]
     prompts:
       - name: review_analysis_prompt
@@ -54,7 +54,7 @@ agents:
               If the product arrived damaged, first call notify_shipping_manager.
     tools:
       - name: notify_shipping_manager
-        function: jobs.review_analysis:ReviewAnalysisAgent.notify_shipping_manager
+        function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.notify_shipping_manager
     chat_model_setups:
       - name: review_analysis_model
         clazz: local
@@ -102,12 +102,12 @@ def test_yaml_agent_runs_like_the_code_agent_on_the_local_runner(review_yaml: Pa
     env.load_yaml(review_yaml)
     assert ResourceType.CHAT_MODEL_CONNECTION in env.resources
     assert "review_model_connection" in env.resources[ResourceType.CHAT_MODEL_CONNECTION]
-    with caplog.at_level(logging.INFO, logger="jobs.review_analysis"):
+    with caplog.at_level(logging.INFO, logger="flink_agents.jobs.review_analysis"):
         outputs = _run_local(env, "review_analysis_agent", reviews)
         # Taken now: the Python agent run below logs the same lines.
         notified = [
             r.getMessage() for r in caplog.records
-            if r.name == "jobs.review_analysis" and "shipping manager notified" in r.getMessage()
+            if r.name == "flink_agents.jobs.review_analysis" and "shipping manager notified" in r.getMessage()
         ]
 
     # Per key in input order (keys interleave by model latency), and the
@@ -262,7 +262,7 @@ def test_an_agents_own_resource_wins_over_a_shared_one(review_yaml: Path) -> Non
     """0.3.1: shared resources fill in what an agent lacks; a decorated
     resource of a code agent keeps its own value."""
     from flink_agents.plan.agent_plan import AgentPlan
-    from jobs.review_analysis import REVIEW_PROMPT
+    from flink_agents.jobs.review_analysis import REVIEW_PROMPT
 
     env = AgentsExecutionEnvironment.get_execution_environment()
     env.load_yaml(review_yaml)
@@ -278,11 +278,11 @@ def test_function_references_take_both_forms() -> None:
     ``PythonFunction``; here it also takes a dotted path and checks the
     target exists."""
     for reference in (
-        "jobs.review_analysis:ReviewAnalysisAgent.process_input",
-        "jobs.review_analysis.ReviewAnalysisAgent.process_input",
+        "flink_agents.jobs.review_analysis:ReviewAnalysisAgent.process_input",
+        "flink_agents.jobs.review_analysis.ReviewAnalysisAgent.process_input",
     ):
         function = resolve_function(name="process_input", function=reference)
-        assert (function.module, function.qualname) == ("jobs.review_analysis", "ReviewAnalysisAgent.process_input")
+        assert (function.module, function.qualname) == ("flink_agents.jobs.review_analysis", "ReviewAnalysisAgent.process_input")
         assert function.as_callable() is ReviewAnalysisAgent.process_input
     with pytest.raises(ValueError, match=r"'t': module 'json' has no attribute 'nope'"):
         resolve_function(name="t", function="json:nope")
@@ -343,15 +343,15 @@ ERROR_CASES = {
     ),
     "class without the method": (
         "agents:\n  - name: a\n    actions:\n      - name: act\n"
-        "        function: jobs.review_analysis:ReviewAnalysisAgent.nope\n        listen_to: [input]\n",
-        5, "agents[0].actions[0].function", "'jobs.review_analysis:ReviewAnalysisAgent' has no attribute 'nope'",
+        "        function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.nope\n        listen_to: [input]\n",
+        5, "agents[0].actions[0].function", "'flink_agents.jobs.review_analysis:ReviewAnalysisAgent' has no attribute 'nope'",
     ),
     "module that does not exist": (
         AGENT_HEAD + "    tools:\n      - name: t\n        function: no_such_pkg.tools:t\n",
         9, "agents[0].tools[0].function", "cannot import module 'no_such_pkg.tools'",
     ),
     "a reference that is not a function": (
-        AGENT_HEAD + "    tools:\n      - name: t\n        function: jobs.review_analysis:MODEL_SETUP\n",
+        AGENT_HEAD + "    tools:\n      - name: t\n        function: flink_agents.jobs.review_analysis:MODEL_SETUP\n",
         9, "agents[0].tools[0].function", "is a str, not a function",
     ),
     "unknown alias": (
@@ -491,7 +491,7 @@ def test_run_yaml_command_reports_bad_files_and_input(review_yaml: Path, tmp_pat
     good_input = _input_file(tmp_path, _reviews(2))
     done = _cli(str(bad), "--input", str(good_input), "--key", "id")
     assert done.returncode == 2
-    assert f"{bad}:6: agents[0].actions[0].function: module 'jobs.review_analysis' has no attribute 'ReviewAgent'" in done.stderr
+    assert f"{bad}:6: agents[0].actions[0].function: module 'flink_agents.jobs.review_analysis' has no attribute 'ReviewAgent'" in done.stderr
 
     broken_input = _write(tmp_path / "broken.jsonl", json.dumps(_reviews(1)[0]) + "\n{not json\n")
     done = _cli(str(review_yaml), "--input", str(broken_input), "--key", "id")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the review-analysis job.
-# Without arguments it reads the bundled jobs/data/sample_reviews.jsonl and
+# Without arguments it reads the bundled flink_agents/jobs/data/sample_reviews.jsonl and
 # writes out/review_analysis.jsonl. Extra arguments go to the job unchanged.
 set -euo pipefail
 
@@ -9,4 +9,4 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO_ROOT/tools/setup.sh"
 
 cd "$REPO_ROOT"
-exec "$REPO_ROOT/.venv/bin/python" -m jobs.review_analysis "$@"
+exec "$REPO_ROOT/.venv/bin/python" -m flink_agents.jobs.review_analysis "$@"

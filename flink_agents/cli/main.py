@@ -23,16 +23,16 @@ __all__ = ["main", "SNAPSHOTS"]
 
 # Snapshot file under plans/ -> the agent it is compiled from (default arguments).
 SNAPSHOTS: Dict[str, str] = {
-    "product_qa.json": "jobs.product_qa:ProductQAAgent",
-    "review_analysis.json": "jobs.review_analysis:ReviewAnalysisAgent",
-    "review_triage.json": "jobs.review_triage:ReviewTriageAgent",
-    "shipping_claims.json": "jobs.shipping_claims:ShippingClaimsAgent",
+    "product_qa.json": "flink_agents.jobs.product_qa:ProductQAAgent",
+    "review_analysis.json": "flink_agents.jobs.review_analysis:ReviewAnalysisAgent",
+    "review_triage.json": "flink_agents.jobs.review_triage:ReviewTriageAgent",
+    "shipping_claims.json": "flink_agents.jobs.shipping_claims:ShippingClaimsAgent",
 }
 JOBS: Dict[str, str] = {
-    "product-qa": "jobs.product_qa:main",
-    "review-analysis": "jobs.review_analysis:main",
-    "review-triage": "jobs.review_triage:main",
-    "shipping-claims": "jobs.shipping_claims:main",
+    "product-qa": "flink_agents.jobs.product_qa:main",
+    "review-analysis": "flink_agents.jobs.review_analysis:main",
+    "review-triage": "flink_agents.jobs.review_triage:main",
+    "shipping-claims": "flink_agents.jobs.shipping_claims:main",
 }
 
 
@@ -59,9 +59,9 @@ def compile_spec(spec: str) -> AgentPlan:
 def _plans_dir() -> Path:
     """``plans/`` of the checkout this package runs from (the jobs' snapshots
     live beside the jobs, not in the current directory)."""
-    import jobs
+    import flink_agents.jobs
 
-    return Path(jobs.__file__).resolve().parent.parent / "plans"
+    return Path(flink_agents.jobs.__file__).resolve().parents[2] / "plans"
 
 
 def _plan_write(check: bool) -> int:
@@ -159,7 +159,7 @@ def main(argv: List[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="compiled agent plans").add_subparsers(dest="plan_command", required=True)
     show = plan.add_parser("show", help="print an agent's plan as JSON")
-    show.add_argument("agent", help="MODULE:AGENT, e.g. jobs.review_analysis:ReviewAnalysisAgent")
+    show.add_argument("agent", help="MODULE:AGENT, e.g. flink_agents.jobs.review_analysis:ReviewAnalysisAgent")
     write = plan.add_parser("write", help="regenerate the jobs' plans/*.json snapshots")
     write.add_argument("--check", action="store_true", help="only report stale snapshots (exit 1)")
     run = commands.add_parser("run", help="run a bundled job")

@@ -1,12 +1,12 @@
 """The review job on a standalone cluster against the mini-cluster: wall
 time and records per second at parallelism 1, 2 and 4.
 
-The review-analysis job (``jobs/review_analysis.py``, thread mode, SQLite
+The review-analysis job (``flink_agents/jobs/review_analysis.py``, thread mode, SQLite
 journal beside the output) over the 2,700 shared reviews
 (``../shared/data/product_reviews.jsonl``, 31 products, the busiest with 331
 reviews), its model a scripted OpenAI-compatible server on 127.0.0.1
 answering every request after L (default 200 ms). For each parallelism,
-once on the local mini-cluster (``python -m jobs.review_analysis``) and once
+once on the local mini-cluster (``python -m flink_agents.jobs.review_analysis``) and once
 submitted to a standalone cluster (``tools/cluster.sh``, 1 TaskManager with
 as many slots as the largest parallelism, in a directory of its own) with
 ``flink run -py``; printed side by side with the ratio cluster/mini.
@@ -36,7 +36,7 @@ from typing import Any, Dict, List
 
 from _common import REPO, machine
 
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.standalone_cluster import StandaloneCluster
@@ -112,7 +112,7 @@ def main() -> int:
         mini = {}
         for p in parallelisms:
             output = work / f"mini-{p}.jsonl"
-            mini[p] = _run([str(PYTHON), "-m", "jobs.review_analysis", *common, "--parallelism", str(p),
+            mini[p] = _run([str(PYTHON), "-m", "flink_agents.jobs.review_analysis", *common, "--parallelism", str(p),
                             "--output", str(output)], latency_s, len(reviews), env, output)
             print(f"  mini-cluster p={p}: {mini[p]['wall_s']:.1f} s wall", flush=True)
         cluster = StandaloneCluster.start(work / "cluster", taskmanagers=1, slots=max(parallelisms), env=env)
@@ -120,7 +120,7 @@ def main() -> int:
         try:
             for p in parallelisms:
                 output = work / f"cluster-{p}.jsonl"
-                command = cluster.flink_command("run", "-py", str(REPO / "jobs" / "review_analysis.py"), *common,
+                command = cluster.flink_command("run", "-py", str(REPO / "flink_agents" / "jobs" / "review_analysis.py"), *common,
                                                 "--parallelism", str(p), "--output", str(output))
                 result = _run(command, latency_s, len(reviews), cluster.env, output)
                 print(f"  cluster p={p}: {result['wall_s']:.1f} s wall", flush=True)

@@ -33,8 +33,8 @@ from typing import Any, Dict, List
 
 from _common import REPO, machine
 
-from jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
+from flink_agents.jobs.review_records import read_reviews
 from tests.support.scripted_openai_server import ScriptedChatServer
 
 
@@ -46,7 +46,7 @@ def _answer(request: Dict[str, Any], index: int) -> Dict[str, Any]:
 
 def _reviews(keys: int, per_key: int) -> List[dict]:
     shared = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
-    source = shared if shared.exists() else REPO / "jobs" / "data" / "sample_reviews.jsonl"
+    source = shared if shared.exists() else REPO / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
     texts = [r["review"] for r in read_reviews(source).reviews]
     return [
         {"id": f"P{k:03d}", "review": texts[(n * keys + k) % len(texts)], "ts": n * keys + k}

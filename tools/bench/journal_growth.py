@@ -22,15 +22,15 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
-from jobs.review_analysis import ReviewAnalysisAgent, product_id_of
-from jobs.review_records import read_reviews
+from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
+from flink_agents.jobs.review_records import read_reviews
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _reviews(count: int) -> list[dict]:
     shared = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
-    source = shared if shared.exists() else REPO / "jobs" / "data" / "sample_reviews.jsonl"
+    source = shared if shared.exists() else REPO / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
     base = read_reviews(source).reviews
     return [dict(base[i % len(base)], ts=i) for i in range(count)]
 

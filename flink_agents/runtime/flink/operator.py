@@ -82,6 +82,9 @@ MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
 PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
 END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE: fires with the final watermark
+# The operator polls every key with work every poll interval; this long
+# without a call, its task is gone or blocked (KeyRunner: host_silence_s).
+HOST_SILENCE_S = 2.0  # at least 2 parked polls (1 s each by default)
 NO_TIMESTAMP = -(2**63)  # Long.MIN_VALUE
 INPUT_TAG = "i"  # with steering, main records arrive as (INPUT_TAG, record)
 STEERING_TAG = "s"  # and steering messages as (STEERING_TAG, message)
@@ -158,7 +161,13 @@ class AgentOperatorFunction(KeyedProcessFunction):
             task=task_identity(runtime_context),
         )
         max_runs = self._engine.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
-        self._runner = KeyRunner(self._engine, max_runs, self._engine.config.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs)
+        # Thread mode never calls close() on cancel or stop-with-savepoint:
+        # a runner whose operator stopped calling starts no new record.
+        silence_s = max(HOST_SILENCE_S, 3 * self._poll_interval_ms / 1000, 2 * self._parked_poll_interval_ms / 1000)
+        self._runner = KeyRunner(
+            self._engine, max_runs, self._engine.config.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs,
+            host_silence_s=silence_s,
+        )
         group = runtime_context.get_metrics_group().add_group("flink_agents")
         self._metrics = {name: group.counter(name) for name in self._engine.counters.as_dict()}
         self._reported = {name: 0 for name in self._metrics}

@@ -17,6 +17,16 @@ separates running from applying:
 The runner never touches the host's state, so keyed state changes only inside
 callbacks of its own key. Nothing here knows about Flink.
 
+A host can vanish without a word: PyFlink's thread mode does not call the
+Python function's ``close`` when its task is cancelled or stopped with a
+savepoint, so the loop thread would go on starting the key's queued records
+(model calls, journal writes) in a task manager whose task is gone, beside
+the task's next attempt. So a runner given ``host_silence_s`` starts no new
+record while its host has not called for that long (and is not blocked in a
+wait of the runner's); runs in progress finish, and a host that calls again
+resumes the paused keys. A host blocked elsewhere (back-pressure) only
+delays new runs.
+
 Where the loop runs is the host's choice. The Flink operator must return from
 each callback while runs go on, so the loop has a thread of its own. The local
 runner has nothing else to do while runs go on, so it runs the loop on its own
@@ -27,7 +37,9 @@ a second thread contending for the GIL at every hand-off.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List
 
@@ -39,6 +51,8 @@ from flink_agents.runtime.execution.state import KeyState, PendingRecord
 __all__ = ["Completion", "KeyRunner"]
 
 _UNWIND_S = 5.0  # how long cancelled runs may take to unwind when the runner closes
+
+log = logging.getLogger(__name__)
 
 
 class _Worker:
@@ -69,10 +83,14 @@ class KeyRunner:
             while it waits in ``wait_for_capacity``, ``wait_for`` or
             ``wait_until_ready_or_idle`` (a host with nothing else to do).
             Every other method is then to be called from that thread too.
+        host_silence_s: Start no new record while the host has not called
+            for this long, seconds (see the module docstring); None: never
+            pause (a host that cannot vanish).
     """
 
     def __init__(
         self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024, *, loop_thread: bool = True,
+        host_silence_s: float | None = None,
     ) -> None:
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be >= 1, not {max_concurrent_runs}")
@@ -87,6 +105,10 @@ class KeyRunner:
         self._slots: RunSlots | None = None
         self._thread: threading.Thread | None = None
         self._wake: asyncio.Future[None] | None = None  # what a waiting host's loop runs until
+        self._host_silence_s = host_silence_s
+        self._host_seen = time.monotonic()
+        self._host_blocked = 0  # host calls waiting in _block_until (present, if silent)
+        self._paused: Dict[Any, _Worker] = {}  # keys whose next record waits for the host
         if loop_thread:
             self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
             self._thread.start()
@@ -109,6 +131,7 @@ class KeyRunner:
         """
         self._engine.refill_steering(key, state)
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             if worker is None:
                 copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory)
@@ -121,7 +144,7 @@ class KeyRunner:
             # Queued here, under the lock, so that has_work/wait_for see the
             # records at once, before the loop thread picks them up.
             worker.queue.extend(new)
-            if worker.busy:
+            if worker.busy or key in self._paused:
                 return
             worker.busy = True
         if self._thread is None:
@@ -137,6 +160,7 @@ class KeyRunner:
                 stops at the first it refuses (records apply in order).
         """
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             if worker is None or not worker.completions:
                 return []
@@ -148,6 +172,7 @@ class KeyRunner:
     def has_completions(self, key: Any) -> bool:
         """Whether ``key`` has finished records not yet taken."""
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             return worker is not None and bool(worker.completions)
 
@@ -155,6 +180,7 @@ class KeyRunner:
         """The progress records ``key``'s runs published, not yet taken, in
         order (published records only: each after its commit landed)."""
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             if worker is None or not worker.progress:
                 return []
@@ -164,11 +190,13 @@ class KeyRunner:
     def knows(self, key: Any) -> bool:
         """Whether the runner holds ``key`` (false after a restore or release)."""
         with self._changed:
+            self._host_here()
             return key in self._workers
 
     def has_work(self, key: Any) -> bool:
         """Whether ``key`` has records running, queued or not yet taken."""
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             return worker is not None and (
                 worker.busy or bool(worker.queue) or bool(worker.completions) or bool(worker.progress)
@@ -178,6 +206,7 @@ class KeyRunner:
         """Forget an idle key (its state lives in the host); a later submit
         starts from the host's state again (e.g. after a state TTL expired)."""
         with self._changed:
+            self._host_here()
             worker = self._workers.get(key)
             if worker is not None and not (worker.busy or worker.queue or worker.completions or worker.progress):
                 del self._workers[key]
@@ -207,6 +236,7 @@ class KeyRunner:
         they became ready (for a host that applies every key's work as it
         comes: the local runner)."""
         with self._changed:
+            self._host_here()
             keys, self._ready = list(self._ready), {}
             return keys
 
@@ -235,7 +265,13 @@ class KeyRunner:
         here meanwhile."""
         if self._thread is not None:
             with self._changed:
-                return self._changed.wait_for(condition, timeout=timeout_s)
+                self._host_here()
+                self._host_blocked += 1
+                try:
+                    return self._changed.wait_for(condition, timeout=timeout_s)
+                finally:
+                    self._host_blocked -= 1
+                    self._host_seen = time.monotonic()
         loop = self._loop
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
@@ -254,6 +290,28 @@ class KeyRunner:
                 self._wake = None
                 if timer is not None:
                     timer.cancel()
+
+    def _host_here(self) -> None:
+        """The host called (under the lock): it is present; resume the keys
+        paused while it was silent."""
+        self._host_seen = time.monotonic()
+        if not self._paused:
+            return
+        log.info("flink-agents runner: the host called again; resuming %d paused key(s)", len(self._paused))
+        paused, self._paused = self._paused, {}
+        for key, worker in paused.items():
+            worker.busy = True
+            if self._thread is None:
+                self._loop.call_soon(self._start, key, worker)
+            else:
+                self._loop.call_soon_threadsafe(self._start, key, worker)
+
+    def _host_absent(self) -> bool:
+        """Whether the host has been silent too long (under the lock)."""
+        return (
+            self._host_silence_s is not None and self._host_blocked == 0
+            and time.monotonic() - self._host_seen > self._host_silence_s
+        )
 
     def _close_loop(self) -> None:
         """Close the stopped loop. Runs still in progress are cancelled and
@@ -310,6 +368,16 @@ class KeyRunner:
             with self._changed:
                 if not worker.queue:
                     worker.busy = False
+                    self._changed_now()
+                    return
+                if self._host_absent():
+                    if not self._paused:
+                        log.warning(
+                            "flink-agents runner: the operator has not called for %.0f s (its task ended without "
+                            "close, as thread-mode tasks do when cancelled or stopped, or it is blocked): starting "
+                            "no new record until it calls again", time.monotonic() - self._host_seen)
+                    worker.busy = False
+                    self._paused[key] = worker
                     self._changed_now()
                     return
                 record = worker.queue.popleft()

@@ -10,7 +10,7 @@ in short-term memory. One JSON line per review is written::
 
     {"id", "ts", "score", "reasons", "reviews_seen", "mean_score"}
 
-Run ``python -m jobs.review_analysis --help``. ``--model`` is one of:
+Run ``python -m flink_agents.jobs.review_analysis --help``. ``--model`` is one of:
 
 - ``local`` (default): a deterministic offline stand-in;
 - ``openai:NAME``: any OpenAI-compatible provider (``--base-url``; key from
@@ -46,11 +46,11 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
-from jobs.review_records import ProductReview, ReviewAnalysis, read_reviews
+from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, read_reviews
 
 __all__ = ["ReviewAnalysisAgent", "main", "product_id_of", "run_on_flink", "run_locally"]
 
-log = logging.getLogger("jobs.review_analysis")
+log = logging.getLogger("flink_agents.jobs.review_analysis")
 
 SAMPLE_INPUT = Path(__file__).parent / "data" / "sample_reviews.jsonl"
 MODEL_SETUP = "review_analysis_model"
@@ -359,7 +359,7 @@ def _non_negative_int(text: str) -> int:
 
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.review_analysis",
+        prog="python -m flink_agents.jobs.review_analysis",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="API keys come from the environment: " + ", ".join(
@@ -418,7 +418,7 @@ def failure_summary(exc: BaseException) -> str:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_records import BadRecordError, check_output_path, jsonl_output
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -462,7 +462,7 @@ def main(argv: List[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Re-enter through the importable module, so the agent's functions are
-    # named jobs.review_analysis.* (as in plans/) rather than __main__.*.
-    from jobs.review_analysis import main as _main
+    # named flink_agents.jobs.review_analysis.* (as in plans/) rather than __main__.*.
+    from flink_agents.jobs.review_analysis import main as _main
 
     sys.exit(_main())

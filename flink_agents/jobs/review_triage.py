@@ -9,7 +9,7 @@ reasons, in their own isolated runs. One JSON line per review::
 
     {"id", "ts", "score", "negative", "category", "reply", "children_ok"}
 
-Runs on the offline ``local`` model by default: ``python -m jobs.review_triage
+Runs on the offline ``local`` model by default: ``python -m flink_agents.jobs.review_triage
 --input ../shared/data/product_reviews.jsonl --runner local``.
 """
 
@@ -28,7 +28,7 @@ from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEve
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
-from jobs.review_records import ProductReview, read_reviews
+from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = ["CategoryAgent", "ReplyWriterAgent", "ReviewTriageAgent", "main"]
 
@@ -133,10 +133,10 @@ class ReviewTriageAgent(Agent):
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the exit code."""
-    from jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
-    from jobs.review_records import BadRecordError, check_output_path
+    from flink_agents.jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
-    parser = argparse.ArgumentParser(prog="python -m jobs.review_triage", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m flink_agents.jobs.review_triage", description=__doc__.split("\n")[0])
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT)
     parser.add_argument("--output", type=Path, default=Path("out/review_triage.jsonl"))
     parser.add_argument("--runner", choices=["flink", "local"], default="flink")
@@ -171,6 +171,6 @@ def main(argv: List[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from jobs.review_triage import main as _main
+    from flink_agents.jobs.review_triage import main as _main
 
     sys.exit(_main())

@@ -25,7 +25,7 @@ capability to complete the callback; it appears only in the URLs).
 
 ``main`` runs the whole flow in one process: the callback ingress
 (``CallbackIngress`` on the job's SQLite journal, a free port by default),
-the carrier (``python -m jobs.carrier_claims``, a subprocess tailing the
+the carrier (``python -m flink_agents.jobs.carrier_claims``, a subprocess tailing the
 inbox), and the job on a Flink mini-cluster (or the local runner). See
 docs/callbacks.md.
 """
@@ -56,8 +56,8 @@ from flink_agents.api.callbacks import (
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
-from jobs.review_records import ProductReview, read_reviews
+from flink_agents.jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
+from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = [
     "ClaimsRun", "ClaimsSetup", "ShippingClaimsAgent", "carrier_answer", "claim_if_damaged",
@@ -162,7 +162,7 @@ class ClaimsSetup:
         carrier_log_path: The carrier's log.
         claim_timeout_s: Each claim's deadline, seconds after filing.
         callback_host, callback_port: Where the ingress listens (port 0: a free one).
-        carrier_args: More arguments of ``jobs.carrier_claims``.
+        carrier_args: More arguments of ``flink_agents.jobs.carrier_claims``.
     """
 
     journal_path: Path
@@ -222,7 +222,7 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
             stop_file = Path(directory) / "stop"
             with open(setup.carrier_log_path, "wb") as carrier_log:
                 carrier = subprocess.Popen(
-                    [sys.executable, "-m", "jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
+                    [sys.executable, "-m", "flink_agents.jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
                      "--stop-file", str(stop_file), *setup.carrier_args],
                     cwd=REPO_ROOT, stdout=carrier_log, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -322,10 +322,10 @@ def _claim_timeout(text: str) -> float:
 
 
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    from jobs.review_analysis import _positive_int
+    from flink_agents.jobs.review_analysis import _positive_int
 
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
+        prog="python -m flink_agents.jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
@@ -366,8 +366,8 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_analysis import failure_summary
-    from jobs.review_records import BadRecordError, check_output_path, jsonl_output
+    from flink_agents.jobs.review_analysis import failure_summary
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -417,7 +417,7 @@ def main(argv: List[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Re-enter through the importable module, so the agent's action is named
-    # jobs.shipping_claims.* (as in plans/) rather than __main__.*.
-    from jobs.shipping_claims import main as _main
+    # flink_agents.jobs.shipping_claims.* (as in plans/) rather than __main__.*.
+    from flink_agents.jobs.shipping_claims import main as _main
 
     sys.exit(_main())

@@ -1,7 +1,7 @@
 """The carrier-claims system of the shipping-claims job: a small stand-in for
 a carrier's claims desk that answers over HTTP.
 
-    python -m jobs.carrier_claims --inbox PATH [--decide-after-s 0.2]
+    python -m flink_agents.jobs.carrier_claims --inbox PATH [--decide-after-s 0.2]
                                   [--stop-file PATH] [--hold-product ID ...]
 
 It tails the inbox, a JSON Lines file the job appends one claim a line to::
@@ -57,7 +57,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["Claim", "Decision", "InboxTail", "MalformedClaim", "decide", "main", "parse_claim", "post_json"]
 
-log = logging.getLogger("jobs.carrier_claims")
+log = logging.getLogger("flink_agents.jobs.carrier_claims")
 
 APPROVED, REJECTED = "approved", "rejected"
 PACKAGING_WORDS = frozenset("box boxes package packages packaging parcel carton shipment mailer envelope".split())
@@ -320,7 +320,7 @@ def run(inbox: Path, desk: Desk, stop_file: Optional[Path] = None, poll_s: float
 
 
 def _arguments(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m jobs.carrier_claims", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m flink_agents.jobs.carrier_claims", description=__doc__.split("\n")[0])
     parser.add_argument("--inbox", type=Path, required=True, help="the JSONL file the job appends claims to")
     parser.add_argument("--decide-after-s", type=float, default=0.2, help="delay before answering a claim")
     parser.add_argument("--stop-file", type=Path, default=None, help="drain and exit once this file exists")
@@ -354,6 +354,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from jobs.carrier_claims import main as _main
+    from flink_agents.jobs.carrier_claims import main as _main
 
     sys.exit(_main())

@@ -5,7 +5,7 @@ Two steps:
 1. Index (once, before the stream): every review (``{"id": product id,
    "review", "ts"}``) becomes a document of a Chroma collection in a
    persist directory (``--index-dir``, default beside ``--output``),
-   embedded with the offline hashing embedding (``jobs.review_index``). A
+   embedded with the offline hashing embedding (``flink_agents.jobs.review_index``). A
    later run over the same reviews reuses the index as is.
 2. Stream: questions ``{"product_id", "question"}`` (optional
    ``"question_id"``, default ``"<file>:<line>"``), keyed by product id, go
@@ -28,7 +28,7 @@ inputs have no order between them), so answers would depend on timing.
 
 Answers: ``--model local`` (default) is offline and has no language model:
 the answer quotes the retrieved sentences sharing the most words with the
-question, each with its review id (``jobs.review_index.extractive_answer``).
+question, each with its review id (``flink_agents.jobs.review_index.extractive_answer``).
 ``--model PROVIDER:NAME`` (as the review job: openai, anthropic, ollama,
 azure, tongyi) asks that chat model, with the reviews inside an
 untrusted-data block (reviews are user-written text: the model is told to
@@ -39,7 +39,7 @@ Chroma's embedded store is used by one process at a time: on Flink in
 several processes, so give ``--chroma-host`` (a server, e.g. ``chroma run
 --path DIR``) there; ``thread`` mode (the default) is one process.
 
-Run ``python -m jobs.product_qa --help``.
+Run ``python -m flink_agents.jobs.product_qa --help``.
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
-from jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments
-from jobs.product_questions import ProductQuestion, read_questions
-from jobs.review_index import COLLECTION, extractive_answer
+from flink_agents.jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments
+from flink_agents.jobs.product_questions import ProductQuestion, read_questions
+from flink_agents.jobs.review_index import COLLECTION, extractive_answer
 
 __all__ = ["ProductQAAgent", "ProductQuestion", "main", "read_questions", "run_locally", "run_on_flink"]
 
-log = logging.getLogger("jobs.product_qa")
+log = logging.getLogger("flink_agents.jobs.product_qa")
 
 DATA = Path(__file__).parent / "data"
 SHARED_REVIEWS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "product_reviews.jsonl"
@@ -113,7 +113,7 @@ class ProductQAAgent(Agent):
 
     Args:
         index_dir: The Chroma persist directory built by
-            ``jobs.review_index.build_review_index`` (ignored with ``chroma_host``).
+            ``flink_agents.jobs.review_index.build_review_index`` (ignored with ``chroma_host``).
         dimensions: The hashing embedding's length; must be the index's.
         max_results: Reviews retrieved per question (>= 1).
         model: ``"local"`` or ``"PROVIDER:NAME"``.
@@ -228,7 +228,7 @@ def product_id_of(question: Dict[str, Any]) -> str:
 
 def run_locally(questions: List[Dict[str, Any]], agent: Agent) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``questions`` on the embedded local runner."""
-    from jobs.review_analysis import run_locally as run_records_locally
+    from flink_agents.jobs.review_analysis import run_locally as run_records_locally
 
     return run_records_locally(questions, agent, key_of=product_id_of)
 
@@ -244,7 +244,7 @@ def run_on_flink(
     restart_attempts: int = 3,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``questions`` as a Flink job on a local
-    mini-cluster (``jobs.review_analysis.run_on_flink``: a checkpointed file
+    mini-cluster (``flink_agents.jobs.review_analysis.run_on_flink``: a checkpointed file
     source, so a failover does not emit the questions again); outputs come
     back to this process as they are produced.
 
@@ -252,7 +252,7 @@ def run_on_flink(
         flink_agents.runtime.flink.failures.FlinkJobFailed: The job failed;
             the message names the root Python cause.
     """
-    from jobs.review_analysis import run_on_flink as run_records_on_flink
+    from flink_agents.jobs.review_analysis import run_on_flink as run_records_on_flink
 
     return run_records_on_flink(
         questions, agent, parallelism, checkpoint_interval_ms, on_output, journal_path, execution_mode,
@@ -270,14 +270,14 @@ def _positive_int(text: str) -> int:
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
     default_reviews = SHARED_REVIEWS if SHARED_REVIEWS.is_file() else SAMPLE_REVIEWS
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.product_qa", description=__doc__.split("\n")[0],
+        prog="python -m flink_agents.jobs.product_qa", description=__doc__.split("\n")[0],
     )
     parser.add_argument("--reviews", type=Path, default=default_reviews,
                         help="JSONL of {id, review, ts} (default: ../shared/data/product_reviews.jsonl, else the "
                              "bundled sample)")
     parser.add_argument("--questions", type=Path, default=None,
-                        help="JSONL of {product_id, question} (default: jobs/data/product_questions.jsonl for the "
-                             "shared reviews, jobs/data/product_questions_sample.jsonl for the sample)")
+                        help="JSONL of {product_id, question} (default: flink_agents/jobs/data/product_questions.jsonl for the "
+                             "shared reviews, flink_agents/jobs/data/product_questions_sample.jsonl for the sample)")
     parser.add_argument("--output", type=Path, default=Path("out/product_qa.jsonl"),
                         help="one JSON line per question, replaced only when the job succeeds (default: %(default)s)")
     parser.add_argument("--index-dir", type=Path, default=None,
@@ -309,9 +309,9 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from jobs.review_analysis import failure_summary
-    from jobs.review_index import build_review_index
-    from jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
+    from flink_agents.jobs.review_analysis import failure_summary
+    from flink_agents.jobs.review_index import build_review_index
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -365,7 +365,7 @@ def main(argv: List[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Re-enter through the importable module, so the agent's functions are
-    # named jobs.product_qa.* (as in plans/) rather than __main__.*.
-    from jobs.product_qa import main as _main
+    # named flink_agents.jobs.product_qa.* (as in plans/) rather than __main__.*.
+    from flink_agents.jobs.product_qa import main as _main
 
     sys.exit(_main())

@@ -102,7 +102,7 @@ def build_review_index(
     index of the same reviews is there.
 
     Args:
-        reviews: Valid reviews (``jobs.review_records.read_reviews``).
+        reviews: Valid reviews (``flink_agents.jobs.review_records.read_reviews``).
         directory: Chroma's persist directory, created if needed. The
             index of other reviews (or an unfinished build) in it is
             rebuilt in place; a directory holding anything else is refused.
