@@ -4,7 +4,9 @@ One cluster for the session (``tools/cluster.sh``: a JobManager and one
 TaskManager with 3 slots, from the apache-flink wheel's distribution). On
 it: the review job by ``flink run -py`` in thread mode and by ``flink run
 -pym ... -pyfs`` in process mode, each over the bundled sample with the
-local model, outputs identical to the local runner's; then the review agent
+local model, outputs identical to the local runner's; the other bundled
+jobs (triage, shipping claims, product QA) by ``flink run -py``, outputs as
+on the local runner (the claims job's job-scoped ids aside); then the review agent
 over an unbounded input with a slow scripted model and a file sink, stopped
 with a savepoint mid-run at parallelism 2 and resumed from it at parallelism
 3 with changed agent code, without ``--allowNonRestoredState``: every review
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import time
@@ -62,7 +65,6 @@ def _sorted_outputs(path: Path) -> List[Dict[str, Any]]:
 @pytest.fixture(scope="module")
 def local_outputs(tmp_path_factory: pytest.TempPathFactory) -> List[Dict[str, Any]]:
     """The local runner's outputs over the sample (journal in a tmp dir)."""
-    import os
 
     directory = tmp_path_factory.mktemp("local")
     here = os.getcwd()
@@ -118,6 +120,38 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     assert (tmp_path / "thread.jsonl.journal.db").is_file()
     jobs = [job for job in cluster.jobs() if job["name"] == "review-analysis"]
     assert jobs and all(job["state"] == "FINISHED" for job in jobs)
+
+
+def _without_job_scoped_ids(record: Any) -> Any:
+    """A record without the ids a job derives from its own id (the claims
+    job's claim ids): they differ between any two runs, by design."""
+    if isinstance(record, dict):
+        return {k: _without_job_scoped_ids(v) for k, v in record.items() if k not in ("claim_id", "claim_number")}
+    return record
+
+
+@pytest.mark.parametrize("job", ["review_triage", "shipping_claims", "product_qa"])
+def test_the_other_bundled_jobs_run_under_flink_run_py(cluster, tmp_path, job) -> None:
+    """Each bundled job as a file in thread mode, over its bundled sample,
+    outputs as on the local runner."""
+    import importlib
+
+    module = importlib.import_module(f"flink_agents.jobs.{job}")
+    local, submitted = tmp_path / "local.jsonl", tmp_path / "cluster.jsonl"
+    here = os.getcwd()
+    os.chdir(tmp_path)  # the local runner's default journal lands here
+    try:
+        assert module.main(["--runner", "local", "--output", str(local)]) == 0
+    finally:
+        os.chdir(here)
+    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"), "--output", str(submitted))
+    print(f"\n[cluster] flink run -py {job} (thread): {elapsed:.1f} s")
+
+    def read(path: Path) -> List[str]:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return sorted(json.dumps(_without_job_scoped_ids(json.loads(line)), sort_keys=True) for line in lines)
+
+    assert read(submitted) == read(local) and read(local)
 
 
 # A user's own job package, shipped to the client and the workers with
