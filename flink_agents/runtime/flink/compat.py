@@ -26,12 +26,13 @@ next to the old ones, which 2.0 removed (Flink 2.0 release notes,
   tests skip).
 - Savepoints: Flink does not guarantee that state written by 1.x restores on
   2.x ("State Compatibility is not guaranteed between 1.x and 2.x", Flink 2.0
-  release notes, "Misc"), so a job is moved from 1.20 to 2.x by draining it,
-  not through a savepoint (docs/compatibility.md).
+  release notes, "Misc"), so a job moves from 1.20 to 2.x by finishing or
+  draining its input, not through a savepoint.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Tuple
 
 from pyflink.version import __version__ as PYFLINK_VERSION
@@ -42,8 +43,10 @@ __all__ = ["FLINK_1", "PYFLINK_VERSION", "collect_result_iterator", "flink_versi
 def flink_version(text: str = PYFLINK_VERSION) -> Tuple[int, int]:
     """``(major, minor)`` of a PyFlink version string such as ``2.3.0`` or
     ``1.20.5``."""
-    major, minor = (text.split(".") + ["0"])[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+    match = re.match(r"(\d+)\.(\d+)", text)
+    if match is None:
+        raise ValueError(f"not a PyFlink version: {text!r}")
+    return int(match.group(1)), int(match.group(2))
 
 
 FLINK_1 = flink_version() < (2, 0)
