@@ -7,7 +7,7 @@
 #
 #   bash tools/test_matrix.sh                # 1.20.5 and 2.0.2
 #   FLINK_MATRIX_VERSIONS="2.1.3" bash tools/test_matrix.sh
-#   bash tools/test_matrix.sh -k review      # extra arguments go to each pytest run
+#   bash tools/test_matrix.sh -x             # extra arguments go to every pytest run
 #
 # Venvs are cached outside the clone, one per version, in
 #   ${FLINK_AGENTS_VENV_CACHE:-$HOME/.cache/flink-agents/venvs}/apache-flink-<version>
@@ -63,7 +63,8 @@ ensure_venv() {  # create or reuse the venv of version $1; prints its python
     want="$(stamp_of "$version")"
     if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         local where
-        where="$("$venv/bin/python" -c 'import flink_agents, os; print(os.path.dirname(os.path.dirname(os.path.abspath(flink_agents.__file__))))' 2>/dev/null)"
+        # From /: run in the clone, `python -c` would find its flink_agents first.
+        where="$(cd / && "$venv/bin/python" -c 'import flink_agents, os; print(os.path.dirname(os.path.dirname(os.path.abspath(flink_agents.__file__))))' 2>/dev/null)"
         if [ "$where" != "$REPO_ROOT" ]; then
             log "apache-flink $version: venv cached, re-pointing the editable install at $REPO_ROOT"
             "$venv/bin/python" -m pip install -qq --no-deps -e "$REPO_ROOT" </dev/null >&2 || return 1
