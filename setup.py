@@ -23,7 +23,7 @@ setup(
     # listed as package data, not discovered.
     package_data={"flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"]},
     install_requires=[
-        "apache-flink==2.3.0",
+        "apache-flink>=1.20,<2.4",
         "pydantic>=2.6,<3",
         "docstring-parser>=0.16",
         "jsonschema>=4.18",  # structured output against a JSON schema (api.agents.types)  # tool schemas from Google, NumPy and reST docstrings

@@ -155,7 +155,7 @@ def test_importing_each_layer_loads_nothing_from_a_lower_one():
         return [_module_name(p) for p in _sources(layer, exclude)]
 
     script = f"""
-import importlib, sys
+import importlib, importlib.util, sys
 def loaded(prefix):
     return sorted(m for m in sys.modules if m == prefix or m.startswith(prefix + "."))
 for m in {modules("api")!r}:
@@ -166,6 +166,8 @@ for m in {modules("plan")!r}:
     importlib.import_module(m)
 assert not loaded("flink_agents.runtime"), ("plan loaded", loaded("flink_agents.runtime"))
 for m in {modules("runtime", exclude="runtime/flink")!r}:
+    if m.startswith("flink_agents.runtime.memory.mem0") and importlib.util.find_spec("mem0") is None:
+        continue  # the mem0 extra is absent (it cannot be installed beside apache-flink 1.20)
     importlib.import_module(m)
 assert not loaded("pyflink"), ("runtime loaded", loaded("pyflink"))
 """

@@ -36,6 +36,8 @@ from typing import Any, List
 
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
+from flink_agents.runtime.flink.compat import collect_result_iterator
+
 __all__ = [
     "AgentOutputStream",
     "PYTHON_CLIENT_EXECUTABLE",
@@ -135,7 +137,8 @@ def add_collect_sink(stream: DataStream, uid: str) -> Any:
     iterator are made here because the iterator finds the sink's operator
     coordinator by the uid it is given (changing the sink's uid afterwards
     leaves the iterator asking for the old one: results would then come only
-    when the job ends).
+    when the job ends). On Flink 1.20 the iterator finds it through the sink
+    operator's id instead (``compat.collect_result_iterator``).
 
     Returns:
         The Java ``CollectResultIterator``; the environment's next
@@ -162,7 +165,9 @@ def add_collect_sink(stream: DataStream, uid: str) -> Any:
     sink.name("Data stream collect sink")
     sink.uid(uid)
     fetch_timeout_ms = config.get(jvm.org.apache.flink.configuration.RpcOptions.ASK_TIMEOUT_DURATION).toMillis()
-    j_iterator = collect.CollectResultIterator(uid, serializer, accumulator, j_env.getCheckpointConfig(), fetch_timeout_ms)
+    j_iterator = collect_result_iterator(
+        jvm, factory, uid, serializer, accumulator, j_env.getCheckpointConfig(), fetch_timeout_ms,
+    )
     j_env.addOperator(sink.getTransformation())
     j_env.registerCollectIterator(j_iterator)
     return j_iterator
