@@ -16,7 +16,7 @@ setup(
     version="0.1.0",
     description="Durable, event-driven AI agents on Apache Flink, in pure Python",
     license="Apache-2.0",
-    python_requires=">=3.10",
+    python_requires=">=3.11,<3.12",  # the Python tested (docs/compatibility.md)
     packages=find_packages(include=["flink_agents", "flink_agents.*"]),
     # The bundled jobs are flink_agents.jobs (no top-level `jobs` module in
     # site-packages); their sample data is not a Python package, so it is

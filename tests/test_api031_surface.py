@@ -33,7 +33,6 @@ NOT_HERE = {
     "flink_agents.api.function:JavaFunction.for_action": "Java actions need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_model_from_java_tool_schema_str": "Java tools need Flink Agents' Java operator",
     "flink_agents.api.tools.utils:create_java_tool_schema_str_from_model": "Java tools need Flink Agents' Java operator",
-    "flink_agents.api.version_compatibility:FlinkVersionManager": "Flink version matrix: issue 19",
 }
 
 

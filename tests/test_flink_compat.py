@@ -54,3 +54,20 @@ def test_the_collect_iterator_fits_the_installed_flink() -> None:
         jvm, factory, "flink-agents:test:collect", serializer, "acc", j_env.getCheckpointConfig(), 1000,
     )
     assert iterator.getClass().getSimpleName() == "CollectResultIterator"
+
+
+def test_the_031_flink_version_manager_reports_the_installed_flink() -> None:
+    from pyflink.version import __version__
+
+    from flink_agents.api.version_compatibility import FlinkVersionManager, flink_version_manager
+
+    assert flink_version_manager.version == __version__
+    major, minor = __version__.split(".")[:2]
+    assert flink_version_manager.major_version == f"{major}.{minor}"
+    assert flink_version_manager.ge("1.20") and flink_version_manager.ge(f"{major}.{minor}")
+    assert flink_version_manager.lt("99.0") and not flink_version_manager.lt(__version__)
+    manager = FlinkVersionManager()
+    manager._version, manager._read = "2.2.0-SNAPSHOT", True
+    assert manager.ge("2.2") and manager.lt("2.2.1") and manager.major_version == "2.2"
+    manager._version = "1.20.dev0"
+    assert manager.ge("1.20.0") and manager.lt("2.0")

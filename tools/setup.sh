@@ -50,21 +50,24 @@ else
             break
         fi
     done
-    [ -n "$PYTHON" ] || die "no python3 found; install Python 3.10 or newer"
-    if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-        die "$PYTHON is $("$PYTHON" --version 2>&1); Python 3.10 or newer is required"
+    [ -n "$PYTHON" ] || die "no python3 found; install Python 3.11"
+    if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+        die "$PYTHON is $("$PYTHON" --version 2>&1); Python 3.11 is required (the version tested: docs/compatibility.md)"
     fi
     step "creating venv with $PYTHON ($("$PYTHON" --version 2>&1))"
     "$PYTHON" -m venv "$VENV" || die "'$PYTHON -m venv' failed (on Debian/Ubuntu install the python3-venv package)"
 fi
 
-"$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
-    || die "$VENV uses $("$VENV/bin/python" --version 2>&1); Python 3.10+ is required (delete .venv and rerun)"
+"$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
+    || die "$VENV uses $("$VENV/bin/python" --version 2>&1); Python 3.11 is required (delete .venv and rerun)"
 
 step "upgrading pip"
 "$VENV/bin/python" -m pip install -qq --upgrade pip </dev/null
 
-step "installing flink-agents (editable, with test extras)"
-(cd "$REPO_ROOT" && "$VENV/bin/python" -m pip install -qq -e '.[test]' </dev/null)
+# The package accepts apache-flink 1.20 to 2.3; this venv runs the default
+# (the version the whole suite is tested on; tools/test_matrix.sh the others).
+FLINK_VERSION="${FLINK_AGENTS_FLINK_VERSION:-2.3.0}"
+step "installing flink-agents (editable, with test extras) on apache-flink $FLINK_VERSION"
+(cd "$REPO_ROOT" && "$VENV/bin/python" -m pip install -qq -e '.[test]' "apache-flink==$FLINK_VERSION" </dev/null)
 
 step "ready: $VENV"
