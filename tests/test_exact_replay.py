@@ -157,6 +157,34 @@ def test_branches_calling_one_function_without_arguments_get_their_own_results_b
     assert CALLS[("ticket", None)] == 3
 
 
+async def lazily_started_client() -> str:
+    """A call whose body creates a task, as an SDK client does when it
+    starts lazily: only when the call really runs, never on a replay."""
+    CALLS[("client", None)] += 1
+    await asyncio.create_task(asyncio.sleep(0))
+    return "client"
+
+
+async def lazy_client_then_gather_action(event: Event, ctx: Any) -> None:
+    await ctx.durable_execute_async(lazily_started_client)
+    parts = await asyncio.gather(*(branch(ctx, i) for i in range(3)))
+    ctx.send_event(OutputEvent(output=await ctx.durable_execute_async(final, list(parts))))
+
+
+def test_a_task_created_inside_a_calls_body_does_not_shift_the_positions_after_it() -> None:
+    """Found by research for framework agents (SDK clients start lazily):
+    the body's task took a child index on the first run only, so the
+    replay's branches replayed each other's calls or ran them again."""
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _process(lazy_client_then_gather_action, store)
+    ran = Counter(CALLS)
+    recovered = _process(lazy_client_then_gather_action, store)
+    assert recovered.outputs == [{"k": "L0+e|L1+e|L2+e"}]
+    assert CALLS - ran == Counter({("final", None): 1}), "a journaled call ran again on the replay"
+
+
 @pytest.mark.parametrize("mode", ["after_write", "before_write"])
 def test_a_crash_at_every_journal_write_of_the_gather_example_recovers_exactly(mode: str) -> None:
     expected = _process(gather_action, InMemoryJournalStore()).outputs

@@ -18,6 +18,12 @@ So positions follow program structure, as deterministic-replay runtimes do:
 - each scope numbers its own calls (and, separately, its callbacks and
   sub-agent submits) from 0.
 
+A journaled call's body runs outside the action's scopes (``call_body``): a
+task it creates (an SDK client's lazy start, say) takes no child index from
+the calling task. On a replay the body does not run and would not create
+it, so the calling task's later branches would shift by one and replay
+other calls' results (or fail with ``NondeterminismError``).
+
 A call's step is the action's step for the root scope (``"<action>@<n>"``,
 unchanged for sequential code) and ``"<action>@<n>/<path>"`` for a branch.
 The scope travels in a context variable; a task factory installed on the
@@ -31,10 +37,13 @@ task share its counters (``docs/durability.md``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
 
-__all__ = ["TaskScope", "branch_step", "current_scope", "enter_action", "exit_action", "is_under", "position"]
+__all__ = [
+    "TaskScope", "branch_step", "call_body", "current_scope", "enter_action", "exit_action", "is_under", "position",
+]
 
 _SCOPE: contextvars.ContextVar["TaskScope | None"] = contextvars.ContextVar("flink_agents_task_scope", default=None)
 
@@ -104,6 +113,18 @@ def enter_action(owner: Any) -> contextvars.Token:
 def exit_action(token: contextvars.Token) -> None:
     """Undo ``enter_action`` (the action returned or raised)."""
     _SCOPE.reset(token)
+
+
+@contextlib.contextmanager
+def call_body() -> Iterator[None]:
+    """Run a journaled call's body (on its first run only) in no scope: the
+    tasks it creates get none, and the calling task's count of created
+    tasks stays what a replay, which skips the body, will see."""
+    token = _SCOPE.set(None)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
 
 
 def _install_task_factory(loop: asyncio.AbstractEventLoop) -> None:

@@ -46,7 +46,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.durability.call_position import is_under
+from flink_agents.runtime.durability.call_position import call_body, is_under
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
@@ -382,7 +382,8 @@ class RunJournal:
         self.commit()
         self.calls_executed += 1
         try:
-            result = run()
+            with call_body():
+                result = run()
         except Exception as exc:
             raise self._buffer_error(step, ordinal, function_id, digest, exc) from None
         return self._buffer_result(step, ordinal, function_id, digest, result)
@@ -414,7 +415,8 @@ class RunJournal:
         self.calls_executed += 1
         self._call_started()
         try:
-            result = await run()
+            with call_body():
+                result = await run()
         except Exception as exc:
             self._call_ended()
             if alive():
