@@ -310,8 +310,17 @@ def _ask_tools(event: InputEvent, ctx: RunnerContext) -> None:
     ], offered_tools=["add", "joiner"]))
 
 
+def _journal_written() -> bool:
+    return True
+
+
 def _answer(event: Event, ctx: RunnerContext) -> None:
     RUNS["answer"] += 1
+    # A call first: the tool results are committed before it starts
+    # (docs/durability.md, Commits), so the crash below never loses one. The
+    # last result to land alone would otherwise wait for the run's next
+    # write, and a crash here would run that tool again (by design).
+    ctx.durable_execute(_journal_written)
     if CRASH.pop("answer", False):
         raise Crash("process died in answer")
     response = ToolResponseEvent.from_event(event)
