@@ -147,10 +147,7 @@ class KeyRunner:
             if worker.busy or key in self._paused:
                 return
             worker.busy = True
-        if self._thread is None:
-            self._loop.call_soon(self._start, key, worker)
-        else:
-            self._loop.call_soon_threadsafe(self._start, key, worker)
+        self._schedule_start(key, worker)
 
     def take(self, key: Any, accept: Callable[[int], bool] | None = None) -> List[Completion]:
         """The finished records of ``key`` not yet taken, in order.
@@ -271,7 +268,7 @@ class KeyRunner:
                     return self._changed.wait_for(condition, timeout=timeout_s)
                 finally:
                     self._host_blocked -= 1
-                    self._host_seen = time.monotonic()
+                    self._host_here()
         loop = self._loop
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
@@ -301,10 +298,14 @@ class KeyRunner:
         paused, self._paused = self._paused, {}
         for key, worker in paused.items():
             worker.busy = True
-            if self._thread is None:
-                self._loop.call_soon(self._start, key, worker)
-            else:
-                self._loop.call_soon_threadsafe(self._start, key, worker)
+            self._schedule_start(key, worker)
+
+    def _schedule_start(self, key: Any, worker: _Worker) -> None:
+        """Have the loop start working through ``worker``'s queue."""
+        if self._thread is None:
+            self._loop.call_soon(self._start, key, worker)
+        else:
+            self._loop.call_soon_threadsafe(self._start, key, worker)
 
     def _host_absent(self) -> bool:
         """Whether the host has been silent too long (under the lock)."""
