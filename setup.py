@@ -11,6 +11,16 @@ _PROVIDER_EXTRAS = {
     "mem0": ["mem0ai>=2.2.1,<2.3"],  # Mem0-backed long-term memory (its API changes between minor releases)
 }
 
+# Agent frameworks run durably inside actions (flink_agents.integrations.frameworks,
+# docs/frameworks.md). Bounded to the minor lines tested: each integration uses the
+# framework's documented extension points, which move between minor releases.
+_FRAMEWORK_EXTRAS = {
+    "pydantic-ai": ["pydantic-ai-slim[openai]>=2.68,<2.69"],
+    "openai-agents": ["openai-agents>=0.24,<0.25"],
+    "langgraph": ["langgraph>=1.2.24,<1.3", "langchain-core>=1.8,<1.9", "langchain-openai>=1.7,<1.8"],
+    "google-adk": ["google-adk>=2.13,<2.14"],
+}
+
 setup(
     name="flink-agents",
     version="0.1.0",
@@ -40,11 +50,14 @@ setup(
     # Azure OpenAI ride on the openai SDK, which the runtime needs anyway.
     extras_require={
         **_PROVIDER_EXTRAS,
+        **_FRAMEWORK_EXTRAS,
         "all": sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
+        "frameworks": sorted({req for reqs in _FRAMEWORK_EXTRAS.values() for req in reqs}),
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.2",
             *sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
+            *sorted({req for reqs in _FRAMEWORK_EXTRAS.values() for req in reqs}),
         ],
     },
     entry_points={

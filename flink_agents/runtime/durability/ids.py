@@ -28,7 +28,7 @@ from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = [
     "RunIdentity", "SESSIONS_PATH", "callback_ref", "event_id", "key_text", "session_path", "sub_agent_call_id",
-    "sub_agent_journal_id", "tool_call_id",
+    "sub_agent_journal_id", "tool_call_id", "framework_turn_id", "framework_tool_call_id",
 ]
 
 _EVENT_NAMESPACE = uuid.UUID("3f0b3f5e-6d1c-4d8e-9a57-6c1f4a7b9e21")
@@ -110,6 +110,20 @@ def tool_call_id(request_id: str, round_index: int, index: int) -> str:
     so results are keyed by this id; the provider's is kept beside it.
     """
     return f"{request_id.replace('-', '')[:12]}-{round_index}-{index}"
+
+
+def framework_turn_id(run: RunIdentity, anchor: str) -> uuid.UUID:
+    """The id of the agent-framework turn anchored at ``anchor``
+    (``ActionContext.anchor``; UUIDv5): the framework's run id."""
+    return event_id(run, f"framework_turn:{anchor}", 0)
+
+
+def framework_tool_call_id(turn_id: uuid.UUID, request_index: int, index: int) -> str:
+    """The id of the ``index``-th tool call in model request
+    ``request_index`` of a framework turn: ``"fa<12 hex>-<request>-<index>"``.
+    Unique within the turn and across turns of a key (providers reuse
+    ``call_0``; frameworks pair results with calls by id)."""
+    return f"fa{turn_id.hex[:12]}-{request_index}-{index}"
 
 
 def vector_store_document_id(run: RunIdentity, store: str, step: str, ordinal: int, index: int) -> str:

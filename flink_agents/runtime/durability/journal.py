@@ -8,9 +8,10 @@ committed in as few writes as correctness allows:
 - before a call that is not in the journal starts, everything buffered is
   committed, so no call runs on a result that a crash could still lose;
 - when a call's result lands while other calls of the run are still in
-  flight, before the call returns it (group commit: results that land
-  together share one write), so a completed call is never repeated because a
-  slower sibling was in flight at a crash; a result that lands with nothing
+  flight, before the call returns it, so a completed call is never repeated
+  because a slower sibling was in flight at a crash. Group commit: that
+  write waits ``GROUP_COMMIT_DELAY_S`` (5 ms) first, and results landing
+  meanwhile share it (a crash inside those 5 ms repeats those calls); a result that lands with nothing
   else in flight waits for the run's next write, which comes before anything
   else runs (the next call, or the run end), so the window is CPU time only;
 - at the end of the run, with the run-end marker (not at all for a run
@@ -20,7 +21,7 @@ So a run InputEvent -> one model call -> OutputEvent commits twice (the first
 action's completion before the model call; the model's reply with the rest at
 the end), a run with one sequential tool round four times, and one with a
 round of N parallel tool calls between four and N + 3 times, by how the
-results land (all at once: 4; each apart: N + 3).
+results land (within 5 ms of each other: 4; each apart: N + 3).
 
 Positions ``(step, ordinal)`` follow the program's structure, not timing
 (``runtime.durability.call_position``). A replayed call whose function id or argument
@@ -53,7 +54,12 @@ from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
 
-__all__ = ["RunJournal", "args_digest", "function_id_of"]
+__all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of"]
+
+# How long a result that landed while siblings run waits for theirs before
+# it is written (seconds). Short against a model or tool call; long enough
+# for a round of quick tools, whose results land within a few loop turns.
+GROUP_COMMIT_DELAY_S = 0.005
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +263,21 @@ class RunJournal:
                 return
             await self._settled_despite_cancellation(self._write_in_thread(entries))
 
+    async def _commit_through(self, last: JournalEntry | None) -> None:
+        """Make durable what was buffered up to ``last`` (None: nothing, but
+        a write in flight must land): the commit before a call starts.
+
+        A sibling's result that landed while this call waited for the lock
+        is left to its own (group) commit: this call does not depend on it.
+        """
+        async with self._commit_lock:
+            if last is None or not any(entry is last for entry in self._buffer):
+                if self._write_failure is not None:
+                    raise self._write_failure
+                return
+            entries = self._take()
+            await self._settled_despite_cancellation(self._write_in_thread(entries))
+
     # The store write of the latest ``commit_async`` (a thread-side future), so
     # that ``commit``, which cannot await the commit lock, waits for it too.
     _write_in_flight: Any = None
@@ -411,7 +432,7 @@ class RunJournal:
             return decode_outcome(entry.payload)
         if not alive():
             raise RuntimeError(f"call {_call_name(function_id, step, ordinal)} started after its action ended")
-        await self.commit_async()
+        await self._commit_through(self._buffer[-1] if self._buffer else None)
         self.calls_executed += 1
         self._call_started()
         try:
@@ -429,7 +450,11 @@ class RunJournal:
         value = self._buffer_result(step, ordinal, function_id, digest, result)
         if self._in_flight:
             # Siblings still run: make this result durable before it is used,
-            # so a crash while they run does not repeat this call.
+            # so a crash while they run does not repeat this call. After a
+            # short delay: siblings landing meanwhile (a parallel round of
+            # quick tools) join this write (group commit, as PostgreSQL's
+            # commit_delay). Nothing waits for it but the gather it is in.
+            await asyncio.sleep(GROUP_COMMIT_DELAY_S)
             await self.commit_async()
         return value
 

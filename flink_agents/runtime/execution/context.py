@@ -215,6 +215,56 @@ class ActionContext(RunnerContext):
         step, ordinal = self._next_position()
         return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
 
+    def anchor(self, kind: str) -> str:
+        """Runtime-internal: a journal step of its own for a unit of work
+        started here (an agent framework's turn): ``"<step of the running
+        task>/<kind><n>"``, ``n`` counting the running task's ``kind`` units.
+
+        Calls inside the unit are then placed by what they are (the unit's
+        model request 2, its tool call ``fa-..-1-0``) with
+        ``journaled_call_at``, not by the task that happens to make them: a
+        framework's internal task layout (pools, lazily created tasks) does
+        not move them (``integrations.frameworks.durable_turn``).
+
+        Raises:
+            ValueError: ``kind`` is not an identifier (a digit would collide
+                with the task-scope paths of ``call_position``).
+        """
+        if not kind.isidentifier():
+            raise ValueError(f"anchor kind must be an identifier, got {kind!r}")
+        step, ordinal = self._next_position(kind)
+        return f"{step}/{kind}{ordinal}"
+
+    async def journaled_call_at(
+        self, step: str, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """Runtime-internal: ``journaled_call`` at an explicit position
+        (``step`` under an ``anchor``, ordinal 0)."""
+        self._check_under_step(step)
+        return await self._journal.call(step, 0, function_id, args_digest(digest_args), run, alive=self._alive)
+
+    def record_at(self, step: str, function_id: str, produce: Callable[[], Any]) -> Any:
+        """Runtime-internal: journal a value the run decides itself (a
+        framework turn's start: its run id and clock) at ``step``; a replay
+        returns the journaled value. Commits with the run's next write."""
+        self._check_under_step(step)
+        return self._journal.record(step, 0, function_id, produce)
+
+    def take_steering_at(self, step: str) -> List[Any]:
+        """Runtime-internal: ``take_steering`` journaled at ``step``."""
+        if self._steering is None:
+            return []
+        self._check_under_step(step)
+        taken = self._journal.record(step, 0, "steering:take", self._steering.take)
+        self._steering.mark_taken(taken)
+        return [message for _, message in taken]
+
+    def _check_under_step(self, step: str) -> None:
+        if not step.startswith(f"{self.step}/"):
+            raise ValueError(f"journal step {step!r} is not under action step {self.step!r}")
+        if not self.active:
+            raise RuntimeError(f"journaled call at {step!r} after action {self.action_name!r} returned")
+
     def _journaled_call_sync(self, function_id: str, digest_args: Any, run: Callable[[], Any]) -> Any:
         """Runtime-internal: ``journaled_call`` for a synchronous call."""
         return self._journal.call_sync(*self._next_position(), function_id, args_digest(digest_args), run)

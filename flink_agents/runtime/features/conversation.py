@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from flink_agents.api.memory_object import MemoryObject
 
@@ -130,12 +130,15 @@ def estimate_tokens(message: Message) -> int:
     return math.ceil(_message_chars(message) / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
 
 
-def turn_tokens(turn: Sequence[Message]) -> int:
+def turn_tokens(turn: Sequence[Message], tokens_of: Callable[[Message], int] = estimate_tokens) -> int:
     """Estimated tokens of a turn (the sum over its messages)."""
-    return sum(estimate_tokens(m) for m in turn)
+    return sum(tokens_of(m) for m in turn)
 
 
-def compact(turns: Sequence[Turn], max_messages: int, max_tokens: Optional[int] = None) -> List[Turn]:
+def compact(
+    turns: Sequence[Turn], max_messages: int, max_tokens: Optional[int] = None,
+    tokens_of: Callable[[Message], int] = estimate_tokens,
+) -> List[Turn]:
     """The turns to keep: the longest run of newest turns within both bounds.
 
     Whole oldest turns are dropped until the kept turns hold at most
@@ -148,6 +151,8 @@ def compact(turns: Sequence[Turn], max_messages: int, max_tokens: Optional[int] 
         turns: The conversation's turns, oldest first.
         max_messages: Message bound, at least 2.
         max_tokens: Token bound (see ``estimate_tokens``), at least 1, or None.
+        tokens_of: A message's estimated tokens (agent frameworks' messages
+            have their own shapes: ``integrations.frameworks.conversation``).
 
     Returns:
         A new list of the kept turns (the same turn lists), oldest first.
@@ -158,12 +163,12 @@ def compact(turns: Sequence[Turn], max_messages: int, max_tokens: Optional[int] 
     validate_bounds(max_messages, max_tokens)
     kept = list(turns)
     messages = sum(len(t) for t in kept)
-    tokens = sum(turn_tokens(t) for t in kept) if max_tokens is not None else 0
+    tokens = sum(turn_tokens(t, tokens_of) for t in kept) if max_tokens is not None else 0
     while len(kept) > 1 and (messages > max_messages or (max_tokens is not None and tokens > max_tokens)):
         dropped = kept.pop(0)
         messages -= len(dropped)
         if max_tokens is not None:
-            tokens -= turn_tokens(dropped)
+            tokens -= turn_tokens(dropped, tokens_of)
     return kept
 
 

@@ -32,7 +32,8 @@ Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
 ``tool_calls``: ``[{"name", "arguments"}]``); ``tool_result`` (``tool``,
 ``result`` or ``error``); ``call_result`` (``function``, ``result`` or
 ``error``: ``durable_execute``); ``sub_agent_result`` (``agent``,
-``result``); ``steering_consumed`` (``messages``); ``step_completed``
+``result``); ``turn_started`` (``framework``, ``agent``, ``prompt``: an
+agent framework's turn, ``integrations.frameworks``); ``steering_consumed`` (``messages``); ``step_completed``
 (``events``: the event types the step sent); ``output`` (``output``);
 ``run_finished`` (``outcome``: ``ok`` or ``skipped``); ``run_failed``
 (``error``).
@@ -96,6 +97,10 @@ def records_of(entry: JournalEntry) -> List[Record]:
                  "content": reply.get("content"), "tool_calls": calls}]
     if kind == "tool":
         return [{"kind": "tool_result", "step": entry.step, "tool": name, **fields}]
+    if kind == "turn" and "result" in fields:  # an agent framework's turn began (integrations.frameworks)
+        framework, _, agent = name.partition("/")
+        return [{"kind": "turn_started", "step": entry.step, "framework": framework, "agent": agent,
+                 "prompt": (fields["result"] or {}).get("prompt")}]
     if kind == "agent":
         return [{"kind": "sub_agent_result", "step": entry.step, "agent": name, **fields}]
     if kind == "steering":

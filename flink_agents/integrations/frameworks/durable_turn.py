@@ -1,0 +1,265 @@
+"""One agent-framework turn inside an action, journaled like a native turn.
+
+An integration (``integrations.frameworks.<name>``) wraps its framework's
+model and tools at the framework's documented extension points; every
+model request and tool call then goes through a ``DurableTurn``:
+
+- **Positions by meaning, not by task.** A turn takes one anchor in the
+  action (``ActionContext.anchor``: ``"<step>/turn<n>"``, in program order
+  of the task that starts it). Under it, model request ``i`` is journaled
+  at ``<anchor>/m<i>`` and a tool call at ``<anchor>/t/<tool call id>``;
+  the steering take before request ``i`` at ``<anchor>/s<i>``. A
+  framework's own task layout (a task per tool, pools, a client's lazy
+  start) therefore cannot move a call to another position on a replay.
+- **Tool call ids from the record.** The model wrapper rewrites the ids of
+  the tool calls a response asks for to ``tool_call_id(i, j)``
+  (``runtime.durability.ids.framework_tool_call_id``), inside the journaled
+  region: unique within the turn and across a key's turns (providers reuse
+  ``call_0`` every turn), the same on a replay. A tool call id used twice in
+  one turn is refused.
+- **The turn's start is journaled** (function ``turn:<framework>/<agent>``,
+  no write of its own): its wall-clock start (``now``) and prompt. It commits
+  with the first model request, so a plain turn costs 2 writes as a native
+  one (the start, then the reply with the run's end), a replay 0.
+- **Followers.** A model request is journaled as ``{"content", "tool_calls",
+  "response"}`` (the first two in ``ChatMessage`` shape, ``response`` the
+  framework's own JSON), so the progress stream shows a ``model_reply``
+  with its tool calls, and each ``tool:<name>`` result, as for native turns.
+- **Ids, randomness, clock.** ``run_id`` and ``new_id`` derive from the
+  record's identity and the anchor (UUIDv5); ``now`` is the journaled start
+  time; ``random`` is seeded from the run id.
+- **Nesting.** Inside a journaled body (a tool that runs another framework
+  agent) ``current_turn()`` is None: the outer call is the journaled unit,
+  and what runs inside it is not journaled again.
+
+Errors raised by a wrapped call are journaled (type, message) and re-raised
+on a replay, as for ``durable_execute``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime
+import hashlib
+import random
+import re
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from flink_agents.runtime.durability.ids import framework_tool_call_id, framework_turn_id
+
+__all__ = ["DurableTurn", "ToolCallView", "current_turn", "steering_texts"]
+
+# (id, name, arguments as JSON text) of one tool call in a model response.
+ToolCallView = Tuple[str, str, str]
+
+_CURRENT: contextvars.ContextVar[Optional["DurableTurn"]] = contextvars.ContextVar(
+    "flink_agents_framework_turn", default=None
+)
+_IN_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar("flink_agents_framework_body", default=False)
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+
+
+def current_turn() -> Optional["DurableTurn"]:
+    """The turn the running code belongs to; None outside one, or inside a
+    journaled body of one (the body is the unit: see the module docstring)."""
+    if _IN_BODY.get():
+        return None
+    return _CURRENT.get()
+
+
+def steering_texts(messages: Sequence[Any]) -> List[str]:
+    """Steering messages as user-message text: a string as is, a dict's
+    ``content`` or ``text``, anything else ``str()``."""
+    texts = []
+    for message in messages:
+        if isinstance(message, str):
+            texts.append(message)
+        elif isinstance(message, dict) and isinstance(message.get("content", message.get("text")), str):
+            texts.append(message.get("content", message.get("text")))
+        else:
+            texts.append(str(message))
+    return texts
+
+
+class DurableTurn:
+    """One framework turn (one ``agent.run``) inside an action.
+
+    Use it as a context manager around the framework's run; the
+    integration's wrappers find it with ``current_turn()``::
+
+        with DurableTurn(ctx, "pydantic_ai", "reviewer", prompt=text) as turn:
+            result = await agent.run(text, run_id=turn.run_id)
+
+    Args:
+        ctx: The action's ``RunnerContext`` (the runtime's
+            ``ActionContext``).
+        framework: The framework's name in function ids (``pydantic_ai``).
+        agent: The agent's name in function ids.
+        prompt: What the turn was asked (JSON-like), shown to followers.
+
+    Raises:
+        TypeError: ``ctx`` is not an action's context of this runtime.
+        RuntimeError: The action has returned.
+    """
+
+    def __init__(self, ctx: Any, framework: str, agent: str, prompt: Any = None) -> None:
+        if not hasattr(ctx, "anchor") or not hasattr(ctx, "journaled_call_at"):
+            raise TypeError(
+                f"a {framework} turn needs the ctx an action of this runtime gets, got {type(ctx).__name__}"
+            )
+        if not ctx.active:
+            raise RuntimeError(f"{framework} turn of {agent!r} started after action {ctx.action_name!r} returned")
+        self.framework = framework
+        self.agent = agent
+        self._ctx = ctx
+        self.anchor: str = ctx.anchor("turn")
+        start = ctx.record_at(
+            self.anchor, f"turn:{framework}/{agent}",
+            lambda: {"started_at": time.time(), "prompt": prompt},
+        )
+        self.started_at: float = start["started_at"]
+        self.turn_id: uuid.UUID = framework_turn_id(ctx.run_identity, self.anchor)
+        self.requests = 0  # model requests made (or replayed) so far
+        self._tool_steps: set[str] = set()
+        self._ids: Dict[str, int] = {}
+        self.random = random.Random(self.turn_id.int)
+        self._token: contextvars.Token | None = None
+
+    # -- the framework's run ------------------------------------------------
+
+    def __enter__(self) -> "DurableTurn":
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+
+    @property
+    def ctx(self) -> Any:
+        """The action's context."""
+        return self._ctx
+
+    @property
+    def run_id(self) -> str:
+        """The framework's run id for this turn (UUIDv5 text)."""
+        return str(self.turn_id)
+
+    @property
+    def chat_function_id(self) -> str:
+        return f"chat:{self.framework}/{self.agent}"
+
+    def now(self) -> datetime.datetime:
+        """The turn's clock: its journaled start (UTC), the same on a replay."""
+        return datetime.datetime.fromtimestamp(self.started_at, tz=datetime.timezone.utc)
+
+    def new_id(self, kind: str = "id") -> str:
+        """The next id of ``kind`` in this turn (UUIDv5 text), in the order
+        asked: deterministic for code that asks in program order."""
+        n = self._ids.get(kind, 0)
+        self._ids[kind] = n + 1
+        return str(uuid.uuid5(self.turn_id, f"{kind}:{n}"))
+
+    def tool_call_id(self, request_index: int, index: int) -> str:
+        """The id to give the ``index``-th tool call of model request
+        ``request_index`` (see the module docstring)."""
+        return framework_tool_call_id(self.turn_id, request_index, index)
+
+    # -- journaled units ---------------------------------------------------
+
+    def take_steering(self) -> List[Any]:
+        """The key's waiting steering messages, taken now and journaled
+        before the next model request (``[]`` without a steering input)."""
+        return self._ctx.take_steering_at(f"{self.anchor}/s{self.requests}")
+
+    async def model_request(
+        self,
+        digest: Any,
+        call: Callable[[int], Awaitable[Any]],
+        view: Callable[[Any], Tuple[Optional[str], Sequence[ToolCallView]]],
+    ) -> Any:
+        """Journal one model request.
+
+        Args:
+            digest: What the request depends on, as JSON (the journal checks
+                a replay asks the same): keep volatile fields (timestamps,
+                random message ids, usage) out.
+            call: ``call(request_index)`` makes the request and returns the
+                framework's response as JSON, its tool call ids rewritten
+                with ``tool_call_id(request_index, j)``.
+            view: ``(text, [(id, name, arguments)])`` of a response, for
+                followers.
+
+        Returns:
+            The response JSON ``call`` returned (journaled, or replayed).
+
+        Raises:
+            NondeterminismError: A replay asks something else at this request.
+        """
+        index = self.requests
+        self.requests += 1
+
+        async def run() -> Dict[str, Any]:
+            with _journaled_body():
+                response = await call(index)
+            content, calls = view(response)
+            return {
+                "content": content,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                    for call_id, name, arguments in calls
+                ],
+                "response": response,
+            }
+
+        stored = await self._ctx.journaled_call_at(f"{self.anchor}/m{index}", self.chat_function_id, digest, run)
+        return stored["response"]
+
+    async def tool_call(self, call_id: str, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Journal one tool call (function ``tool:<name>``).
+
+        Args:
+            call_id: The call's id in the model's response (rewritten:
+                ``tool_call_id``).
+            name: The tool's name.
+            arguments: Its arguments as JSON (in the digest).
+            call: Runs the tool; returns its result as JSON.
+
+        Raises:
+            RuntimeError: ``call_id`` was already used in this turn.
+            NondeterminismError: A replay calls something else here.
+        """
+        step = f"{self.anchor}/t/{_position_id(call_id)}"
+        if step in self._tool_steps:
+            raise RuntimeError(
+                f"{self.framework} turn of {self.agent!r}: tool call id {call_id!r} ({name}) used twice in one "
+                "turn; the integration's model wrapper should have given it a unique id"
+            )
+        self._tool_steps.add(step)
+
+        async def run() -> Any:
+            with _journaled_body():
+                return await call()
+
+        return await self._ctx.journaled_call_at(step, f"tool:{name}", [name, arguments], run)
+
+
+@contextlib.contextmanager
+def _journaled_body() -> Iterator[None]:
+    token = _IN_BODY.set(True)
+    try:
+        yield
+    finally:
+        _IN_BODY.reset(token)
+
+
+def _position_id(call_id: str) -> str:
+    """``call_id`` as a journal step segment: as is when short and plain,
+    else a hash (no ``/`` may reach the step)."""
+    if _SAFE_ID.fullmatch(call_id):
+        return call_id
+    return "h" + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:24]

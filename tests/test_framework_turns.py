@@ -1,0 +1,279 @@
+"""The shared core of the framework integrations (``integrations.frameworks
+.durable_turn``), driven by a minimal in-test "framework": a model function
+and tools run with ``asyncio.gather``, as agent frameworks run a parallel
+tool round. The real frameworks are tested in ``test_framework_*.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any, Dict, List
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.decorators import action
+from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.integrations.frameworks.conversation import FrameworkConversation
+from flink_agents.integrations.frameworks.durable_turn import DurableTurn, current_turn, steering_texts
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.stores.memory_store import InMemoryJournalStore
+
+CALLS: Counter = Counter()
+SEEN_REQUESTS: List[List[Dict[str, Any]]] = []
+
+
+class Crash(BaseException):
+    """A simulated process crash."""
+
+
+def _model(history: List[Dict[str, Any]], tools: int) -> Dict[str, Any]:
+    """Asks for ``tools`` tool calls (provider ids call_0.. every time), then answers."""
+    prompt_at = max(i for i, m in enumerate(history) if m["role"] == "user" and not m.get("steering"))
+    turn = history[prompt_at:]
+    results = [m["content"] for m in turn if m["role"] == "tool"]
+    steering = [m["content"] for m in turn if m.get("steering")]
+    if tools and not results:
+        return {"content": None, "tool_calls": [
+            {"id": f"call_{i}", "name": "double", "arguments": {"n": i}} for i in range(tools)]}
+    return {"content": f"sum of {results} steered by {steering}", "tool_calls": []}
+
+
+async def _fake_framework_run(prompt: str, tools: int, history: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """A framework's agent loop: it knows nothing of the journal, only its
+    extension points (the model and the tools, wrapped below)."""
+    messages = history + [{"role": "user", "content": prompt}]
+    while True:
+        turn = current_turn()
+        messages += [{"role": "user", "content": t, "steering": True} for t in steering_texts(turn.take_steering())]
+        reply = await _journaled_model(list(messages), tools)
+        messages.append(reply)
+        if not reply["tool_calls"]:
+            return messages
+        results = await asyncio.gather(*(_journaled_tool(call) for call in reply["tool_calls"]))
+        messages += [{"role": "tool", "id": c["id"], "content": r} for c, r in zip(reply["tool_calls"], results)]
+
+
+async def _journaled_model(messages: List[Dict[str, Any]], tools: int) -> Dict[str, Any]:
+    turn = current_turn()
+
+    async def call(index: int) -> Dict[str, Any]:
+        CALLS["model"] += 1
+        SEEN_REQUESTS.append(messages)
+        await asyncio.sleep(0)
+        reply = _model(messages, tools)
+        reply["tool_calls"] = [dict(c, id=turn.tool_call_id(index, j)) for j, c in enumerate(reply["tool_calls"])]
+        reply["role"] = "assistant"
+        return reply
+
+    def view(reply: Dict[str, Any]):
+        return reply["content"], [(c["id"], c["name"], json.dumps(c["arguments"])) for c in reply["tool_calls"]]
+
+    return await turn.model_request(messages, call, view)
+
+
+async def _journaled_tool(call: Dict[str, Any]) -> Any:
+    turn = current_turn()
+
+    async def run() -> Any:
+        CALLS[f"tool:{call['arguments']['n']}"] += 1
+        assert current_turn() is None  # inside a journaled body: nothing nested is journaled again
+        await asyncio.sleep(0)  # instant tools: the round's results land in one loop turn
+        return 2 * call["arguments"]["n"]
+
+    return await turn.tool_call(call["id"], call["name"], call["arguments"], run)
+
+
+class FakeFrameworkAgent(Agent):
+    def __init__(self, tools: int = 0, conversation: FrameworkConversation | None = None) -> None:
+        super().__init__()
+        self.tools = tools
+        self.conversation = conversation
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        tools, conversation = _SETTINGS["tools"], _SETTINGS["conversation"]
+        history = conversation.history(ctx.short_term_memory) if conversation else []
+        with DurableTurn(ctx, "fake", "assistant", prompt=event.input) as turn:
+            messages = await _fake_framework_run(event.input, tools, history)
+            ids = (turn.run_id, turn.new_id("message"), turn.now().isoformat())
+        if conversation:
+            conversation.append_turn(ctx.short_term_memory, messages[len(history):])
+        ctx.send_event(OutputEvent(output={"answer": messages[-1]["content"], "ids": ids}))
+
+
+_SETTINGS: Dict[str, Any] = {"tools": 0, "conversation": None}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    CALLS.clear()
+    SEEN_REQUESTS.clear()
+    _SETTINGS.update(tools=0, conversation=None)
+    yield
+
+
+def _process(store: InMemoryJournalStore, value: Any = "go", config: Dict[str, Any] | None = None,
+             engine: AgentEngine | None = None, driver: LocalDriver | None = None, key: str = "k"):
+    own = engine is None
+    engine = engine or AgentEngine(
+        AgentPlan.from_agent(FakeFrameworkAgent()), {"progress.enabled": True, **(config or {})},
+        job_id="job", store=store,
+    )
+    driver = driver or LocalDriver()
+    try:
+        asyncio.run(engine.process(driver, key, value))
+    finally:
+        if own:
+            engine.close()
+    return engine, driver
+
+
+def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
+    commits: Dict[int, List[str]] = {}
+    for record in records:
+        commits.setdefault(record["commit"], []).append(record["kind"])
+    return commits
+
+
+def test_a_plain_framework_turn_commits_twice_and_a_replay_writes_nothing() -> None:
+    store = InMemoryJournalStore()
+    engine, driver = _process(store)
+    assert store.writes == 2 and CALLS == Counter({"model": 1})
+    assert _kinds_by_commit(driver.progress) == {
+        1: ["run_started", "turn_started"],
+        2: ["model_reply", "step_completed", "output", "run_finished"],
+    }
+    first_output = driver.outputs
+    # Replay the run (a restore to before the record): nothing is asked, nothing written.
+    CALLS.clear()
+    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+    _, replayed = _process(store)
+    assert replayed.outputs == first_output and not CALLS
+
+
+def test_a_round_of_three_instant_parallel_tools_commits_four_times() -> None:
+    _SETTINGS["tools"] = 3
+    store = InMemoryJournalStore()
+    _, driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "sum of [0, 2, 4] steered by []"
+    assert CALLS == Counter({"model": 2, "tool:0": 1, "tool:1": 1, "tool:2": 1})
+    # start | reply 1 (before the tools start) | the three results (one group
+    # commit: they land in one loop turn) | reply 2 with the run's end
+    assert store.writes == 4
+    commits = _kinds_by_commit(driver.progress)
+    assert commits[2] == ["model_reply"] and commits[3] == ["tool_result"] * 3
+    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
+    assert [c["name"] for c in reply["tool_calls"]] == ["double"] * 3
+
+
+def test_tool_call_ids_are_rewritten_per_request_so_provider_ids_reused_across_turns_pair_right() -> None:
+    _SETTINGS["tools"] = 2
+    _SETTINGS["conversation"] = FrameworkConversation("fake", "assistant")
+    store = InMemoryJournalStore()
+    engine = AgentEngine(AgentPlan.from_agent(FakeFrameworkAgent()), {}, job_id="job", store=store)
+    driver = LocalDriver()
+    try:
+        for value in ("one", "two"):
+            asyncio.run(engine.process(driver, "k", value))
+    finally:
+        engine.close()
+    last = SEEN_REQUESTS[-1]
+    call_ids = [c["id"] for m in last if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert len(call_ids) == 4 == len(set(call_ids))  # call_0, call_1 twice from the provider
+    answered = [m["id"] for m in last if m["role"] == "tool"]
+    assert answered == call_ids
+    assert [m["content"] for m in last if m["role"] == "user"] == ["one", "two"]
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_write_of_a_framework_turn_recovers_without_repeating_completed_calls(mode: str) -> None:
+    _SETTINGS["tools"] = 3
+    expected_store = InMemoryJournalStore()
+    _, expected = _process(expected_store)
+    expected_calls = Counter(CALLS)
+    writes = expected_store.writes
+    assert writes == 4
+    for k in range(1, writes + 1):
+        CALLS.clear()
+        store = InMemoryJournalStore()
+
+        def crash(entries: Any, k: int = k) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                raise Crash(f"crash at write {k}")
+
+        setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
+        with pytest.raises(Crash):
+            _process(store)
+        setattr(store, "after_append" if mode == "after_write" else "before_append", None)
+        _, recovered = _process(store)
+        # The same answer and ids (the clock is the crashed attempt's start, journaled).
+        assert [(o["k"]["answer"], o["k"]["ids"][:2]) for o in recovered.outputs] == [
+            (o["k"]["answer"], o["k"]["ids"][:2]) for o in expected.outputs], f"crash {mode} {k}"
+        if mode == "after_write":
+            assert CALLS == expected_calls, f"crash after write {k}: {CALLS}"
+        else:
+            for call, count in CALLS.items():
+                assert expected_calls[call] <= count <= expected_calls[call] + 1, f"{call}: crash before write {k}"
+
+
+def test_steering_reaches_the_turn_before_its_next_model_request() -> None:
+    _SETTINGS["tools"] = 1
+    store = InMemoryJournalStore()
+    engine = AgentEngine(
+        AgentPlan.from_agent(FakeFrameworkAgent()), {"steering.enabled": True, "progress.enabled": True},
+        job_id="job", store=store,
+    )
+    driver = LocalDriver()
+    original = _model
+
+    def steered(history: List[Dict[str, Any]], tools: int) -> Dict[str, Any]:
+        if len(SEEN_REQUESTS) == 1:
+            engine.steer(driver, "k", "answer in French")  # arrives while the first request runs
+        return original(history, tools)
+
+    globals()["_model"] = steered
+    try:
+        asyncio.run(engine.process(driver, "k", "go"))
+    finally:
+        globals()["_model"] = original
+        engine.close()
+    assert driver.outputs[0]["k"]["answer"] == "sum of [0] steered by ['answer in French']"
+    assert [m["content"] for m in SEEN_REQUESTS[1] if m["role"] == "user"] == ["go", "answer in French"]
+    assert "steering_consumed" in [r["kind"] for r in driver.progress]
+
+
+def test_ids_and_clock_come_from_the_record_and_replay_the_same() -> None:
+    store = InMemoryJournalStore()
+    _, first = _process(store)
+    _, replayed = _process(store)
+    _, other_key = _process(InMemoryJournalStore(), key="other")
+    assert first.outputs == replayed.outputs
+    assert first.outputs[0]["k"]["ids"][:2] != other_key.outputs[0]["other"]["ids"][:2]
+
+
+def test_a_framework_conversation_is_bounded_by_whole_turns() -> None:
+    _SETTINGS["tools"] = 1
+    conversation = FrameworkConversation("fake", "assistant", max_messages=8)
+    _SETTINGS["conversation"] = conversation
+    engine = AgentEngine(AgentPlan.from_agent(FakeFrameworkAgent()), {}, job_id="job", store=InMemoryJournalStore())
+    driver = LocalDriver()
+    try:
+        for n in range(4):  # each turn: user, assistant (1 call), tool, assistant = 4 messages
+            asyncio.run(engine.process(driver, "k", f"q{n}"))
+    finally:
+        engine.close()
+    # Before the 4th turn's first request, at most 8 stored messages: the
+    # whole turns of q1 and q2 (4 messages each), then the new prompt.
+    last = SEEN_REQUESTS[-2]
+    assert [m["content"] for m in last if m["role"] == "user"] == ["q1", "q2", "q3"]
+    assert len(last) == 9
+
+
+def test_a_turn_outside_an_action_is_refused() -> None:
+    with pytest.raises(TypeError, match="needs the ctx an action"):
+        DurableTurn(object(), "fake", "assistant")
