@@ -196,3 +196,27 @@ def test_after_a_crash_at_any_write_the_follower_saw_only_what_the_recovered_run
     assert {_strip(r) for r in seen_before_crash} <= recovered_history
     replayed = [r for r in recovered.progress if r.get("replayed")]
     assert {_strip(r) for r in replayed} >= {_strip(r) for r in seen_before_crash}
+
+
+def instant_double(n: int) -> int:
+    """Double a number, at once.
+
+    Args:
+        n: The number.
+    """
+    return 2 * n
+
+
+def test_a_round_of_three_quick_tools_commits_four_times_with_its_results_in_one_write() -> None:
+    """The native chat action's count beside the framework integrations'
+    (``tests/test_framework_*.py``): results that land within the journal's
+    group-commit delay share one write."""
+    store = InMemoryJournalStore()
+    engine = _engine(store, ChatTurnAgent(ThreeToolsModel, {"double": instant_double}))
+    driver = LocalDriver()
+    _run(engine, driver)
+    assert driver.outputs == [{"k": "sum of ['0', '2', '4']"}]
+    assert engine.counters.journal_writes == 4 == store.writes
+    commits = _by_commit(driver.progress)
+    assert commits[2] == ["model_reply", "step_completed"]
+    assert commits[3].count("tool_result") == 3

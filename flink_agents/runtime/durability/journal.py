@@ -11,7 +11,8 @@ committed in as few writes as correctness allows:
   flight, before the call returns it, so a completed call is never repeated
   because a slower sibling was in flight at a crash. Group commit: that
   write waits ``GROUP_COMMIT_DELAY_S`` (5 ms) first, and results landing
-  meanwhile share it (a crash inside those 5 ms repeats those calls); a result that lands with nothing
+  meanwhile share it (a crash inside those 5 ms repeats those calls), or,
+  if none runs any more by then, the run's next write takes them; a result that lands with nothing
   else in flight waits for the run's next write, which comes before anything
   else runs (the next call, or the run end), so the window is CPU time only;
 - at the end of the run, with the run-end marker (not at all for a run
@@ -453,9 +454,12 @@ class RunJournal:
             # so a crash while they run does not repeat this call. After a
             # short delay: siblings landing meanwhile (a parallel round of
             # quick tools) join this write (group commit, as PostgreSQL's
-            # commit_delay). Nothing waits for it but the gather it is in.
+            # commit_delay). Nothing waits for it but the gather it is in. If
+            # by then no sibling runs, the run's next write takes them all,
+            # as for a result landing alone.
             await asyncio.sleep(GROUP_COMMIT_DELAY_S)
-            await self.commit_async()
+            if self._in_flight:
+                await self.commit_async()
         return value
 
     def _call_started(self) -> None:
