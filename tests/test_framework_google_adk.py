@@ -19,6 +19,7 @@ from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig  # noqa: E402
 from google.adk.models.anthropic_llm import AnthropicLlm  # noqa: E402
 from google.adk.tools.base_toolset import BaseToolset  # noqa: E402
+from google.adk.tools.tool_context import ToolContext  # noqa: E402
 
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
@@ -38,9 +39,10 @@ class Crash(BaseException):
     """A simulated process crash."""
 
 
-async def double(n: int) -> int:
+async def double(n: int, tool_context: ToolContext) -> int:
     """Double n."""
     CALLS[f"tool:{n}"] += 1
+    tool_context.state[f"doubled_{n}"] = 2 * n  # journaled with the result, applied again on a replay
     await asyncio.sleep(0)  # instant tools: the round's results land in one loop turn
     return 2 * n
 
@@ -65,6 +67,7 @@ class AdkAgent(Agent):
         ctx.send_event(OutputEvent(output={
             "answer": final.content.parts[0].text,
             "ids": [final.invocation_id, final.id, final.timestamp],
+            "state": {k: v for e in events for k, v in e.actions.state_delta.items()},
         }))
 
 
@@ -143,6 +146,7 @@ def test_a_round_of_three_parallel_tools_commits_four_times_in_follower_order(
     driver = _process(store)
     assert driver.outputs[0]["k"]["answer"] == "results ['0', '2', '4']"
     assert CALLS == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1}) and len(server.requests) == 2
+    assert driver.outputs[0]["k"]["state"] == {"doubled_0": 0, "doubled_1": 2, "doubled_2": 4}
     # start | reply 1 | the three results (one group commit) | reply 2 with the run's end
     assert store.writes == 4
     commits = _kinds_by_commit(driver.progress)
