@@ -19,6 +19,7 @@ from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig  # noqa: E402
 from google.adk.models.anthropic_llm import AnthropicLlm  # noqa: E402
 from google.adk.tools.base_toolset import BaseToolset  # noqa: E402
+from google.adk.tools.function_tool import FunctionTool  # noqa: E402
 from google.adk.tools.tool_context import ToolContext  # noqa: E402
 
 from flink_agents.api.agents.agent import Agent  # noqa: E402
@@ -47,10 +48,19 @@ async def double(n: int, tool_context: ToolContext) -> int:
     return 2 * n
 
 
-def _adk_agent(base_url: str, after_model_callback: Any = None) -> LlmAgent:
+class Calculator(BaseToolset):
+    """A toolset listing ``double`` (prefixed: ``calc_double``)."""
+
+    async def get_tools(self, readonly_context: Any = None) -> List[Any]:
+        CALLS["list"] += 1
+        return [FunctionTool(double)]
+
+
+def _adk_agent(base_url: str, after_model_callback: Any = None, toolset: bool = False) -> LlmAgent:
     llm = AnthropicLlm(model="claude-test", max_tokens=256,
                        client=AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0))
-    return LlmAgent(name="reviewer", model=llm, instruction="Rate the review.", tools=[double],
+    tools = [Calculator(tool_name_prefix="calc")] if toolset else [double]
+    return LlmAgent(name="reviewer", model=llm, instruction="Rate the review.", tools=tools,
                     after_model_callback=after_model_callback)
 
 
@@ -58,7 +68,7 @@ class AdkAgent(Agent):
     @action(InputEvent)
     @staticmethod
     async def respond(event: InputEvent, ctx: Any) -> None:
-        agent = _adk_agent(_SETTINGS["url"], _SETTINGS.get("after_model"))
+        agent = _adk_agent(_SETTINGS["url"], _SETTINGS.get("after_model"), _SETTINGS.get("toolset", False))
         events = await run_durably(
             ctx, agent, event.input, conversation=_SETTINGS.get("conversation"),
             conversation_max_messages=_SETTINGS.get("max_messages", 40),
@@ -82,7 +92,8 @@ def _reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
     tools = _SETTINGS.get("tools", 0)
     if tools and not any(b.get("type") == "tool_result" for b in blocks) and last["role"] == "user" and not results:
         return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": "double", "arguments": {"n": i}}}
+            {"id": f"call_{i}", "type": "function", "function": {"name": _SETTINGS.get("tool", "double"),
+                                                                 "arguments": {"n": i}}}
             for i in range(tools)]}
     return {"role": "assistant", "content": f"results {results}"}
 
@@ -164,6 +175,22 @@ def test_a_round_of_three_parallel_tools_commits_four_times_in_follower_order(
     assert len(set(tool_uses)) == 3 and not any(i.startswith("call_") for i in tool_uses)
     replayed = _process(store)
     assert replayed.outputs == driver.outputs and len(server.requests) == 2 and sum(CALLS.values()) == 3
+
+
+def test_the_tools_of_a_toolset_are_journaled_under_their_listed_names(server: AnthropicScriptedServer) -> None:
+    _SETTINGS.update(tools=3, toolset=True, tool="calc_double")
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "results ['0', '2', '4']" and store.writes == 4
+    assert [t["name"] for t in server.requests[0]["tools"]] == ["calc_double"]
+    tool_results = [r for r in driver.progress if r["kind"] == "tool_result"]
+    assert len(tool_results) == 3
+    runs = Counter({k: v for k, v in CALLS.items() if k.startswith("tool:")})
+    assert runs == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1})
+    # A replay lists the tools again (outside the journal) and runs none of them.
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and len(server.requests) == 2
+    assert Counter({k: v for k, v in CALLS.items() if k.startswith("tool:")}) == runs
 
 
 @pytest.mark.parametrize("mode", ["after_write", "before_write"])
@@ -290,12 +317,6 @@ def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) ->
     with pytest.raises(ValueError, match="sub-agents"):
         asyncio.run(refused(agent=LlmAgent(name="boss", model=agent.model, sub_agents=[_adk_agent(server.base_url)])))
 
-    class Tools(BaseToolset):
-        async def get_tools(self, readonly_context: Any = None) -> list:
-            return []
-
-    with pytest.raises(TypeError, match="toolset"):
-        asyncio.run(refused(agent=agent.clone(update={"tools": [Tools()]})))
     with pytest.raises(TypeError, match="text or a google.genai"):
         asyncio.run(run_durably(Ctx(), agent, 42))
     assert not server.requests

@@ -17,7 +17,8 @@ ADK's documented extension points used (google-adk 2.x):
   region to ``turn.tool_call_id(request, j)`` (providers reuse ``call_0``
   or ``toolu_..`` ids; ADK pairs function responses by id).
 - **Tools**: each tool of the agent (a plain function becomes ADK's
-  ``FunctionTool``) is wrapped in a delegating ``BaseTool`` whose
+  ``FunctionTool``; a toolset's tools as it lists them, through a
+  delegating ``BaseToolset``) is wrapped in a delegating ``BaseTool`` whose
   ``run_async`` is journaled as ``tool:<name>``; declarations, confirmation
   and ``process_llm_request`` are the wrapped tool's. ADK's callbacks
   (before/after/on-error) run around it as usual. The result is journaled as
@@ -45,7 +46,7 @@ ADK's documented extension points used (google-adk 2.x):
   event never loses its function response event).
 
 Refused (``ValueError``/``TypeError``): a root agent that is not an
-``LlmAgent``, sub-agents, toolsets (``BaseToolset``), a
+``LlmAgent``, sub-agents, a
 ``RunConfig.tool_thread_pool_config`` (it runs async tools with
 ``asyncio.run`` on a worker thread, where the journal cannot be awaited),
 live (bidi) streaming.
@@ -79,7 +80,7 @@ from pydantic import BaseModel, PrivateAttr
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import DurableTurn, current_turn, steering_texts
 
-__all__ = ["FRAMEWORK", "JournaledLlm", "JournaledTool", "run_durably"]
+__all__ = ["FRAMEWORK", "JournaledLlm", "JournaledTool", "JournaledToolset", "run_durably"]
 
 FRAMEWORK = "google_adk"
 _USER_ID = "flink_agents"
@@ -128,7 +129,7 @@ async def run_durably(
 
     Raises:
         TypeError: ``agent`` is not an ``LlmAgent``, ``new_message`` is
-            neither text nor ``types.Content``, or a tool is a toolset.
+            neither text nor ``types.Content``.
         ValueError: Sub-agents, an unknown ``conversation`` mode, a
             ``tool_thread_pool_config`` or bidi streaming.
     """
@@ -214,14 +215,12 @@ def _event_json(event: Event) -> Dict[str, Any]:
 def _durable_agent(agent: LlmAgent) -> LlmAgent:
     """A clone of ``agent`` with its model and tools journaled."""
     model = agent.canonical_model
-    tools: List[BaseTool] = []
+    tools: List[Any] = []
     for tool in agent.tools:
         if isinstance(tool, BaseToolset):
-            raise TypeError(
-                f"ADK agent {agent.name!r}: toolset {type(tool).__name__} is not supported (its tools are listed "
-                "per request outside the journal); pass its tools to the agent as tools"
-            )
-        tools.append(JournaledTool(tool if isinstance(tool, BaseTool) else FunctionTool(tool)))
+            tools.append(JournaledToolset(tool))
+        else:
+            tools.append(JournaledTool(tool if isinstance(tool, BaseTool) else FunctionTool(tool)))
     return agent.clone(update={"model": JournaledLlm(inner=model), "tools": tools})
 
 
@@ -380,6 +379,26 @@ class JournaledTool(BaseTool):
             else:
                 setattr(actions, key, value)
         return stored["result"]
+
+
+class JournaledToolset(BaseToolset):
+    """A delegating ``BaseToolset``: the tools ``inner`` lists (its prefix
+    and filter applied, per request, outside the journal) wrapped in
+    ``JournaledTool``; its request processing and auth config are ``inner``'s.
+    ``close`` is left to the owner of ``inner``."""
+
+    def __init__(self, inner: BaseToolset) -> None:
+        super().__init__()
+        self.inner = inner
+
+    async def get_tools(self, readonly_context: Any = None) -> List[BaseTool]:
+        return [JournaledTool(tool) for tool in await self.inner.get_tools_with_prefix(readonly_context)]
+
+    async def process_llm_request(self, *, tool_context: Any, llm_request: LlmRequest) -> None:
+        await self.inner.process_llm_request(tool_context=tool_context, llm_request=llm_request)
+
+    def get_auth_config(self) -> Any:
+        return self.inner.get_auth_config()
 
 
 def _json(value: Any, what: str) -> Any:
