@@ -230,7 +230,13 @@ def test_a_crash_at_every_write_recovers_without_repeating_completed_calls(
 
 
 def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: AnthropicScriptedServer) -> None:
-    _SETTINGS["tools"] = 1
+    def two_rounds(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+        if index < 2:  # two rounds of one call, call_0 both times, then the answer
+            return {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "double", "arguments": {"n": index}}}]}
+        return _reply(request, index)
+
+    server.set_reply_fn(two_rounds)
     store = InMemoryJournalStore()
     engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {"steering.enabled": True, "progress.enabled": True},
                          job_id="job", store=store)
@@ -248,11 +254,15 @@ def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: A
         asyncio.run(engine.process(driver, "k", "go"))
     finally:
         engine.close()
+    assert len(server.requests) == 3 and CALLS == Counter({"tool:0": 1, "tool:1": 1})
     assert _user_texts(server.requests[0]) == ["go"]
-    assert _user_texts(server.requests[1]) == ["go", "answer in French"]
-    # After the tool results (request-only: inserted where it was taken).
-    assert server.requests[1]["messages"][-1]["content"] == [{"type": "text", "text": "answer in French"}]
-    assert "steering_consumed" in [r["kind"] for r in driver.progress]
+    steered = {"role": "user", "content": [{"type": "text", "text": "answer in French"}]}
+    # Request 2: after the first tool result, where it was taken.
+    assert server.requests[1]["messages"][-1] == steered
+    # Request-only, so re-inserted at the same place in the turn's later request.
+    assert server.requests[2]["messages"][3] == steered and len(server.requests[2]["messages"]) == 6
+    assert _user_texts(server.requests[2]) == ["go", "answer in French"]
+    assert [r["kind"] for r in driver.progress].count("steering_consumed") == 1
 
 
 def test_a_per_key_conversation_carries_whole_turns_and_reused_provider_ids_pair_right(
