@@ -121,7 +121,8 @@ async def run_durably(
         app_name: The ADK app's name.
         plugins: ADK plugins for the ``App`` (run as usual; what they do
             outside the model and tools is not journaled).
-        state: Initial session state of a new session.
+        state: The session's initial state (the key's stored events, whose
+            state deltas apply on top, come after it).
 
     Returns:
         The events ``Runner.run_async`` yielded (the final answer is
@@ -190,8 +191,8 @@ async def _run(
         await sessions.append_event(session, Event.model_validate(stored))
     runner = Runner(app=App(name=app_name, root_agent=agent, plugins=plugins), session_service=sessions)
     events: List[Event] = []
-    # The message is passed first so that it is in the session (and in the
-    # stored turn) as the user event ADK makes of it.
+    # yield_user_message: the user's event ADK makes of the message is
+    # returned, and stored with the turn.
     async for event in runner.run_async(
         user_id=_USER_ID, session_id=session_id, new_message=message, run_config=run_config,
         yield_user_message=True,
