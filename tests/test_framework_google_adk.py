@@ -1,0 +1,332 @@
+"""Google ADK agents run durably (``integrations.frameworks.google_adk``):
+the real ``google-adk`` package, its ``AnthropicLlm`` over the real
+``anthropic`` SDK against the scripted Anthropic server, in the in-process
+engine (``AgentEngine`` + ``LocalDriver`` + ``InMemoryJournalStore``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any, Dict, List
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from anthropic import AsyncAnthropic  # noqa: E402
+from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig  # noqa: E402
+from google.adk.models.anthropic_llm import AnthropicLlm  # noqa: E402
+from google.adk.tools.base_toolset import BaseToolset  # noqa: E402
+from google.adk.tools.function_tool import FunctionTool  # noqa: E402
+from google.adk.tools.tool_context import ToolContext  # noqa: E402
+
+from flink_agents.api.agents.agent import Agent  # noqa: E402
+from flink_agents.api.decorators import action  # noqa: E402
+from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
+from flink_agents.integrations.frameworks.google_adk import run_durably  # noqa: E402
+from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
+from flink_agents.runtime.engine import AgentEngine  # noqa: E402
+from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
+from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
+
+CALLS: Counter = Counter()
+_SETTINGS: Dict[str, Any] = {}
+
+
+class Crash(BaseException):
+    """A simulated process crash."""
+
+
+async def double(n: int, tool_context: ToolContext) -> int:
+    """Double n."""
+    CALLS[f"tool:{n}"] += 1
+    tool_context.state[f"doubled_{n}"] = 2 * n  # journaled with the result, applied again on a replay
+    await asyncio.sleep(0)  # instant tools: the round's results land in one loop turn
+    return 2 * n
+
+
+class Calculator(BaseToolset):
+    """A toolset listing ``double`` (prefixed: ``calc_double``)."""
+
+    async def get_tools(self, readonly_context: Any = None) -> List[Any]:
+        CALLS["list"] += 1
+        return [FunctionTool(double)]
+
+
+def _adk_agent(base_url: str, after_model_callback: Any = None, toolset: bool = False) -> LlmAgent:
+    llm = AnthropicLlm(model="claude-test", max_tokens=256,
+                       client=AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0))
+    tools = [Calculator(tool_name_prefix="calc")] if toolset else [double]
+    return LlmAgent(name="reviewer", model=llm, instruction="Rate the review.", tools=tools,
+                    after_model_callback=after_model_callback)
+
+
+class AdkAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        agent = _adk_agent(_SETTINGS["url"], _SETTINGS.get("after_model"), _SETTINGS.get("toolset", False))
+        events = await run_durably(
+            ctx, agent, event.input, conversation=_SETTINGS.get("conversation"),
+            conversation_max_messages=_SETTINGS.get("max_messages", 40),
+        )
+        final = events[-1]
+        ctx.send_event(OutputEvent(output={
+            "answer": final.content.parts[0].text,
+            "ids": [final.invocation_id, final.id, final.timestamp],
+            "state": {k: v for e in events for k, v in e.actions.state_delta.items()},
+        }))
+
+
+def _reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """Asks for ``_SETTINGS["tools"]`` calls of ``double`` (provider ids
+    ``call_0``.. every turn) unless the last message carries tool results;
+    then answers with the results and the user texts of the request."""
+    last = request["messages"][-1]
+    blocks = last["content"] if isinstance(last["content"], list) else []
+    results = [b["content"] for m in request["messages"][-2:] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    tools = _SETTINGS.get("tools", 0)
+    if tools and not any(b.get("type") == "tool_result" for b in blocks) and last["role"] == "user" and not results:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": _SETTINGS.get("tool", "double"),
+                                                                 "arguments": {"n": i}}}
+            for i in range(tools)]}
+    return {"role": "assistant", "content": f"results {results}"}
+
+
+@pytest.fixture
+def server() -> Any:
+    CALLS.clear()
+    _SETTINGS.clear()
+    with AnthropicScriptedServer() as srv:
+        srv.set_reply_fn(_reply)
+        _SETTINGS["url"] = srv.base_url
+        yield srv
+
+
+def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k",
+             config: Dict[str, Any] | None = None) -> LocalDriver:
+    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {"progress.enabled": True, **(config or {})},
+                         job_id="job", store=store)
+    driver = LocalDriver()
+    try:
+        asyncio.run(engine.process(driver, key, value))
+    finally:
+        engine.close()
+    return driver
+
+
+def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
+    commits: Dict[int, List[str]] = {}
+    for record in records:
+        commits.setdefault(record["commit"], []).append(record["kind"])
+    return commits
+
+
+def _user_texts(request: Dict[str, Any]) -> List[str]:
+    return [b["text"] for m in request["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "text"]
+
+
+def test_a_plain_turn_commits_twice_and_a_replay_asks_and_writes_nothing(server: AnthropicScriptedServer) -> None:
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "results []"
+    assert store.writes == 2 and len(server.requests) == 1
+    assert _kinds_by_commit(driver.progress) == {
+        1: ["run_started", "turn_started"],
+        2: ["model_reply", "step_completed", "output", "run_finished"],
+    }
+    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
+    assert reply["content"] == "results []" and reply["tool_calls"] == []
+    # A restore to before the record: nothing asked, nothing written, the same output.
+    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and len(server.requests) == 1
+
+
+def test_a_round_of_three_parallel_tools_commits_four_times_in_follower_order(
+    server: AnthropicScriptedServer,
+) -> None:
+    _SETTINGS["tools"] = 3
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "results ['0', '2', '4']"
+    assert CALLS == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1}) and len(server.requests) == 2
+    assert driver.outputs[0]["k"]["state"] == {"doubled_0": 0, "doubled_1": 2, "doubled_2": 4}
+    # start | reply 1 | the three results (one group commit) | reply 2 with the run's end
+    assert store.writes == 4
+    commits = _kinds_by_commit(driver.progress)
+    assert commits == {
+        1: ["run_started", "turn_started"],
+        2: ["model_reply"],
+        3: ["tool_result"] * 3,
+        4: ["model_reply", "step_completed", "output", "run_finished"],
+    }
+    first = next(r for r in driver.progress if r["kind"] == "model_reply")
+    assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
+        ("double", {"n": 0}), ("double", {"n": 1}), ("double", {"n": 2})]
+    # The provider's ids (call_0..) were rewritten: the second request pairs the rewritten ones.
+    tool_uses = [b["id"] for b in server.requests[1]["messages"][1]["content"] if b["type"] == "tool_use"]
+    assert len(set(tool_uses)) == 3 and not any(i.startswith("call_") for i in tool_uses)
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and len(server.requests) == 2 and sum(CALLS.values()) == 3
+
+
+def test_the_tools_of_a_toolset_are_journaled_under_their_listed_names(server: AnthropicScriptedServer) -> None:
+    _SETTINGS.update(tools=3, toolset=True, tool="calc_double")
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "results ['0', '2', '4']" and store.writes == 4
+    assert [t["name"] for t in server.requests[0]["tools"]] == ["calc_double"]
+    tool_results = [r for r in driver.progress if r["kind"] == "tool_result"]
+    assert len(tool_results) == 3
+    runs = Counter({k: v for k, v in CALLS.items() if k.startswith("tool:")})
+    assert runs == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1})
+    # A replay lists the tools again (outside the journal) and runs none of them.
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and len(server.requests) == 2
+    assert Counter({k: v for k, v in CALLS.items() if k.startswith("tool:")}) == runs
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_write_recovers_without_repeating_completed_calls(
+    server: AnthropicScriptedServer, mode: str,
+) -> None:
+    _SETTINGS["tools"] = 3
+    expected_store = InMemoryJournalStore()
+    expected = _process(expected_store)
+    writes = expected_store.writes
+    assert writes == 4
+    for k in range(1, writes + 1):
+        CALLS.clear()
+        server.requests.clear()
+        store = InMemoryJournalStore()
+
+        def crash(entries: Any, k: int = k) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                raise Crash(f"crash at write {k}")
+
+        hook = "after_append" if mode == "after_write" else "before_append"
+        setattr(store, hook, crash)
+        with pytest.raises(Crash):
+            _process(store)
+        setattr(store, hook, None)
+        recovered = _process(store)
+        # The same answer and ids (the clock is the crashed attempt's start, journaled).
+        assert [(o["k"]["answer"], o["k"]["ids"][:2]) for o in recovered.outputs] == [
+            (o["k"]["answer"], o["k"]["ids"][:2]) for o in expected.outputs], f"crash {mode} {k}"
+        if mode == "after_write":
+            # Nothing completed and committed runs again: each tool once, each request once.
+            assert CALLS == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1}), f"crash after write {k}: {CALLS}"
+            assert len(server.requests) == 2, f"crash after write {k}"
+        else:
+            assert all(1 <= n <= 2 for n in CALLS.values()) and len(CALLS) == 3
+            assert 2 <= len(server.requests) <= 3, f"crash before write {k}"
+
+
+def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: AnthropicScriptedServer) -> None:
+    def two_rounds(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+        if index < 2:  # two rounds of one call, call_0 both times, then the answer
+            return {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "double", "arguments": {"n": index}}}]}
+        return _reply(request, index)
+
+    server.set_reply_fn(two_rounds)
+    store = InMemoryJournalStore()
+    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {"steering.enabled": True, "progress.enabled": True},
+                         job_id="job", store=store)
+    driver = LocalDriver()
+
+    def steer_once(callback_context: Any, llm_response: Any) -> None:
+        # Runs on the loop right after the first model request: the message
+        # arrives while the turn is between its requests.
+        if len(server.requests) == 1:
+            engine.steer(driver, "k", "answer in French")
+        return None
+
+    _SETTINGS["after_model"] = steer_once
+    try:
+        asyncio.run(engine.process(driver, "k", "go"))
+    finally:
+        engine.close()
+    assert len(server.requests) == 3 and CALLS == Counter({"tool:0": 1, "tool:1": 1})
+    assert _user_texts(server.requests[0]) == ["go"]
+    steered = {"role": "user", "content": [{"type": "text", "text": "answer in French"}]}
+    # Request 2: after the first tool result, where it was taken.
+    assert server.requests[1]["messages"][-1] == steered
+    # Request-only, so re-inserted at the same place in the turn's later request.
+    assert server.requests[2]["messages"][3] == steered and len(server.requests[2]["messages"]) == 6
+    assert _user_texts(server.requests[2]) == ["go", "answer in French"]
+    assert [r["kind"] for r in driver.progress].count("steering_consumed") == 1
+
+
+def test_a_per_key_conversation_carries_whole_turns_and_reused_provider_ids_pair_right(
+    server: AnthropicScriptedServer,
+) -> None:
+    _SETTINGS.update(tools=1, conversation="per_key", max_messages=8)
+    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {}, job_id="job", store=InMemoryJournalStore())
+    driver = LocalDriver()
+    try:
+        for n in range(4):  # each turn: user, function call, function response, answer = 4 events
+            asyncio.run(engine.process(driver, "k", f"q{n}"))
+    finally:
+        engine.close()
+    assert [o["k"]["answer"] for o in driver.outputs] == ["results ['0']"] * 4
+    assert len(server.requests) == 8 and not server.violations
+    # The 4th record's first request: the whole turns of q1 and q2 (8 events
+    # at most), then the new prompt; the provider said call_0 every turn.
+    last = server.requests[6]
+    assert _user_texts(last) == ["q1", "q2", "q3"] and len(last["messages"]) == 9
+    tool_uses = [b["id"] for m in last["messages"] if isinstance(m["content"], list)
+                 for b in m["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for m in last["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b["type"] == "tool_result"]
+    assert len(set(tool_uses)) == 2 and results == tool_uses
+
+
+def test_ids_and_clock_come_from_the_record_and_replay_the_same(server: AnthropicScriptedServer) -> None:
+    store = InMemoryJournalStore()
+    first = _process(store)
+    replayed = _process(store)
+    other_key = _process(InMemoryJournalStore(), key="other")
+    assert first.outputs == replayed.outputs and len(server.requests) == 2
+    invocation, event_id, timestamp = first.outputs[0]["k"]["ids"]
+    assert invocation.startswith("e-") and other_key.outputs[0]["other"]["ids"][:2] != [invocation, event_id]
+    # The key's next record: other ids.
+    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {}, job_id="job", store=InMemoryJournalStore())
+    driver = LocalDriver()
+    try:
+        for _ in range(2):
+            asyncio.run(engine.process(driver, "k", "go"))
+    finally:
+        engine.close()
+    one, two = (o["k"]["ids"] for o in driver.outputs)
+    assert one[:2] != two[:2] and one[2] <= two[2]
+
+
+def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) -> None:
+    class Ctx:  # refusals come before the turn touches the context
+        short_term_memory = None
+
+    agent = _adk_agent(server.base_url)
+
+    async def refused(**kwargs: Any) -> None:
+        await run_durably(Ctx(), kwargs.pop("agent", agent), "go", **kwargs)
+
+    with pytest.raises(ValueError, match="tool_thread_pool_config"):
+        asyncio.run(refused(run_config=RunConfig(tool_thread_pool_config=ToolThreadPoolConfig())))
+    with pytest.raises(ValueError, match="conversation must be"):
+        asyncio.run(refused(conversation="global"))
+    with pytest.raises(TypeError, match="LlmAgent"):
+        asyncio.run(refused(agent=object()))
+    with pytest.raises(ValueError, match="sub-agents"):
+        asyncio.run(refused(agent=LlmAgent(name="boss", model=agent.model, sub_agents=[_adk_agent(server.base_url)])))
+
+    with pytest.raises(TypeError, match="text or a google.genai"):
+        asyncio.run(run_durably(Ctx(), agent, 42))
+    assert not server.requests
