@@ -124,6 +124,13 @@ class LangGraphAgent(Agent):
 
 
 @pytest.fixture(autouse=True)
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing goes to LangSmith (only sent when these are set)."""
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _reset() -> Any:
     CALLS.clear()
     _SETTINGS.clear()

@@ -90,10 +90,13 @@ def _scripted_model(request: Dict[str, Any], index: int) -> Dict[str, Any]:
     return {"content": f"{messages[-1]['content']} words after {earlier}"}
 
 
-def test_a_langgraph_agent_on_the_mini_cluster_keeps_a_per_key_conversation(tmp_path: Path) -> None:
+def test_a_langgraph_agent_on_the_mini_cluster_keeps_a_per_key_conversation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)  # nothing goes to LangSmith
     with OpenAIScriptedServer() as server:
         server.set_reply_fn(_scripted_model)
         config = Configuration()
