@@ -22,6 +22,7 @@ from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
@@ -261,6 +262,8 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_stays_in_
     second = server.requests[1]["messages"]
     assert [(m["role"], m["content"]) for m in second if m["role"] == "user"] == [("user", "go"), ("user", STEERING)]
     assert second[-1] == {"role": "user", "content": STEERING}  # after the tool result, before request 2
+    # Kept in the state: user, reply (1 call), tool result, steering, answer (+ the root run id).
+    assert len(driver.outputs[0]["k"]["ids"]) == 6
     assert "steering_consumed" in [r["kind"] for r in driver.progress]
 
 
@@ -352,6 +355,46 @@ def test_the_building_blocks_in_a_graph_of_ones_own(server: OpenAIScriptedServer
         engine.close()
     assert driver.outputs == [{"k": "go: ['0', '2'] steered by []"}] and store.writes == 4
     assert len(seen) == 2 and CALLS["tool:0"] == CALLS["tool:1"] == 1
+
+
+class Verdict(BaseModel):
+    score: int
+    reason: str
+
+
+def test_typed_output_through_with_structured_output_is_journaled_and_replayed(server: OpenAIScriptedServer) -> None:
+    server.set_reply_fn(lambda request, index: {"content": None, "tool_calls": [{
+        "id": "call_0", "type": "function",
+        "function": {"name": "Verdict", "arguments": json.dumps({"score": 4, "reason": "sturdy"})}}]})
+
+    class Judge(Agent):
+        @action(InputEvent)
+        @staticmethod
+        async def respond(event: InputEvent, ctx: Any) -> None:
+            typed = durable_chat_model(_model()).with_structured_output(Verdict)
+            verdicts: List[Verdict] = []
+
+            async def judge(state: MessagesState) -> Dict[str, Any]:
+                verdicts.append(await typed.ainvoke(state["messages"]))
+                return {"messages": []}
+
+            graph = StateGraph(MessagesState)
+            graph.add_node("judge", judge)
+            graph.add_edge(START, "judge")
+            await run_durably(ctx, graph.compile(), event.input, name="judge")
+            ctx.send_event(OutputEvent(output=verdicts[0].model_dump()))
+
+    store = InMemoryJournalStore()
+    for _ in range(2):  # the second run replays
+        engine, driver = AgentEngine(AgentPlan.from_agent(Judge()), {}, job_id="job", store=store), LocalDriver()
+        try:
+            asyncio.run(engine.process(driver, "k", "a kettle"))
+        finally:
+            engine.close()
+        assert driver.outputs == [{"k": {"score": 4, "reason": "sturdy"}}]
+    assert store.writes == 2 and len(server.requests) == 1
+    assert server.requests[0]["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["Verdict"]
 
 
 async def _refused_in_a_turn(graph: Any, **kwargs: Any) -> None:
