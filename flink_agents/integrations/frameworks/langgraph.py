@@ -1,0 +1,453 @@
+"""LangGraph graphs run durably inside an action (``pip install 'flink-agents[langgraph]'``).
+
+LangGraph does not own the model: a model request is a LangChain chat model
+call inside a graph node, and tools run in a ``ToolNode``. So the building
+blocks wrap the two documented extension points, and ``run_durably`` runs
+the graph's ``ainvoke`` under one ``DurableTurn`` (``durable_turn.py``):
+
+- ``durable_chat_model(model)``: a ``BaseChatModel`` (LangChain's documented
+  way to write a chat model: ``_agenerate``, ``_llm_type``) around the user's
+  model. Each request goes through ``turn.model_request``: the reply is
+  journaled as ``{"message": message_to_dict(AIMessage), "generation_info",
+  "llm_output"}`` and rebuilt with ``messages_from_dict`` on the first run
+  and on a replay. ``bind_tools`` keeps the inner model's tool formatting.
+- ``durable_tool_node(tools)``: a ``langgraph.prebuilt.ToolNode`` whose
+  ``awrap_tool_call`` (``tool_call_wrapper``) journals each call's
+  ``ToolMessage`` (``message_to_dict``) through ``turn.tool_call``.
+- ``steering_node``: a graph node that takes the key's steering messages and
+  adds them to the state as ``HumanMessage``s (persisted: later requests and
+  the conversation keep them). Put it right before the model node.
+- ``durable_react_graph(model, tools)``: the ReAct loop built from the three
+  (steering -> model -> ``tools_condition`` -> tools -> steering ...).
+
+Ids. ``add_messages`` gives a message without an id a ``uuid4`` and
+``BaseChatModel`` names an unnamed reply ``lc_run--<uuid7>``
+(``langchain_core/language_models/chat_models.py``, ``_agenerate_with_cache``).
+Here every message of the turn gets an id derived from the turn and its
+meaning (input ``k``, reply of request ``i``, result of tool call ``id``,
+steering message ``k`` before request ``i``), so ids are the same on a
+replay, differ across records and keys, and a provider's ``call_0`` reused
+every turn never replaces an older message (``add_messages`` replaces by
+id). Ids never enter a digest. The graph's root run id (LangChain
+callbacks' ``run_id``) is ``turn.run_id``; the callback run ids of nodes and
+model runs are LangChain's ``uuid7``s (not injectable, never journaled).
+
+Durability is the journal's: a graph with a checkpointer is refused
+(LangGraph's checkpointer would save its own copy of each superstep), and so
+are the sync paths (``invoke``: ``ToolNode`` runs sync tool rounds in a
+thread pool) and tool results that are ``Command``s.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+try:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        convert_to_messages,
+        message_to_dict,
+        messages_from_dict,
+        messages_to_dict,
+    )
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from pydantic import BaseModel
+except ImportError as error:  # pragma: no cover - depends on the extra
+    raise ImportError(
+        "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents[langgraph]'"
+    ) from error
+
+from flink_agents.integrations.frameworks.conversation import FrameworkConversation
+from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+
+__all__ = [
+    "DurableChatModel",
+    "durable_chat_model",
+    "durable_react_graph",
+    "durable_tool_node",
+    "run_durably",
+    "steering_node",
+    "tool_call_wrapper",
+]
+
+FRAMEWORK = "langgraph"
+MESSAGES_KEY = "messages"
+
+
+def _message_id(turn: DurableTurn, what: str) -> str:
+    """A message id from the turn's identity and the message's meaning
+    (UUIDv5 text): the same on a replay, another one in another record."""
+    return str(uuid.uuid5(turn.turn_id, f"langgraph:{what}"))
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as deterministic JSON for a digest: a pydantic model class
+    as its JSON schema, a model as its dump, other objects by type name
+    (never a ``repr`` with an address)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        return {"schema": value.model_json_schema()}
+    if isinstance(value, BaseModel):
+        return _jsonable(value.model_dump(mode="json"))
+    return f"<{type(value).__qualname__}>"
+
+
+def _project(message: BaseMessage) -> Dict[str, Any]:
+    """What a request depends on in one message: its kind, name, content,
+    tool calls (id, name, args) and tool result pairing; never its id,
+    response metadata or usage."""
+    shown: Dict[str, Any] = {"type": message.type, "content": _jsonable(message.content)}
+    if message.name:
+        shown["name"] = message.name
+    if isinstance(message, AIMessage):
+        shown["tool_calls"] = [{"id": c["id"], "name": c["name"], "args": _jsonable(c["args"])}
+                               for c in message.tool_calls]
+        if message.invalid_tool_calls:
+            shown["invalid_tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "args": c.get("args")}
+                                           for c in message.invalid_tool_calls]
+    if isinstance(message, ToolMessage):
+        shown["tool_call_id"] = message.tool_call_id
+        shown["status"] = message.status
+    return shown
+
+
+def _text(content: Any) -> Optional[str]:
+    """A reply's text: the string, or its text blocks joined; None if empty."""
+    if isinstance(content, str):
+        return content or None
+    parts = [b if isinstance(b, str) else b.get("text", "") for b in content or []
+             if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")]
+    return "".join(parts) or None
+
+
+def _view(response: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCallView]]:
+    data = response["message"]["data"]
+    return _text(data.get("content")), [
+        (c["id"], c["name"], json.dumps(c["args"], sort_keys=True)) for c in data.get("tool_calls") or []
+    ]
+
+
+def _rewrite_tool_call_ids(turn: DurableTurn, index: int, message: AIMessage) -> AIMessage:
+    """The reply with its tool call ids rewritten to ``turn.tool_call_id``
+    (in ``tool_calls``, ``invalid_tool_calls`` and the raw
+    ``additional_kwargs["tool_calls"]``); the provider's ids are kept in
+    ``response_metadata["provider_tool_call_ids"]``."""
+    renamed: Dict[str, str] = {}
+    calls = []
+    for j, call in enumerate(message.tool_calls):
+        new = turn.tool_call_id(index, j)
+        if call.get("id"):
+            renamed[call["id"]] = new
+        calls.append({**call, "id": new})
+    invalid = []
+    for k, call in enumerate(message.invalid_tool_calls):
+        new = turn.tool_call_id(index, len(calls) + k)
+        if call.get("id"):
+            renamed[call["id"]] = new
+        invalid.append({**call, "id": new})
+    extra = dict(message.additional_kwargs)
+    if isinstance(extra.get("tool_calls"), list):
+        extra["tool_calls"] = [
+            {**raw, "id": renamed.get(raw.get("id"), raw.get("id"))} if isinstance(raw, dict) else raw
+            for raw in extra["tool_calls"]
+        ]
+    metadata = dict(message.response_metadata)
+    if renamed:
+        metadata["provider_tool_call_ids"] = list(renamed)
+    return message.model_copy(update={
+        "tool_calls": calls, "invalid_tool_calls": invalid, "additional_kwargs": extra,
+        "response_metadata": metadata, "id": _message_id(turn, f"reply:{index}"),
+    })
+
+
+class DurableChatModel(BaseChatModel):
+    """A chat model whose requests are journaled in the running turn.
+
+    Inside ``run_durably`` each request is one ``turn.model_request``
+    (function ``chat:langgraph/<agent>``, position ``<anchor>/m<i>``). Outside
+    a turn, or inside a journaled tool body (a graph run by a tool), the
+    inner model is called as is.
+
+    The inner model is called through its public ``agenerate`` without the
+    graph's callbacks (so a graph streamed with ``stream_mode="messages"``
+    gets whole replies, never an unjournaled token stream).
+
+    Attributes:
+        inner: The user's chat model (e.g. ``ChatOpenAI``).
+    """
+
+    inner: BaseChatModel
+    disable_streaming: Any = True
+
+    @property
+    def _llm_type(self) -> str:
+        return f"durable-{self.inner._llm_type}"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        """The inner model's tool formatting (its ``bind_tools`` kwargs), bound to this model."""
+        return self.bind(**self.inner.bind_tools(tools, **kwargs).kwargs)
+
+    def _generate(self, messages: List[BaseMessage], stop: Optional[List[str]] = None,
+                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        raise TypeError(
+            "a durable chat model is async only: call it with ainvoke inside an async node and run the graph "
+            "with run_durably (graph.ainvoke); invoke runs nodes in threads outside the action's journal"
+        )
+
+    async def _agenerate(self, messages: List[BaseMessage], stop: Optional[List[str]] = None,
+                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        turn = current_turn()
+        if turn is None:
+            return await self._ask(messages, stop, kwargs)
+        digest = {"messages": [_project(m) for m in messages], "stop": stop, "kwargs": _jsonable(kwargs)}
+
+        async def call(index: int) -> Dict[str, Any]:
+            result = await self._ask(messages, stop, kwargs)
+            generation = result.generations[0]
+            message = _rewrite_tool_call_ids(turn, index, generation.message)
+            return json.loads(json.dumps({
+                "message": message_to_dict(message),
+                "generation_info": generation.generation_info,
+                "llm_output": result.llm_output,
+            }, default=str))
+
+        response = await turn.model_request(digest, call, _view)
+        message = messages_from_dict([response["message"]])[0]
+        return ChatResult(
+            generations=[ChatGeneration(message=message, generation_info=response["generation_info"])],
+            llm_output=response["llm_output"],
+        )
+
+    async def _ask(self, messages: List[BaseMessage], stop: Optional[List[str]], kwargs: Dict[str, Any]) -> ChatResult:
+        result = await self.inner.agenerate([messages], stop=stop, callbacks=None, **kwargs)
+        generation = result.generations[0][0]
+        if not isinstance(generation, ChatGeneration):
+            raise TypeError(f"{type(self.inner).__name__} returned a {type(generation).__name__}, not a chat reply")
+        return ChatResult(generations=[generation], llm_output=result.llm_output)
+
+
+def durable_chat_model(model: BaseChatModel) -> DurableChatModel:
+    """``model`` with its requests journaled (see ``DurableChatModel``).
+
+    Raises:
+        TypeError: ``model`` is not a LangChain ``BaseChatModel`` (bind tools
+            after wrapping: ``durable_chat_model(m).bind_tools(tools)``).
+    """
+    if isinstance(model, DurableChatModel):
+        return model
+    if not isinstance(model, BaseChatModel):
+        raise TypeError(
+            f"durable_chat_model needs a LangChain BaseChatModel, got {type(model).__name__} "
+            "(wrap the model first, then bind_tools on the result)"
+        )
+    return DurableChatModel(inner=model)
+
+
+async def tool_call_wrapper(request: Any, execute: Callable[[Any], Any]) -> ToolMessage:
+    """``ToolNode(awrap_tool_call=tool_call_wrapper)``: one journaled tool call.
+
+    The call (function ``tool:<name>``, position ``<anchor>/t/<call id>``,
+    digest ``[name, args]``) runs ``execute(request)`` once; its
+    ``ToolMessage`` is journaled with ``message_to_dict`` (id derived from the
+    call id) and rebuilt on the first run and on a replay. Outside a turn it
+    just runs.
+
+    Raises:
+        TypeError: The tool returned a ``Command`` (or a list): a state/flow
+            update cannot be journaled as a tool result.
+    """
+    turn = current_turn()
+    if turn is None:
+        return await execute(request)
+    call = request.tool_call
+
+    async def run() -> Dict[str, Any]:
+        result = await execute(request)
+        if not isinstance(result, ToolMessage):
+            raise TypeError(
+                f"tool {call['name']!r} returned a {type(result).__name__}; a durable ToolNode journals "
+                "ToolMessage results only (a Command updates the graph's state and flow)"
+            )
+        result = result.model_copy(update={"id": _message_id(turn, f"tool:{call['id']}")})
+        return json.loads(json.dumps(message_to_dict(result), default=str))
+
+    data = await turn.tool_call(call["id"], call["name"], _jsonable(call["args"]), run)
+    return messages_from_dict([data])[0]
+
+
+def _sync_tool_call_refused(request: Any, execute: Callable[[Any], Any]) -> Any:
+    raise TypeError(
+        f"tool {request.tool_call['name']!r} called on the sync path: a durable ToolNode runs only under "
+        "ainvoke (the sync path runs tools in a thread pool, outside the action's journal)"
+    )
+
+
+def durable_tool_node(tools: Sequence[Any], **tool_node_kwargs: Any) -> ToolNode:
+    """A ``ToolNode`` over ``tools`` whose calls are journaled (``tool_call_wrapper``).
+
+    Args:
+        tools: LangChain tools or functions, as for ``ToolNode``.
+        **tool_node_kwargs: ``ToolNode``'s other arguments (``name``,
+            ``handle_tool_errors``, ``messages_key``, ...). An
+            ``awrap_tool_call`` of yours runs inside the journaled call.
+
+    Raises:
+        TypeError: A sync ``wrap_tool_call`` is given (the sync path is refused).
+    """
+    if tool_node_kwargs.get("wrap_tool_call") is not None:
+        raise TypeError("durable_tool_node: wrap_tool_call (sync) is not supported; give awrap_tool_call")
+    tool_node_kwargs.pop("wrap_tool_call", None)
+    inner = tool_node_kwargs.pop("awrap_tool_call", None)
+
+    async def wrapper(request: Any, execute: Callable[[Any], Any]) -> ToolMessage:
+        if inner is None:
+            return await tool_call_wrapper(request, execute)
+        return await tool_call_wrapper(request, lambda req: inner(req, execute))
+
+    return ToolNode(list(tools), awrap_tool_call=wrapper, wrap_tool_call=_sync_tool_call_refused,
+                    **tool_node_kwargs)
+
+
+async def steering_node(state: Any) -> Dict[str, List[BaseMessage]]:
+    """A graph node: the key's waiting steering messages as ``HumanMessage``s.
+
+    Takes them with ``turn.take_steering()`` (journaled at
+    ``<anchor>/s<i>``, ``i`` the next model request), so put the node right
+    before the model node (once per request). Outside a turn (or with no
+    steering input) it adds nothing.
+    """
+    turn = current_turn()
+    if turn is None:
+        return {MESSAGES_KEY: []}
+    before = turn.requests
+    return {MESSAGES_KEY: [
+        HumanMessage(text, id=_message_id(turn, f"steering:{before}:{k}"))
+        for k, text in enumerate(steering_texts(turn.take_steering()))
+    ]}
+
+
+def durable_react_graph(model: BaseChatModel, tools: Sequence[Any], *, system_prompt: Optional[str] = None,
+                        name: str = "react_agent") -> Any:
+    """A compiled ReAct graph over ``MessagesState``: ``steering`` ->
+    ``model`` -> (``tools_condition``) ``tools`` -> ``steering`` ... -> END.
+
+    Args:
+        model: The chat model (wrapped with ``durable_chat_model``).
+        tools: Its tools (a ``durable_tool_node``); may be empty.
+        system_prompt: A system message put before the messages of each
+            request (not kept in the state).
+        name: The graph's name (the turn's agent name in ``run_durably``).
+    """
+    llm = durable_chat_model(model)
+    bound = llm.bind_tools(list(tools)) if tools else llm
+
+    async def call_model(state: Dict[str, Any]) -> Dict[str, List[BaseMessage]]:
+        messages = list(state[MESSAGES_KEY])
+        if system_prompt:
+            messages = [SystemMessage(system_prompt)] + messages
+        return {MESSAGES_KEY: [await bound.ainvoke(messages)]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("steering", steering_node)
+    graph.add_node("model", call_model)
+    graph.add_edge(START, "steering")
+    graph.add_edge("steering", "model")
+    if tools:
+        graph.add_node("tools", durable_tool_node(tools))
+        graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+        graph.add_edge("tools", "steering")
+    else:
+        graph.add_edge("model", END)
+    return graph.compile(name=name)
+
+
+def _input_messages(value: Any) -> Tuple[List[BaseMessage], Dict[str, Any]]:
+    """(messages, the rest of the state) of ``run_durably``'s input."""
+    if isinstance(value, str):
+        return [HumanMessage(value)], {}
+    if isinstance(value, BaseMessage):
+        return [value], {}
+    if isinstance(value, dict):
+        rest = {k: v for k, v in value.items() if k != MESSAGES_KEY}
+        return convert_to_messages(value.get(MESSAGES_KEY) or []), rest
+    if isinstance(value, (list, tuple)):
+        return convert_to_messages(value), {}
+    raise TypeError(
+        f"run_durably input must be a str, a message, a list of messages or a state dict, got {type(value).__name__}"
+    )
+
+
+async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] = None,
+                      conversation: Optional[str] = None, conversation_max_messages: int = 40,
+                      conversation_max_tokens: Optional[int] = None, **framework_kwargs: Any) -> Dict[str, Any]:
+    """Run ``graph.ainvoke`` as one durable turn of the action (framework id ``langgraph``).
+
+    The graph's model requests and tool calls are journaled where it uses
+    ``durable_chat_model`` / ``durable_tool_node`` (``durable_react_graph``
+    uses both); other work in its nodes is not (wrap it in
+    ``ctx.durable_execute_async``).
+
+    Args:
+        ctx: The action's ``RunnerContext`` (the action is ``async def``).
+        graph: A compiled graph whose state has a ``messages`` list
+            (``MessagesState``), without a checkpointer.
+        input: The user's message (str or message), a list of messages, or a
+            state dict; its messages get ids derived from the record.
+        name: The agent name in function ids and the conversation (default:
+            the graph's name).
+        conversation: ``"per_key"`` keeps the key's messages in short-term
+            memory (``FrameworkConversation``) and passes them before the
+            input; None keeps nothing.
+        conversation_max_messages, conversation_max_tokens: The
+            conversation's bounds (whole turns are dropped).
+        **framework_kwargs: ``graph.ainvoke``'s other arguments (``config``,
+            ``context``, ...). ``config["run_id"]`` is set to the turn's run id.
+
+    Returns:
+        The graph's final state (``ainvoke``'s result).
+
+    Raises:
+        ValueError: ``conversation`` is not None or ``"per_key"``; the graph
+            has a checkpointer; a bound is out of range.
+        TypeError: ``graph`` has no ``ainvoke``, or ``input`` is of another type.
+    """
+    if conversation not in (None, "per_key"):
+        raise ValueError(f"conversation must be None or 'per_key', got {conversation!r}")
+    if not callable(getattr(graph, "ainvoke", None)):
+        raise TypeError(f"run_durably needs a compiled LangGraph graph (ainvoke), got {type(graph).__name__}")
+    if getattr(graph, "checkpointer", None):
+        raise ValueError(
+            "run_durably refuses a graph with a checkpointer: the action's journal is its durability "
+            "(compile the graph without checkpointer=)"
+        )
+    agent = name or getattr(graph, "name", None) or "graph"
+    store = FrameworkConversation(FRAMEWORK, agent, conversation_max_messages, conversation_max_tokens) \
+        if conversation else None
+    history = messages_from_dict(store.history(ctx.short_term_memory)) if store else []
+    messages, rest = _input_messages(input)
+    prompt = input if isinstance(input, str) else json.loads(json.dumps(messages_to_dict(messages), default=str))
+    config = dict(framework_kwargs.pop("config", None) or {})
+    with DurableTurn(ctx, FRAMEWORK, agent, prompt=prompt) as turn:
+        messages = [m if m.id else m.model_copy(update={"id": _message_id(turn, f"input:{k}")})
+                    for k, m in enumerate(messages)]
+        config["run_id"] = turn.turn_id
+        state = await graph.ainvoke({**rest, MESSAGES_KEY: history + messages}, config=config, **framework_kwargs)
+    if store:
+        known = {m.id for m in history}
+        new = [m for m in state.get(MESSAGES_KEY, []) if m.id not in known]
+        store.append_turn(ctx.short_term_memory, json.loads(json.dumps(messages_to_dict(new), default=str)))
+    return state
