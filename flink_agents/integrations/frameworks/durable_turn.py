@@ -50,7 +50,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Seq
 
 from flink_agents.runtime.durability.ids import framework_tool_call_id, framework_turn_id
 
-__all__ = ["DurableTurn", "ToolCallView", "current_turn", "steering_texts"]
+__all__ = ["DurableTurn", "ToolCallView", "current_turn", "in_journaled_body", "steering_texts"]
 
 # (id, name, arguments as JSON text) of one tool call in a model response.
 ToolCallView = Tuple[str, str, str]
@@ -68,6 +68,14 @@ def current_turn() -> Optional["DurableTurn"]:
     if _IN_BODY.get():
         return None
     return _CURRENT.get()
+
+
+def in_journaled_body() -> bool:
+    """Whether the running code is inside a journaled model request or tool
+    call of a turn (a tool running another framework agent): an integration
+    then runs the inner agent as is, unjournaled, since the outer call is
+    the journaled unit."""
+    return _IN_BODY.get()
 
 
 def steering_texts(messages: Sequence[Any]) -> List[str]:
