@@ -361,3 +361,52 @@ def test_a_replay_that_asks_the_model_something_else_is_refused() -> None:
         with pytest.raises(ActionFailed, match="Nondeterminism|replays differently"):
             _process(store)
         assert len(server.requests) == 1
+
+
+def test_agents_reached_by_handoffs_are_journaled_too() -> None:
+    script = [_tool_calls(("transfer_to_worker", {})), _tool_calls(("double", {"n": 5})), _answer("10")]
+    with OpenAIScriptedServer(script) as server:
+        def triage() -> Agent:
+            worker = _agent(server, [double]).clone(name="worker", handoff_description="Doubles numbers.")
+            return _agent(server).clone(name="triage", handoffs=[worker])
+
+        SETTINGS["agent"] = triage
+        store = InMemoryJournalStore()
+        driver = _process(store)
+        assert driver.outputs[0]["k"]["answer"] == "10"
+        assert len(server.requests) == 3 and TOOL_CALLS == Counter({"double:5": 1})
+        assert [r["model"] for r in driver.progress if r["kind"] == "model_reply"] == ["openai_agents/triage"] * 3
+        # The worker got the rewritten handoff call id and its own tool call's id.
+        worker_messages = server.requests[2]["messages"]
+        assert "call_0" not in json.dumps(worker_messages)
+        TOOL_CALLS.clear()
+        store.before_append = _no_writes
+        assert _process(store).outputs == driver.outputs and len(server.requests) == 3 and not TOOL_CALLS
+
+
+def test_an_agent_used_as_a_tool_is_one_journaled_tool_call() -> None:
+    script = [_tool_calls(("helper", {"input": "x"})), _answer("helped"), _answer("done: helped")]
+    with OpenAIScriptedServer(script) as server:
+        def outer() -> Agent:
+            helper = _agent(server).clone(name="helper")
+            return _agent(server, [helper.as_tool(tool_name="helper", tool_description="Helps.")])
+
+        SETTINGS["agent"] = outer
+        SETTINGS["kwargs"] = {"run_config": RunConfig(call_model_input_filter=_count_filter)}
+        store = InMemoryJournalStore()
+        driver = _process(store, config={"steering.enabled": True})
+        assert driver.outputs[0]["k"]["answer"] == "done: helped"
+        # start | reply 1 | the helper's whole run (one result) | reply 2 with the end
+        assert store.writes == 4 and len(server.requests) == 3
+        results = [r for r in driver.progress if r["kind"] == "tool_result"]
+        assert [r["tool"] for r in results] == ["helper"] and "helped" in json.dumps(results)
+        # The user's filter saw every request, the helper's included.
+        assert SEEN["filtered"] == 3
+        store.before_append = _no_writes
+        assert _process(store, config={"steering.enabled": True}).outputs == driver.outputs
+        assert len(server.requests) == 3
+
+
+def _count_filter(data: Any) -> Any:
+    SEEN["filtered"] = SEEN.get("filtered", 0) + 1
+    return data.model_data

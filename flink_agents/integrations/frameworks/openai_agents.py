@@ -447,13 +447,20 @@ class _Steering:
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         items = list(data.model_data.input)
+        if current_turn() is not self.turn:
+            # A run inside a journaled call (``Agent.as_tool`` passes its
+            # parent's run config on): the outer call is the unit.
+            return await self._user(data)
         texts = steering_texts(self.turn.take_steering())
         if texts:
             self.taken.append((len(items), [{"role": "user", "content": text} for text in texts]))
         model_data = ModelInputData(input=self.apply(items), instructions=data.model_data.instructions)
+        return await self._user(dataclasses.replace(data, model_data=model_data))
+
+    async def _user(self, data: CallModelData[Any]) -> ModelInputData:
         if self.user_filter is None:
-            return model_data
-        filtered = self.user_filter(dataclasses.replace(data, model_data=model_data))
+            return data.model_data
+        filtered = self.user_filter(data)
         return await filtered if inspect.isawaitable(filtered) else filtered
 
     def apply(self, items: Sequence[Any]) -> List[Any]:
