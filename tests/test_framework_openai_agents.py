@@ -15,8 +15,10 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, FunctionTool, ModelSettings, RunConfig, ToolExecutionConfig, function_tool  # noqa: E402
-from agents import OpenAIChatCompletionsModel  # noqa: E402
+from agents import (  # noqa: E402
+    Agent, FunctionTool, ModelSettings, OpenAIChatCompletionsModel, RunConfig, ToolExecutionConfig, function_tool,
+    handoff,
+)
 from agents.tool import ShellTool  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
@@ -50,7 +52,8 @@ async def double(n: int) -> int:
 async def _whoami(tool_context: Any, arguments: str) -> str:
     TOOL_CALLS["whoami"] += 1
     config = tool_context.run_config
-    return json.dumps({"trace_id": config.trace_id, "group_id": config.group_id, "tracing_off": config.tracing_disabled})
+    return json.dumps(
+        {"trace_id": config.trace_id, "group_id": config.group_id, "tracing_off": config.tracing_disabled})
 
 
 WHOAMI = FunctionTool(
@@ -367,18 +370,20 @@ def test_a_replay_that_asks_the_model_something_else_is_refused() -> None:
         assert len(server.requests) == 1
 
 
-def test_agents_reached_by_handoffs_are_journaled_too() -> None:
+@pytest.mark.parametrize("given_as", ["agent", "handoff"])
+def test_agents_reached_by_handoffs_are_journaled_too(given_as: str) -> None:
     script = [_tool_calls(("transfer_to_worker", {})), _tool_calls(("double", {"n": 5})), _answer("10")]
     with OpenAIScriptedServer(script) as server:
         def triage() -> Agent:
             worker = _agent(server, [double]).clone(name="worker", handoff_description="Doubles numbers.")
-            return _agent(server).clone(name="triage", handoffs=[worker])
+            return _agent(server).clone(name="triage", handoffs=[worker if given_as == "agent" else handoff(worker)])
 
         SETTINGS["agent"] = triage
         store = InMemoryJournalStore()
         driver = _process(store)
         assert driver.outputs[0]["k"]["answer"] == "10"
         assert len(server.requests) == 3 and TOOL_CALLS == Counter({"double:5": 1})
+        assert store.writes == 5  # start | reply | reply (after the handoff) | the tool's result | reply with the end
         assert [r["model"] for r in driver.progress if r["kind"] == "model_reply"] == ["openai_agents/triage"] * 3
         # The worker got the rewritten handoff call id and its own tool call's id.
         worker_messages = server.requests[2]["messages"]
