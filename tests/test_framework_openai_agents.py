@@ -21,6 +21,7 @@ from agents import (  # noqa: E402
 )
 from agents.tool import ShellTool  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 from flink_agents.api.agents.agent import Agent as FlinkAgent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
@@ -419,3 +420,20 @@ def test_an_agent_used_as_a_tool_is_one_journaled_tool_call() -> None:
 def _count_filter(data: Any) -> Any:
     SEEN["filtered"] = SEEN.get("filtered", 0) + 1
     return data.model_data
+
+
+class Verdict(BaseModel):
+    score: int
+    reason: str
+
+
+def test_a_typed_output_is_asked_with_its_schema_and_replayed_as_the_same_object() -> None:
+    with OpenAIScriptedServer([_answer(json.dumps({"score": 2, "reason": "crushed box"}))]) as server:
+        SETTINGS["agent"] = lambda: _agent(server, output_type=Verdict)
+        store = InMemoryJournalStore()
+        driver = _process(store)
+        answer = driver.outputs[0]["k"]["answer"]
+        assert isinstance(answer, Verdict) and answer == Verdict(score=2, reason="crushed box")
+        assert server.requests[0]["response_format"]["type"] == "json_schema"
+        store.before_append = _no_writes
+        assert _process(store).outputs == driver.outputs and len(server.requests) == 1
