@@ -53,7 +53,13 @@ import inspect
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+try:
+    from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+except ImportError as error:  # the optional extra is not installed
+    raise ImportError(
+        "flink_agents.integrations.frameworks.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'flink-agents[openai-agents]'"
+    ) from error
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.result import RunResult
