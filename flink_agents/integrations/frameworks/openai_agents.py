@@ -1,0 +1,483 @@
+"""An OpenAI Agents SDK agent run durably inside an action.
+
+``await run_durably(ctx, agent, "input")`` runs ``Runner.run(agent, ...)``
+as one ``DurableTurn`` (framework id ``openai_agents``): every model request
+and every function-tool call of the run is journaled, so a replay (a
+failover, a restore) returns the recorded responses and results and a
+completed call never runs again. See ``docs/frameworks/openai_agents.md``.
+
+Extension points used (all public in ``openai-agents`` 0.24):
+
+- **Models**: a ``ModelProvider`` (``RunConfig.model_provider``) whose
+  models wrap ``Model.get_response`` (``agents/models/interface.py``); an
+  agent (or ``RunConfig.model``) holding a ``Model`` instance gets the same
+  wrapper through ``Agent.clone(model=...)``. The response is journaled as
+  ``TypeAdapter(ModelResponse).dump_python(mode="json", by_alias=True)``
+  (``by_alias`` makes the round trip exact) and rebuilt from that JSON on
+  the first run and on a replay alike. The ids of the function calls it asks
+  for are rewritten inside the journaled call to ``turn.tool_call_id(i, j)``
+  (the SDK raises ``ModelBehaviorError`` when a provider reuses a call id
+  within a run, ``run_internal/tool_planning.py``); the provider's ids are
+  kept beside it in the journal (``provider_tool_call_ids``).
+- **Tools**: each ``FunctionTool`` of the agent (and of the agents reached by
+  its handoffs) is copied with ``dataclasses.replace(tool,
+  on_invoke_tool=...)`` (``agents/tool.py``); the user's agent and tools are
+  never changed. A tool's value is journaled as JSON
+  (``pydantic_core.to_jsonable_python``; ``str()`` for what has no JSON
+  form) and the run sees that JSON on the first run too.
+- **Steering**: ``RunConfig.call_model_input_filter`` (``run_config.py``)
+  takes the key's steering messages before every model request and adds
+  them as user messages. The filter only edits the request (the SDK keeps no
+  trace of it in the run's items), so the integration re-inserts the taken
+  messages at the same place in every later request of the run and in the
+  stored conversation.
+- **Ids**: ``RunConfig.trace_id`` is ``trace_<turn id hex>`` and
+  ``group_id`` the turn's run id (unless given); tracing is always disabled
+  (``tracing_disabled=True``: the SDK's exporter posts to api.openai.com).
+
+Refused, with a ``ValueError`` naming the cause: ``session``,
+``previous_response_id``, ``auto_previous_response_id``,
+``conversation_id`` (state kept outside the journal), a ``RunState`` input
+(resuming an interrupted run), ``RunConfig.tool_execution
+.max_function_tool_concurrency`` (its pool refills as tools finish, so what
+runs where depends on timing), MCP servers, tools that run locally but are
+not function tools (computer, shell, local shell, apply patch, custom) and
+tools that need approval (an interrupted run cannot be resumed durably).
+Streaming is not offered: a wrapped model's ``stream_response`` raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+try:
+    from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+except ImportError as error:  # the optional extra is not installed
+    raise ImportError(
+        "flink_agents.integrations.frameworks.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'flink-agents[openai-agents]'"
+    ) from error
+from agents.items import ModelResponse
+from agents.models.interface import Model, ModelProvider, ModelTracing
+from agents.result import RunResult
+from agents.run_config import CallModelData, ModelInputData
+from agents.run_state import RunState
+from agents.tool import (
+    ApplyPatchTool,
+    CodeInterpreterTool,
+    ComputerTool,
+    CustomTool,
+    FileSearchTool,
+    HostedMCPTool,
+    ImageGenerationTool,
+    LocalShellTool,
+    ShellTool,
+    WebSearchTool,
+)
+from openai.types.responses import ResponseFunctionToolCall
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
+
+from flink_agents.integrations.frameworks.conversation import FrameworkConversation
+from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+
+__all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "run_durably"]
+
+FRAMEWORK = "openai_agents"
+
+_RESPONSE = TypeAdapter(ModelResponse)
+# Tools that run at the provider: what they do comes back inside the
+# (journaled) model response, nothing runs here.
+_HOSTED_TOOLS = (FileSearchTool, WebSearchTool, HostedMCPTool, CodeInterpreterTool, ImageGenerationTool)
+# Tools that run here but not through ``FunctionTool.on_invoke_tool``.
+_LOCAL_TOOLS = (ComputerTool, ShellTool, LocalShellTool, ApplyPatchTool, CustomTool)
+# Runner.run arguments that keep the conversation outside the journal.
+_REFUSED_RUN_ARGS = {
+    "session": "use conversation='per_key' (kept in the key's short-term memory)",
+    "previous_response_id": "server-side conversation state is not journaled",
+    "auto_previous_response_id": "server-side conversation state is not journaled",
+    "conversation_id": "server-side conversation state is not journaled",
+}
+# Request fields that vary between attempts without changing what is asked.
+_VOLATILE_ITEM_KEYS = frozenset({"id", "status", "provider_data"})
+_VOLATILE_PART_KEYS = frozenset({"annotations", "logprobs"})
+
+
+async def run_durably(
+    ctx: Any,
+    agent: Agent[Any],
+    input: Any,
+    *,
+    name: Optional[str] = None,
+    conversation: Optional[str] = None,
+    conversation_max_messages: int = 40,
+    conversation_max_tokens: Optional[int] = None,
+    **framework_kwargs: Any,
+) -> RunResult:
+    """Run ``agent`` on ``input`` with ``Runner.run``, journaled.
+
+    Call it from an ``async`` action; the journaled calls are positioned by
+    meaning under the turn's anchor (``durable_turn``), so the same code
+    replays the same calls.
+
+    Args:
+        ctx: The action's ``RunnerContext``.
+        agent: The SDK ``Agent`` (not changed: a wrapped clone runs).
+        input: A string (one user message) or a list of input items
+            (``TResponseInputItem`` dicts).
+        name: The agent's name in function ids and in the conversation's
+            name (default ``agent.name``).
+        conversation: ``None`` (each record alone) or ``"per_key"``: the
+            key's earlier turns (``result.to_input_list()`` items) come
+            before ``input``, bounded by ``conversation_max_messages`` /
+            ``conversation_max_tokens`` (whole turns).
+        **framework_kwargs: ``Runner.run`` keyword arguments (``context``,
+            ``max_turns``, ``hooks``, ``run_config``, ``error_handlers``).
+
+    Returns:
+        The SDK's ``RunResult`` (rebuilt from the journal on a replay).
+
+    Raises:
+        TypeError: ``agent`` is not an ``agents.Agent``, or ``input`` is
+            neither text nor a list of items.
+        ValueError: ``conversation`` is neither None nor ``"per_key"``, or
+            something that cannot be made durable was asked (see the module
+            docstring).
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"run_durably needs an agents.Agent, got {type(agent).__name__}")
+    items = _input_items(input)
+    for arg, why in _REFUSED_RUN_ARGS.items():
+        if framework_kwargs.get(arg):
+            raise ValueError(f"openai_agents.run_durably: {arg} is not supported: {why}")
+    run_config = _run_config(framework_kwargs.pop("run_config", None))
+    name = name or agent.name
+    store = _conversation(conversation, name, conversation_max_messages, conversation_max_tokens)
+    history = store.history(ctx.short_term_memory) if store else []
+    wrapped = _wrap_agent(agent, {})
+    with DurableTurn(ctx, FRAMEWORK, name, prompt=_jsonable(input)) as turn:
+        steering = _Steering(turn, run_config.call_model_input_filter)
+        config = dataclasses.replace(
+            run_config,
+            model=JournaledModel(run_config.model) if isinstance(run_config.model, Model) else run_config.model,
+            model_provider=JournaledModelProvider(run_config.model_provider),
+            tracing_disabled=True,
+            trace_id=run_config.trace_id or f"trace_{turn.turn_id.hex}",
+            group_id=run_config.group_id or turn.run_id,
+            call_model_input_filter=steering,
+        )
+        result = await Runner.run(wrapped, history + items, run_config=config, **framework_kwargs)
+    if store:
+        messages = steering.apply(result.to_input_list())
+        store.append_turn(ctx.short_term_memory, [_jsonable(m) for m in messages[len(history):]])
+    return result
+
+
+class JournaledModel(Model):
+    """A ``Model`` whose ``get_response`` is journaled in the current turn.
+
+    Outside a turn (or inside a journaled call of one: an agent run as a
+    tool) it calls ``inner`` as is.
+
+    Raises:
+        ValueError: A request with server-side state (``previous_response_id``,
+            ``conversation_id``) or a reusable ``prompt`` inside a turn.
+        RuntimeError: ``stream_response`` (streaming is not journaled).
+    """
+
+    def __init__(self, inner: Model) -> None:
+        if not isinstance(inner, Model):
+            raise TypeError(f"JournaledModel wraps an agents Model, got {type(inner).__name__}")
+        self.inner = inner
+
+    async def get_response(
+        self,
+        system_instructions: Optional[str],
+        input: Any,
+        model_settings: Any,
+        tools: List[Any],
+        output_schema: Any,
+        handoffs: List[Any],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: Optional[str] = None,
+        conversation_id: Optional[str] = None,
+        prompt: Any = None,
+    ) -> ModelResponse:
+        async def ask() -> ModelResponse:
+            return await self.inner.get_response(
+                system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt,
+            )
+
+        turn = current_turn()
+        if turn is None:
+            return await ask()
+        if previous_response_id or conversation_id or prompt:
+            raise ValueError(
+                "openai_agents: previous_response_id, conversation_id and prompt are not journaled; "
+                "a durable turn sends the whole input"
+            )
+        digest = _request_digest(system_instructions, input, model_settings, tools, output_schema, handoffs)
+
+        async def call(index: int) -> Dict[str, Any]:
+            return _dump_response(await ask(), turn.tool_call_id, index)
+
+        stored = await turn.model_request(digest, call, _view)
+        return _RESPONSE.validate_python(stored["model_response"])
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "openai_agents: streaming (Runner.run_streamed) is not journaled; use run_durably, which runs Runner.run"
+        )
+
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.inner.get_retry_advice(request)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class JournaledModelProvider(ModelProvider):
+    """``inner``'s models, each wrapped in a ``JournaledModel``."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        if not isinstance(inner, ModelProvider):
+            raise TypeError(f"JournaledModelProvider wraps an agents ModelProvider, got {type(inner).__name__}")
+        self.inner = inner
+
+    def get_model(self, model_name: Optional[str]) -> Model:
+        return JournaledModel(self.inner.get_model(model_name))
+
+
+# -- the request and response ---------------------------------------------------
+
+
+def _request_digest(
+    system_instructions: Optional[str], input: Any, model_settings: Any, tools: Sequence[Any],
+    output_schema: Any, handoffs: Sequence[Any],
+) -> Dict[str, Any]:
+    """What a model request asks, without per-attempt fields (item ids and
+    statuses, annotations, a generated ``prompt_cache_key``)."""
+    items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+    settings = model_settings.to_json_dict() if model_settings is not None else None
+    if settings and isinstance(settings.get("extra_args"), dict):
+        settings["extra_args"] = {k: v for k, v in settings["extra_args"].items() if k != "prompt_cache_key"}
+    schema = None
+    if output_schema is not None and not output_schema.is_plain_text():
+        schema = output_schema.json_schema()
+    return {
+        "instructions": system_instructions,
+        "input": [_project(_jsonable(item), top=True) for item in items],
+        "tools": [_tool_digest(tool) for tool in tools],
+        "handoffs": [handoff.tool_name for handoff in handoffs],
+        "output_schema": schema,
+        "settings": settings,
+    }
+
+
+def _project(value: Any, top: bool = False) -> Any:
+    if isinstance(value, dict):
+        drop = _VOLATILE_ITEM_KEYS if top else _VOLATILE_PART_KEYS
+        return {k: _project(v) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [_project(v) for v in value]
+    return value
+
+
+def _tool_digest(tool: Any) -> Any:
+    if isinstance(tool, FunctionTool):
+        return {"name": tool.name, "parameters": tool.params_json_schema}
+    return {"type": type(tool).__name__, "name": getattr(tool, "name", None)}
+
+
+def _dump_response(response: ModelResponse, tool_call_id: Any, index: int) -> Dict[str, Any]:
+    """The response as journal JSON, its function-call ids rewritten."""
+    output, provider_ids = [], []
+    for item in response.output:
+        if isinstance(item, ResponseFunctionToolCall):
+            provider_ids.append(item.call_id)
+            item = item.model_copy(update={"call_id": tool_call_id(index, len(provider_ids) - 1)})
+        output.append(item)
+    response = dataclasses.replace(response, output=output)
+    return {
+        "model_response": _RESPONSE.dump_python(response, mode="json", by_alias=True),
+        "provider_tool_call_ids": provider_ids,
+    }
+
+
+def _view(stored: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCallView]]:
+    """(text, function calls) of a journaled response, for followers."""
+    texts: List[str] = []
+    calls: List[ToolCallView] = []
+    for item in stored["model_response"]["output"]:
+        if item.get("type") == "message":
+            texts += [part["text"] for part in item.get("content") or [] if part.get("type") == "output_text"]
+        elif item.get("type") == "function_call":
+            calls.append((item["call_id"], item["name"], item["arguments"]))
+    return ("".join(texts) if texts else None), calls
+
+
+# -- the agent, its tools and handoffs -------------------------------------------
+
+
+def _wrap_agent(agent: Agent[Any], done: Dict[int, Agent[Any]]) -> Agent[Any]:
+    """A clone of ``agent`` (and of the agents its handoffs reach) with a
+    journaled model (when it holds a ``Model``) and journaled function tools."""
+    if id(agent) in done:
+        return done[id(agent)]
+    if agent.mcp_servers:
+        raise ValueError(
+            f"openai_agents: agent {agent.name!r} has MCP servers, whose tools are listed per run and not "
+            "journaled; wrap the tools you need as function tools"
+        )
+    clone = agent.clone(tools=[_wrap_tool(agent.name, tool) for tool in agent.tools])
+    done[id(agent)] = clone  # before the handoffs: they may lead back here
+    if isinstance(agent.model, Model):
+        clone.model = JournaledModel(agent.model)
+    clone.handoffs = [_wrap_handoff(handoff, done) for handoff in agent.handoffs]
+    return clone
+
+
+def _wrap_handoff(handoff: Any, done: Dict[int, Agent[Any]]) -> Any:
+    if isinstance(handoff, Agent):
+        return _wrap_agent(handoff, done)
+    if not isinstance(handoff, Handoff):
+        raise TypeError(f"openai_agents: a handoff must be an Agent or a Handoff, got {type(handoff).__name__}")
+    invoke = handoff.on_invoke_handoff
+
+    async def on_invoke_handoff(context: Any, arguments: str) -> Agent[Any]:
+        return _wrap_agent(await invoke(context, arguments), done)
+
+    return dataclasses.replace(handoff, on_invoke_handoff=on_invoke_handoff)
+
+
+def _wrap_tool(agent: str, tool: Any) -> Any:
+    if isinstance(tool, _HOSTED_TOOLS):
+        return tool
+    if not isinstance(tool, FunctionTool) or isinstance(tool, _LOCAL_TOOLS):
+        raise ValueError(
+            f"openai_agents: tool {getattr(tool, 'name', tool)!r} of agent {agent!r} is a {type(tool).__name__}; "
+            "only function tools (and tools hosted by the provider) can be journaled"
+        )
+    if tool.needs_approval is not False:
+        raise ValueError(
+            f"openai_agents: tool {tool.name!r} of agent {agent!r} needs approval; an interrupted run cannot be "
+            "resumed durably"
+        )
+    invoke = tool.on_invoke_tool
+
+    async def on_invoke_tool(tool_context: Any, arguments: str) -> Any:
+        turn = current_turn()
+        if turn is None:
+            return await invoke(tool_context, arguments)
+
+        async def run() -> Any:
+            return _tool_output(await invoke(tool_context, arguments))
+
+        return await turn.tool_call(tool_context.tool_call_id, tool.name, _arguments(arguments), run)
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+def _tool_output(value: Any) -> Any:
+    """A tool's value as JSON: pydantic models (``ToolOutputText`` and the
+    like included) by their JSON dump, what has no JSON form as ``str()``
+    (what the SDK sends the model for it, ``items.py``)."""
+    return to_jsonable_python(value, by_alias=True, fallback=str)
+
+
+def _arguments(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except (TypeError, ValueError):
+        return arguments
+
+
+# -- run configuration, conversation, steering -----------------------------------
+
+
+def _run_config(run_config: Any) -> RunConfig:
+    if run_config is None:
+        run_config = RunConfig()
+    elif isinstance(run_config, dict):
+        run_config = RunConfig(**run_config)
+    elif not isinstance(run_config, RunConfig):
+        raise TypeError(f"run_config must be a RunConfig or a dict, got {type(run_config).__name__}")
+    if run_config.tool_execution is not None and run_config.tool_execution.max_function_tool_concurrency is not None:
+        raise ValueError(
+            "openai_agents: RunConfig.tool_execution.max_function_tool_concurrency is not supported: its pool "
+            "starts tools as others finish, so a replay could not find them where they ran"
+        )
+    return run_config
+
+
+def _conversation(
+    conversation: Optional[str], name: str, max_messages: int, max_tokens: Optional[int],
+) -> Optional[FrameworkConversation]:
+    if conversation is None:
+        return None
+    if conversation != "per_key":
+        raise ValueError(f"conversation must be None or 'per_key', got {conversation!r}")
+    return FrameworkConversation(FRAMEWORK, name, max_messages, max_tokens)
+
+
+def _input_items(input: Any) -> List[Any]:
+    if isinstance(input, str):
+        return [{"role": "user", "content": input}]
+    if isinstance(input, RunState):
+        raise ValueError("openai_agents: resuming a RunState (an interrupted run) is not supported")
+    if isinstance(input, list):
+        return list(input)
+    raise TypeError(f"input must be a string or a list of input items, got {type(input).__name__}")
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value, by_alias=True, fallback=str)
+
+
+class _Steering:
+    """``RunConfig.call_model_input_filter``: before each model request, the
+    key's steering messages (journaled), added as user messages at the end
+    of the request's input; messages taken earlier in the run are put back
+    where they were taken (the SDK does not keep what a filter added). The
+    user's own filter, if any, runs after, on the steered input."""
+
+    def __init__(self, turn: DurableTurn, user_filter: Any) -> None:
+        self.turn = turn
+        self.user_filter = user_filter
+        self.taken: List[Tuple[int, List[Dict[str, Any]]]] = []  # (items before them, messages)
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        items = list(data.model_data.input)
+        if current_turn() is not self.turn:
+            # A run inside a journaled call (``Agent.as_tool`` passes its
+            # parent's run config on): the outer call is the unit.
+            return await self._user(data)
+        texts = steering_texts(self.turn.take_steering())
+        if texts:
+            self.taken.append((len(items), [{"role": "user", "content": text} for text in texts]))
+        model_data = ModelInputData(input=self.apply(items), instructions=data.model_data.instructions)
+        return await self._user(dataclasses.replace(data, model_data=model_data))
+
+    async def _user(self, data: CallModelData[Any]) -> ModelInputData:
+        if self.user_filter is None:
+            return data.model_data
+        filtered = self.user_filter(data)
+        return await filtered if inspect.isawaitable(filtered) else filtered
+
+    def apply(self, items: Sequence[Any]) -> List[Any]:
+        """``items`` with the taken steering messages put back in place."""
+        out: List[Any] = []
+        for i, item in enumerate(items):
+            for at, messages in self.taken:
+                if at == i:
+                    out += messages
+            out.append(item)
+        for at, messages in self.taken:
+            if at >= len(items):
+                out += messages
+        return out
