@@ -29,7 +29,7 @@ Record shape (JSON-like dict)::
 
 ``commit`` numbers the run's commits from 1 (0 for a replay's re-publish).
 Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
-``tool_calls``: ``[{"name", "arguments"}]``); ``tool_result`` (``tool``,
+``tool_calls``: ``[{"id", "name", "arguments"}]``); ``tool_result`` (``tool``,
 ``result`` or ``error``); ``call_result`` (``function``, ``result`` or
 ``error``: ``durable_execute``); ``sub_agent_result`` (``agent``,
 ``result``); ``turn_started`` (``framework``, ``agent``, ``prompt``: an
@@ -90,7 +90,8 @@ def records_of(entry: JournalEntry) -> List[Record]:
     if kind == "chat" and "result" in fields:
         reply = fields["result"] or {}
         calls = [
-            {"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+            {"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
+             "arguments": (c.get("function") or {}).get("arguments")}
             for c in reply.get("tool_calls") or []
         ]
         return [{"kind": "model_reply", "step": entry.step, "model": name,
