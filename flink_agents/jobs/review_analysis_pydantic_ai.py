@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -218,9 +219,7 @@ def main(argv: List[str] | None = None) -> int:
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        import pydantic_ai  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pydantic_ai") is None:
         print("error: this job needs Pydantic AI: pip install 'flink-agents[pydantic-ai]'", file=sys.stderr)
         return 2
     try:
