@@ -346,6 +346,18 @@ def test_bad_arguments_are_refused_with_a_clear_error() -> None:
         SETTINGS["kwargs"] = kwargs
         with pytest.raises(Exception, match=match):
             _process(InMemoryJournalStore())
+    # Tools added per run are not wrapped when the capability binds: Pydantic AI refuses them.
+    from pydantic_ai import FunctionToolset
+
+    extra = FunctionToolset()
+
+    @extra.tool_plain
+    def triple(n: int) -> int:
+        return 3 * n
+
+    SETTINGS["kwargs"] = {"toolsets": [extra]}
+    with pytest.raises(Exception, match="FunctionToolset cannot be added at runtime with Flink Agents"):
+        _process(InMemoryJournalStore())
     nameless = PydanticAgent(OpenAIChatModel("m", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1",
                                                                           api_key="k")))
     with pytest.raises(ValueError, match="needs the agent's name"):

@@ -79,6 +79,8 @@ PROVIDER_ID_KEY = "flink_agents_provider_id"
 # (``pydantic_ai/durable_exec/_spec.py``): function tools are entered by the
 # run; an MCP server's session is opened by the first unit that needs it and
 # held for the run; discovery (``get_tools``) runs in the action, not journaled.
+# Toolsets added per run (``toolsets=``, a per-run capability's) are not wrapped
+# when the capability binds, so their tools would run unjournaled: refused.
 ENGINE_SPEC = DurabilityEngineSpec(
     engine_name="Flink Agents",
     durable_unit_noun="journaled call",
@@ -88,6 +90,7 @@ ENGINE_SPEC = DurabilityEngineSpec(
     toolset_lifecycles={"function": "enter-always", "mcp": "enter-in-durable-unit", "dynamic": "enter-never"},
     journal_discovery=False,
     sequential_tools_in_durable_context=False,
+    unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
 )
 
 
