@@ -297,6 +297,26 @@ def test_a_typed_output_is_journaled_in_the_response_and_replays() -> None:
     assert [c["name"] for c in reply["tool_calls"]] == ["final_result"]
 
 
+def test_an_invalid_typed_answer_is_asked_again_and_both_requests_replay() -> None:
+    def final(arguments: Dict[str, Any]) -> Dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": "final_result", "arguments": json.dumps(arguments)}}]}
+
+    store = InMemoryJournalStore()
+    with OpenAIScriptedServer([final({"score": "high"}), final({"score": 5, "reasons": ["ok"]})]) as server:
+        SETTINGS["agent"] = _agent(server.base_url)
+        SETTINGS["kwargs"] = {"output_type": Verdict}
+        driver = _process(store)
+        writes = store.writes
+        replayed = _process(store)
+        assert len(server.requests) == 2 and store.writes == writes == 3
+    assert driver.outputs[0]["k"]["answer"] == {"score": 5, "reasons": ["ok"]} and replayed.outputs == driver.outputs
+    # Pydantic AI's validation error went back to the model as the retry of the rewritten call.
+    retry = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(retry) == 1 and "score" in retry[0]["content"] and retry[0]["tool_call_id"].startswith("fa")
+
+
 def test_run_ids_are_equal_across_a_replay_and_differ_across_records_and_keys() -> None:
     with OpenAIScriptedServer([_answer("x")] * 4) as server:
         SETTINGS["agent"] = _agent(server.base_url)

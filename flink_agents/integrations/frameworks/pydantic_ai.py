@@ -264,7 +264,7 @@ async def run_durably(
 # Part fields a request depends on: kinds, text, tool names, arguments, call
 # ids, results. Left out: timestamps, usage, provider names/ids/details, run
 # and conversation ids (the turn's identity, not the request's).
-_PART_FIELDS = ("part_kind", "content", "tool_name", "args", "tool_call_id", "model_response", "outcome")
+_PART_FIELDS = ("part_kind", "content", "tool_name", "args", "tool_call_id", "outcome", "retry")
 
 
 def request_digest(messages: Sequence[Any], settings: Any, parameters: Any) -> Dict[str, Any]:
