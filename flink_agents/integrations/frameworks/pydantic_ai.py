@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pydantic_ai import Agent
+from pydantic_core import to_jsonable_python
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
@@ -119,11 +120,13 @@ class _JournalBackend(CallableOperationBackend):
                     f"pydantic_ai agent {turn.agent!r}: a streamed model request cannot be journaled; run the "
                     "agent without event_stream_handler (agent.run, not run_stream)"
                 )
+            _expect_layout(cache_key, 5, "model request")
             _, messages, settings, parameters, _ = cache_key
             return await turn.model_request(
                 request_digest(messages, settings, parameters), _rewriting_ids(turn, body), response_view
             )
         if isinstance(operation_id, ToolsetCallToolId):
+            _expect_layout(cache_key, 4, "tool call")
             tool_name, tool_args, run_context = cache_key[0], cache_key[1], cache_key[2]
             call_id = getattr(run_context, "tool_call_id", None)
             if not call_id:
@@ -327,8 +330,20 @@ def _rewriting_ids(turn: DurableTurn, body: Callable[[], Awaitable[object]]) -> 
     return call
 
 
+def _expect_layout(cache_key: Tuple[object, ...], size: int, what: str) -> None:
+    """Check a unit's ``cache_key`` has the layout this module reads (the
+    projections in ``pydantic_ai/durable_exec/_base.py``, 2.68).
+
+    Raises:
+        RuntimeError: Another layout (another Pydantic AI version).
+    """
+    if len(cache_key) != size:
+        raise RuntimeError(
+            f"pydantic_ai gave a {what} unit a cache key of {len(cache_key)} items, expected {size}: this "
+            "integration supports pydantic-ai-slim 2.68 (pip install 'flink-agents[pydantic-ai]')"
+        )
+
+
 def _json(value: Any) -> Any:
     """``value`` as JSON data (pydantic and dataclass values included)."""
-    from pydantic_core import to_jsonable_python
-
     return to_jsonable_python(value, fallback=str)
