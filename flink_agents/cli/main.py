@@ -25,12 +25,14 @@ __all__ = ["main", "SNAPSHOTS"]
 SNAPSHOTS: Dict[str, str] = {
     "product_qa.json": "flink_agents.jobs.product_qa:ProductQAAgent",
     "review_analysis.json": "flink_agents.jobs.review_analysis:ReviewAnalysisAgent",
+    "review_analysis_pydantic_ai.json": "flink_agents.jobs.review_analysis_pydantic_ai:ReviewAnalysisPydanticAIAgent",
     "review_triage.json": "flink_agents.jobs.review_triage:ReviewTriageAgent",
     "shipping_claims.json": "flink_agents.jobs.shipping_claims:ShippingClaimsAgent",
 }
 JOBS: Dict[str, str] = {
     "product-qa": "flink_agents.jobs.product_qa:main",
     "review-analysis": "flink_agents.jobs.review_analysis:main",
+    "review-analysis-pydantic-ai": "flink_agents.jobs.review_analysis_pydantic_ai:main",
     "review-triage": "flink_agents.jobs.review_triage:main",
     "shipping-claims": "flink_agents.jobs.shipping_claims:main",
 }
