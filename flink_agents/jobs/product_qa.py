@@ -62,7 +62,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
-from flink_agents.jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments
+from flink_agents.jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments, positive_int
 from flink_agents.jobs.product_questions import ProductQuestion, read_questions
 from flink_agents.jobs.review_index import COLLECTION, extractive_answer
 
@@ -260,13 +260,6 @@ def run_on_flink(
     )
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
     default_reviews = SHARED_REVIEWS if SHARED_REVIEWS.is_file() else SAMPLE_REVIEWS
     parser = argparse.ArgumentParser(
@@ -284,8 +277,8 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
                         help="Chroma persist directory of the review index (default: the output path with suffix .index)")
     parser.add_argument("--chroma-host", default=None, help="index into and query a Chroma server instead")
     parser.add_argument("--chroma-port", type=int, default=8000, help="the Chroma server's port (default: %(default)s)")
-    parser.add_argument("--dimensions", type=_positive_int, default=256, help="hashing embedding length (default: %(default)s)")
-    parser.add_argument("--max-results", type=_positive_int, default=6, help="reviews retrieved per question (default: %(default)s)")
+    parser.add_argument("--dimensions", type=positive_int, default=256, help="hashing embedding length (default: %(default)s)")
+    parser.add_argument("--max-results", type=positive_int, default=6, help="reviews retrieved per question (default: %(default)s)")
     parser.add_argument("--model", default="local", help=f"{MODEL_FORMS}; 'local' (the default) answers extractively, offline")
     parser.add_argument("--base-url", default=None, help="the provider's endpoint")
     parser.add_argument("--api-version", default=None, help="Azure OpenAI API version (azure: models)")
@@ -293,10 +286,10 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed model request (default: %(default)s)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner (default: %(default)s)")
-    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism (default: %(default)s)")
+    parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism (default: %(default)s)")
     parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
                         help="PyFlink python.execution-mode (default: %(default)s; process with parallelism > 1 needs --chroma-host)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000, help="Flink checkpoint interval (default: %(default)s)")
+    parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000, help="Flink checkpoint interval (default: %(default)s)")
     parser.add_argument("--restart-attempts", type=int, default=3, help="Flink restarts after a failure (default: %(default)s)")
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)

@@ -343,18 +343,40 @@ def _collect(outputs: Any, on_output: Any, job_name: str) -> List[Dict[str, Any]
     return results
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
     return value
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every review job shares: where it runs (``--runner``,
+    ``--parallelism``, ``--execution-mode``, ``--checkpoint-interval-ms``,
+    ``--restart-attempts``) and how it treats bad input and failures
+    (``--skip-bad-records``, ``--verbose``); read by ``run_review_job``."""
+    parser.add_argument("--runner", choices=["flink", "local"], default="flink",
+                        help="Flink mini-cluster or the embedded local runner")
+    parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
+    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
+                        help="PyFlink python.execution-mode: Python embedded in the JVM (faster, see "
+                             "docs/performance.md) or in separate worker processes (isolated)")
+    parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
+                        help="Flink checkpoint interval (the collected results of a bounded job "
+                             "arrive with the checkpoint after they are produced)")
+    parser.add_argument("--restart-attempts", type=non_negative_int, default=3,
+                        help="Flink restarts after a failure (model and tool calls are journaled, so a "
+                             "restart replays them) before the job fails; 0: fail at once")
+    parser.add_argument("--skip-bad-records", action="store_true",
+                        help="log and count malformed lines instead of failing")
+    parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
 
 
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
@@ -378,21 +400,7 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models")
     parser.add_argument("--max-retries", type=int, default=2,
                         help="retries of a failed request (openai:, anthropic:, azure:)")
-    parser.add_argument("--runner", choices=["flink", "local"], default="flink",
-                        help="Flink mini-cluster or the embedded local runner")
-    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode: Python embedded in the JVM (faster, see "
-                             "docs/performance.md) or in separate worker processes (isolated)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000,
-                        help="Flink checkpoint interval (the collected results of a bounded job "
-                             "arrive with the checkpoint after they are produced)")
-    parser.add_argument("--restart-attempts", type=_non_negative_int, default=3,
-                        help="Flink restarts after a failure (model and tool calls are journaled, so a "
-                             "restart replays them) before the job fails; 0: fail at once")
-    parser.add_argument("--skip-bad-records", action="store_true",
-                        help="log and count malformed lines instead of failing")
-    parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
+    add_run_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -418,7 +426,7 @@ def failure_summary(exc: BaseException) -> str:
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -429,17 +437,31 @@ def main(argv: List[str] | None = None) -> int:
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return run_review_job(args, read, agent, "review-analysis")
+
+
+def run_review_job(
+    args: argparse.Namespace, read: Any, agent: Any, job_name: str, **flink_options: Any,
+) -> int:
+    """Run ``agent`` over the reviews ``read`` (``review_records.read_reviews``)
+    on the runner ``args`` names (``add_run_arguments``), write
+    ``args.output`` and report; returns the process exit code (0, or 1 with
+    one line naming the root cause: ``failure_summary``). ``job_name``
+    names the Flink job (and its operator uids); ``flink_options`` go to
+    ``run_on_flink`` (``key_of``)."""
+    from flink_agents.jobs.review_records import jsonl_output
+
     if read.bad_lines:
         print(f"skipped {len(read.bad_lines)} bad record(s) (--skip-bad-records)", file=sys.stderr)
-
     started = time.monotonic()
     try:
-        with jsonl_output(args.output, len(read.reviews), f"review-analysis ({args.runner})") as write:
+        with jsonl_output(args.output, len(read.reviews), f"{job_name} ({args.runner})") as write:
             if args.runner == "flink":
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
                     journal_path=args.output.with_name(args.output.name + ".journal.db"),
                     execution_mode=args.execution_mode, restart_attempts=args.restart_attempts,
+                    job_name=job_name, **flink_options,
                 )
             else:
                 for output in run_locally(read.reviews, agent):
@@ -458,7 +480,6 @@ def main(argv: List[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0
-
 
 if __name__ == "__main__":
     # Re-enter through the importable module, so the agent's functions are

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import sys
-import time
 import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -34,13 +33,7 @@ from typing import Any, Dict, List, Tuple
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
-from flink_agents.jobs.review_analysis import (
-    SAMPLE_INPUT,
-    failure_summary,
-    product_id_of,
-    run_locally,
-    run_on_flink,
-)
+from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_run_arguments, non_negative_int, run_review_job
 from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, read_reviews
 
 __all__ = ["INSTRUCTIONS", "ReviewAnalysisPydanticAIAgent", "analyze_review", "main", "review_agent"]
@@ -168,20 +161,6 @@ class ReviewAnalysisPydanticAIAgent(Agent):
                         timeout_s=timeout_s, max_retries=max_retries)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
-    return value
-
-
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m flink_agents.jobs.review_analysis_pydantic_ai",
@@ -196,26 +175,14 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-url", default=None,
                         help="the OpenAI-compatible server, e.g. http://localhost:8000/v1; default OpenAI's")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout")
-    parser.add_argument("--max-retries", type=_non_negative_int, default=2, help="retries of a failed request")
-    parser.add_argument("--runner", choices=["flink", "local"], default="flink",
-                        help="Flink mini-cluster or the embedded local runner")
-    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (see docs/performance.md)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000,
-                        help="Flink checkpoint interval")
-    parser.add_argument("--restart-attempts", type=_non_negative_int, default=3,
-                        help="Flink restarts after a failure (model requests and tool calls are journaled, so "
-                             "a restart replays them) before the job fails; 0: fail at once")
-    parser.add_argument("--skip-bad-records", action="store_true",
-                        help="log and count malformed lines instead of failing")
-    parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
+    parser.add_argument("--max-retries", type=non_negative_int, default=2, help="retries of a failed request")
+    add_run_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the process exit code."""
-    from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
+    from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -231,37 +198,7 @@ def main(argv: List[str] | None = None) -> int:
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if read.bad_lines:
-        print(f"skipped {len(read.bad_lines)} bad record(s) (--skip-bad-records)", file=sys.stderr)
-
-    started = time.monotonic()
-    try:
-        with jsonl_output(args.output, len(read.reviews), f"review-analysis-pydantic-ai ({args.runner})") as write:
-            if args.runner == "flink":
-                run_on_flink(
-                    read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
-                    journal_path=args.output.with_name(args.output.name + ".journal.db"),
-                    execution_mode=args.execution_mode, restart_attempts=args.restart_attempts,
-                    key_of=product_id_of, job_name="review-analysis-pydantic-ai",
-                )
-            else:
-                for output in run_locally(read.reviews, agent):
-                    write(output)
-    except Exception as exc:
-        if args.verbose:
-            raise
-        endpoint = f" (model {args.model} at {args.base_url})" if args.base_url else ""
-        print(f"error: the job failed{endpoint}: {failure_summary(exc)}", file=sys.stderr)
-        print("(run with --verbose for the full trace)", file=sys.stderr)
-        return 1
-    elapsed = time.monotonic() - started
-    print(
-        f"{len(read.reviews)} reviews -> {args.output} in {elapsed:.1f} s "
-        f"({args.runner} runner; {len(read.bad_lines)} bad record(s) skipped)",
-        file=sys.stderr,
-    )
-    return 0
-
+    return run_review_job(args, read, agent, "review-analysis-pydantic-ai")
 
 if __name__ == "__main__":
     # Re-enter through the importable module, so the action is named

@@ -322,7 +322,7 @@ def _claim_timeout(text: str) -> float:
 
 
 def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    from flink_agents.jobs.review_analysis import _positive_int
+    from flink_agents.jobs.review_analysis import positive_int
 
     parser = argparse.ArgumentParser(
         prog="python -m flink_agents.jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
@@ -347,10 +347,10 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
                              "late answers get 404 (repeatable)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
-    parser.add_argument("--parallelism", type=_positive_int, default=2, help="Flink parallelism")
+    parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
     parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
                         help="PyFlink python.execution-mode (see docs/performance.md)")
-    parser.add_argument("--checkpoint-interval-ms", type=_positive_int, default=2_000,
+    parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
                         help="Flink checkpoint interval")
     parser.add_argument("--skip-bad-records", action="store_true",
                         help="log and count malformed lines instead of failing")
