@@ -480,3 +480,19 @@ def test_the_class_walk_survives_a_global_dict_changing_on_another_thread() -> N
     finally:
         stop.set()
         worker.join(timeout=5)
+
+
+class _DisplayNamedError(ValueError):
+    """An exception class shown under another name (as Pydantic AI's
+    ``_HTTPModelServerError`` shows as ``ModelServerError``)."""
+
+
+_DisplayNamedError.__qualname__ = "DisplayedError"
+_DisplayNamedError.__name__ = "DisplayedError"
+
+
+def test_an_exception_class_renamed_for_display_is_journaled_under_its_module_name() -> None:
+    payload = encode_outcome(error=_DisplayNamedError("boom"), call="c")
+    assert "_DisplayNamedError" in payload
+    with pytest.raises(_DisplayNamedError, match="boom"):
+        decode_outcome(payload)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 import threading
 import types
 import typing
@@ -125,6 +126,12 @@ def class_name(cls: type) -> str:
     except (ImportError, AttributeError):
         found = None
     if found is not cls:
+        # A class whose __qualname__ was renamed for display (Pydantic AI's
+        # _HTTPModelServerError shows as ModelServerError): its module-level name.
+        alias = _module_attribute_of(cls)
+        if alias is not None:
+            name, found = f"{cls.__module__}:{alias}", cls
+    if found is not cls:
         where = "the job's main script (__main__)" if cls.__module__ == "__main__" else f"module {cls.__module__}"
         raise TypeError(
             f"class {cls.__qualname__} of {where} cannot be found by name where this job runs, so a "
@@ -135,6 +142,15 @@ def class_name(cls: type) -> str:
     with _LOCK:
         _NAMES[cls] = name
     return name
+
+
+def _module_attribute_of(cls: type) -> str | None:
+    """The name under which ``cls``'s module holds it, if any."""
+    module = sys.modules.get(cls.__module__)
+    for attribute, value in list(vars(module).items()) if module is not None else []:
+        if value is cls:
+            return attribute
+    return None
 
 
 def _is_library(obj: Any) -> bool:
