@@ -25,6 +25,7 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
@@ -397,12 +398,12 @@ def test_typed_output_through_with_structured_output_is_journaled_and_replayed(s
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["Verdict"]
 
 
-async def _refused_in_a_turn(graph: Any, **kwargs: Any) -> None:
+async def _refused_in_a_turn(graph: Any, value: Any = "go", **kwargs: Any) -> None:
     class Refusing(Agent):
         @action(InputEvent)
         @staticmethod
         async def respond(event: InputEvent, ctx: Any) -> None:
-            await run_durably(ctx, graph, "go", **kwargs)
+            await run_durably(ctx, graph, value, **kwargs)
 
     engine = AgentEngine(AgentPlan.from_agent(Refusing()), {}, job_id="job", store=InMemoryJournalStore())
     try:
@@ -432,3 +433,24 @@ def test_what_cannot_be_made_durable_is_refused(server: OpenAIScriptedServer) ->
         tools_only.compile().invoke({"messages": [AIMessage("", tool_calls=[
             {"name": "double", "args": {"n": 1}, "id": "call_0"}])]})
     assert not server.requests and not CALLS
+
+
+def test_a_graph_whose_model_and_tools_bypass_the_journal_is_refused(server: OpenAIScriptedServer) -> None:
+    """A hand-built graph with a plain chat model and ToolNode journals
+    nothing: a failover would ask and act again, so the turn fails."""
+    server.set_reply_fn(scripted_reply(1))
+    graph = StateGraph(MessagesState)
+
+    async def ask(state: MessagesState) -> Dict[str, Any]:
+        return {"messages": [await _model().bind_tools([double]).ainvoke(state["messages"])]}
+
+    graph.add_node("model", ask)
+    graph.add_node("tools", ToolNode([double]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    with pytest.raises(ActionFailed, match=r"added 2 model replies and 1 tool results, but only 0 model requests"):
+        asyncio.run(_refused_in_a_turn(graph.compile()))
+    with pytest.raises(ActionFailed, match="input state has no 'messages'"):
+        asyncio.run(_refused_in_a_turn(graph.compile(), value={"topic": "x"}))
+

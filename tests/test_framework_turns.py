@@ -277,3 +277,28 @@ def test_a_framework_conversation_is_bounded_by_whole_turns() -> None:
 def test_a_turn_outside_an_action_is_refused() -> None:
     with pytest.raises(TypeError, match="needs the ctx an action"):
         DurableTurn(object(), "fake", "assistant")
+
+
+class SyncActionAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    def respond(event: InputEvent, ctx: Any) -> None:
+        DurableTurn(ctx, "fake", "assistant")
+
+
+def test_a_turn_in_a_sync_action_is_refused_naming_the_action() -> None:
+    engine = AgentEngine(AgentPlan.from_agent(SyncActionAgent()), {}, job_id="job", store=InMemoryJournalStore())
+    driver = LocalDriver()
+    try:
+        with pytest.raises(Exception, match="action 'respond' is not async"):
+            asyncio.run(engine.process(driver, "k", "go"))
+    finally:
+        engine.close()
+
+
+def test_steering_messages_of_any_shape_become_non_empty_texts() -> None:
+    assert steering_texts([
+        "plain", None, "", {"content": "as dict"}, {"text": "as text"},
+        {"role": "user", "content": [{"type": "text", "text": "block "}, {"type": "text", "text": "list"}]},
+        {"content": 5}, {"note": 1}, 7,
+    ]) == ["plain", "as dict", "as text", "block list", '{"content":5}', '{"note":1}', "7"]

@@ -42,6 +42,7 @@ import contextlib
 import contextvars
 import datetime
 import hashlib
+import json
 import random
 import re
 import time
@@ -79,17 +80,35 @@ def in_journaled_body() -> bool:
 
 
 def steering_texts(messages: Sequence[Any]) -> List[str]:
-    """Steering messages as user-message text: a string as is, a dict's
-    ``content`` or ``text``, anything else ``str()``."""
+    """Steering messages as user-message text, in order.
+
+    A string as is; a dict's ``content`` or ``text`` (a string, or a list of
+    content blocks whose ``text`` parts are joined, as OpenAI's and
+    Anthropic's user messages carry them); anything else as compact JSON
+    (``str()`` if it has none). ``None`` and empty texts are skipped: a
+    provider rejects an empty user message (Anthropic does).
+    """
     texts = []
     for message in messages:
-        if isinstance(message, str):
-            texts.append(message)
-        elif isinstance(message, dict) and isinstance(message.get("content", message.get("text")), str):
-            texts.append(message.get("content", message.get("text")))
-        else:
-            texts.append(str(message))
+        text = _text_of(message)
+        if text:
+            texts.append(text)
     return texts
+
+
+def _text_of(message: Any) -> str | None:
+    if message is None or isinstance(message, str):
+        return message
+    if isinstance(message, dict):
+        body = message.get("content", message.get("text"))
+        if isinstance(body, str):
+            return body
+        if isinstance(body, list):
+            return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in body)
+    try:
+        return json.dumps(message, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError):
+        return str(message)
 
 
 class DurableTurn:
@@ -110,7 +129,7 @@ class DurableTurn:
 
     Raises:
         TypeError: ``ctx`` is not an action's context of this runtime.
-        RuntimeError: The action has returned.
+        RuntimeError: The action has returned, or is not ``async def``.
     """
 
     def __init__(self, ctx: Any, framework: str, agent: str, prompt: Any = None) -> None:
@@ -120,6 +139,11 @@ class DurableTurn:
             )
         if not ctx.active:
             raise RuntimeError(f"{framework} turn of {agent!r} started after action {ctx.action_name!r} returned")
+        if not ctx.is_async:
+            raise RuntimeError(
+                f"action {ctx.action_name!r} is not async: a {framework} agent runs on the action's event loop, "
+                f"so the action running {agent!r} must be 'async def' and await it"
+            )
         self.framework = framework
         self.agent = agent
         self._ctx = ctx
@@ -156,6 +180,11 @@ class DurableTurn:
     def run_id(self) -> str:
         """The framework's run id for this turn (UUIDv5 text)."""
         return str(self.turn_id)
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls journaled (or replayed) in this turn so far."""
+        return len(self._tool_steps)
 
     @property
     def chat_function_id(self) -> str:

@@ -383,12 +383,37 @@ def _input_messages(value: Any) -> Tuple[List[BaseMessage], Dict[str, Any]]:
         return [value], {}
     if isinstance(value, dict):
         rest = {k: v for k, v in value.items() if k != MESSAGES_KEY}
-        return convert_to_messages(value.get(MESSAGES_KEY) or []), rest
+        messages = convert_to_messages(value.get(MESSAGES_KEY) or [])
+        if not messages:
+            raise ValueError(f"run_durably input state has no {MESSAGES_KEY!r}: the graph's model would be asked nothing")
+        return messages, rest
     if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("run_durably input is an empty list of messages: the graph's model would be asked nothing")
         return convert_to_messages(value), {}
     raise TypeError(
         f"run_durably input must be a str, a message, a list of messages or a state dict, got {type(value).__name__}"
     )
+
+
+def _check_journaled(turn: DurableTurn, agent: str, added: Sequence[BaseMessage]) -> None:
+    """Refuse a run whose model replies or tool results did not go through
+    the journal (a graph built with a plain chat model or ``ToolNode``): a
+    failover would ask and act again.
+
+    Raises:
+        RuntimeError: More AI messages than journaled model requests, or
+            more tool messages than journaled tool calls, were added.
+    """
+    replies = sum(1 for m in added if isinstance(m, AIMessage))
+    results = sum(1 for m in added if isinstance(m, ToolMessage))
+    if replies > turn.requests or results > turn.tool_calls:
+        raise RuntimeError(
+            f"langgraph graph {agent!r} added {replies} model replies and {results} tool results, but only "
+            f"{turn.requests} model requests and {turn.tool_calls} tool calls went through the journal: build it "
+            "with durable_chat_model(...) and durable_tool_node(...) (or durable_react_graph), else a failover "
+            "asks the model and runs the tools again"
+        )
 
 
 async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] = None,
@@ -446,6 +471,7 @@ async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] =
                     for k, m in enumerate(messages)]
         config["run_id"] = turn.turn_id
         state = await graph.ainvoke({**rest, MESSAGES_KEY: history + messages}, config=config, **framework_kwargs)
+        _check_journaled(turn, agent, state.get(MESSAGES_KEY, [])[len(history) + len(messages):])
     if store:
         known = {m.id for m in history}
         new = [m for m in state.get(MESSAGES_KEY, []) if m.id not in known]

@@ -215,6 +215,12 @@ class ActionContext(RunnerContext):
         step, ordinal = self._next_position()
         return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
 
+    @property
+    def is_async(self) -> bool:
+        """Runtime-internal: whether the action is ``async def`` (it runs on
+        the run's event loop, where journaled calls may be awaited)."""
+        return self._is_async
+
     def anchor(self, kind: str) -> str:
         """Runtime-internal: a journal step of its own for a unit of work
         started here (an agent framework's turn): ``"<step of the running
