@@ -437,3 +437,31 @@ def test_a_typed_output_is_asked_with_its_schema_and_replayed_as_the_same_object
         assert server.requests[0]["response_format"]["type"] == "json_schema"
         store.before_append = _no_writes
         assert _process(store).outputs == driver.outputs and len(server.requests) == 1
+
+
+class Rating(BaseModel):
+    stars: int
+    label: str
+
+
+async def rate(n: int) -> Rating:
+    """Rate a number.
+
+    Args:
+        n: The number.
+    """
+    return Rating(stars=n, label="ok")
+
+
+def test_a_tools_value_reaches_the_sdk_as_itself_so_the_model_sees_what_it_would_without_the_journal() -> None:
+    """The SDK sends the model ``str()`` of a tool's value: a pydantic model
+    must not arrive as its JSON dict (``{'stars': 3, ...}``) instead."""
+    with OpenAIScriptedServer([_tool_calls(("rate", {"n": 3})), _answer("rated")]) as server:
+        SETTINGS["agent"] = lambda: _agent(server, tools=[function_tool(rate)])
+        store = InMemoryJournalStore()
+        _process(store)
+        sent = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
+        assert sent == [str(Rating(stars=3, label="ok"))] == ["stars=3 label='ok'"]
+        store.before_append = _no_writes
+        _process(store)
+        assert len(server.requests) == 2

@@ -22,9 +22,9 @@ Extension points used (all public in ``openai-agents`` 0.24):
 - **Tools**: each ``FunctionTool`` of the agent (and of the agents reached by
   its handoffs) is copied with ``dataclasses.replace(tool,
   on_invoke_tool=...)`` (``agents/tool.py``); the user's agent and tools are
-  never changed. A tool's value is journaled as JSON
-  (``pydantic_core.to_jsonable_python``; ``str()`` for what has no JSON
-  form) and the run sees that JSON on the first run too.
+  never changed. A tool's value is journaled as itself where the journal's
+  codec carries its type (pydantic models, dataclasses, tuples), else as
+  ``str()`` of it, which is what the SDK sends the model for such a value.
 - **Steering**: ``RunConfig.call_model_input_filter`` (``run_config.py``)
   takes the key's steering messages before every model request and adds
   them as user messages. The filter only edits the request (the SDK keeps no
@@ -83,6 +83,7 @@ from pydantic_core import to_jsonable_python
 
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+from flink_agents.runtime.durability import codec
 
 __all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "run_durably"]
 
@@ -384,10 +385,16 @@ def _wrap_tool(agent: str, tool: Any) -> Any:
 
 
 def _tool_output(value: Any) -> Any:
-    """A tool's value as JSON: pydantic models (``ToolOutputText`` and the
-    like included) by their JSON dump, what has no JSON form as ``str()``
-    (what the SDK sends the model for it, ``items.py``)."""
-    return to_jsonable_python(value, by_alias=True, fallback=str)
+    """A tool's value as the journal keeps it: as itself where the journal's
+    codec carries its type (pydantic models, ``ToolOutputText`` and the like,
+    dataclasses, tuples: ``runtime.durability.codec``), so the SDK sees the
+    same value with and without the integration; else ``str(value)``, which
+    is what the SDK sends the model for such a value (``items.py``)."""
+    try:
+        codec.encode(value, "tool output")
+    except TypeError:
+        return str(value)
+    return value
 
 
 def _arguments(arguments: str) -> Any:
