@@ -310,8 +310,8 @@ def test_ids_and_clock_come_from_the_record_and_replay_the_same(server: Anthropi
 
 
 def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) -> None:
-    class Ctx:  # refusals come before the turn touches the context
-        short_term_memory = None
+    class Ctx:  # an action context's shape; refusals come before the turn touches it
+        short_term_memory = anchor = journaled_call_at = None
 
     agent = _adk_agent(server.base_url)
 
@@ -329,4 +329,6 @@ def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) ->
 
     with pytest.raises(TypeError, match="text or a google.genai"):
         asyncio.run(run_durably(Ctx(), agent, 42))
+    with pytest.raises(TypeError, match="needs the ctx an action of this runtime gets, got object"):
+        asyncio.run(run_durably(object(), agent, "go", conversation="per_key"))
     assert not server.requests

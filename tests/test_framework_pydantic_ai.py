@@ -380,7 +380,12 @@ def test_bad_arguments_are_refused_with_a_clear_error() -> None:
         _process(InMemoryJournalStore())
     nameless = PydanticAgent(OpenAIChatModel("m", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1",
                                                                           api_key="k")))
+    class Ctx:  # an action context's shape; these refusals come before the turn touches it
+        anchor = journaled_call_at = None
+
     with pytest.raises(ValueError, match="needs the agent's name"):
-        asyncio.run(run_durably(object(), nameless, "go"))
+        asyncio.run(run_durably(Ctx(), nameless, "go"))
     with pytest.raises(TypeError, match="needs a pydantic_ai.Agent"):
-        asyncio.run(run_durably(object(), object(), "go"))
+        asyncio.run(run_durably(Ctx(), object(), "go"))
+    with pytest.raises(TypeError, match="needs the ctx an action of this runtime gets, got object"):
+        asyncio.run(run_durably(object(), nameless, "go", conversation="per_key"))

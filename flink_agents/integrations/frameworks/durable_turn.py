@@ -51,7 +51,9 @@ from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Seq
 
 from flink_agents.runtime.durability.ids import framework_tool_call_id, framework_turn_id
 
-__all__ = ["DurableTurn", "ToolCallView", "current_turn", "in_journaled_body", "steering_texts"]
+__all__ = [
+    "DurableTurn", "ToolCallView", "current_turn", "in_journaled_body", "require_action_context", "steering_texts",
+]
 
 # (id, name, arguments as JSON text) of one tool call in a model response.
 ToolCallView = Tuple[str, str, str]
@@ -69,6 +71,17 @@ def current_turn() -> Optional["DurableTurn"]:
     if _IN_BODY.get():
         return None
     return _CURRENT.get()
+
+
+def require_action_context(ctx: Any, framework: str) -> None:
+    """Check ``ctx`` is the context an action of this runtime gets (before
+    an integration reads its memory).
+
+    Raises:
+        TypeError: It is not.
+    """
+    if not hasattr(ctx, "anchor") or not hasattr(ctx, "journaled_call_at"):
+        raise TypeError(f"a {framework} turn needs the ctx an action of this runtime gets, got {type(ctx).__name__}")
 
 
 def in_journaled_body() -> bool:
@@ -133,10 +146,7 @@ class DurableTurn:
     """
 
     def __init__(self, ctx: Any, framework: str, agent: str, prompt: Any = None) -> None:
-        if not hasattr(ctx, "anchor") or not hasattr(ctx, "journaled_call_at"):
-            raise TypeError(
-                f"a {framework} turn needs the ctx an action of this runtime gets, got {type(ctx).__name__}"
-            )
+        require_action_context(ctx, framework)
         if not ctx.active:
             raise RuntimeError(f"{framework} turn of {agent!r} started after action {ctx.action_name!r} returned")
         if not ctx.is_async:

@@ -78,7 +78,9 @@ from google.genai import types
 from pydantic import BaseModel, PrivateAttr
 
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
-from flink_agents.integrations.frameworks.durable_turn import DurableTurn, current_turn, steering_texts
+from flink_agents.integrations.frameworks.durable_turn import (
+    DurableTurn, current_turn, require_action_context, steering_texts,
+)
 
 __all__ = ["FRAMEWORK", "JournaledLlm", "JournaledTool", "JournaledToolset", "run_durably"]
 
@@ -134,6 +136,7 @@ async def run_durably(
         ValueError: Sub-agents, an unknown ``conversation`` mode, a
             ``tool_thread_pool_config`` or bidi streaming.
     """
+    require_action_context(ctx, FRAMEWORK)
     if not isinstance(agent, LlmAgent):
         raise TypeError(f"run_durably takes a google.adk LlmAgent, got {type(agent).__name__}")
     if agent.sub_agents:

@@ -67,7 +67,9 @@ except ImportError as error:  # pragma: no cover - depends on the extra
     ) from error
 
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
-from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+from flink_agents.integrations.frameworks.durable_turn import (
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+)
 
 __all__ = [
     "DurableChatModel",
@@ -450,6 +452,7 @@ async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] =
             has a checkpointer; a bound is out of range.
         TypeError: ``graph`` has no ``ainvoke``, or ``input`` is of another type.
     """
+    require_action_context(ctx, FRAMEWORK)
     if conversation not in (None, "per_key"):
         raise ValueError(f"conversation must be None or 'per_key', got {conversation!r}")
     if not callable(getattr(graph, "ainvoke", None)):

@@ -82,7 +82,9 @@ from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
-from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+from flink_agents.integrations.frameworks.durable_turn import (
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+)
 from flink_agents.runtime.durability import codec
 
 __all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "run_durably"]
@@ -148,6 +150,7 @@ async def run_durably(
             something that cannot be made durable was asked (see the module
             docstring).
     """
+    require_action_context(ctx, FRAMEWORK)
     if not isinstance(agent, Agent):
         raise TypeError(f"run_durably needs an agents.Agent, got {type(agent).__name__}")
     items = _input_items(input)
@@ -291,7 +294,7 @@ def _project(value: Any, top: bool = False) -> Any:
 
 def _tool_digest(tool: Any) -> Any:
     if isinstance(tool, FunctionTool):
-        return {"name": tool.name, "parameters": tool.params_json_schema}
+        return {"name": tool.name, "description": tool.description, "parameters": tool.params_json_schema}
     return {"type": type(tool).__name__, "name": getattr(tool, "name", None)}
 
 

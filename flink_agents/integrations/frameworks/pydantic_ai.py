@@ -69,7 +69,9 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
-from flink_agents.integrations.frameworks.durable_turn import DurableTurn, ToolCallView, current_turn, steering_texts
+from flink_agents.integrations.frameworks.durable_turn import (
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+)
 
 __all__ = ["FRAMEWORK", "FlinkDurability", "conversation_id", "request_digest", "run_durably"]
 
@@ -229,6 +231,7 @@ async def run_durably(
         NotImplementedError: The run asks for a durable unit that is not a
             model request or a tool call, or for a streamed request.
     """
+    require_action_context(ctx, FRAMEWORK)
     if not isinstance(agent, Agent):
         raise TypeError(f"run_durably needs a pydantic_ai.Agent, got {type(agent).__name__}")
     agent_name = name or agent.name
@@ -274,7 +277,7 @@ def request_digest(messages: Sequence[Any], settings: Any, parameters: Any) -> D
     """The journal digest of a model request: ``{"messages": [{"kind",
     "instructions", "parts": [...]}], "settings", "tools", "output"}`` with
     only ``_PART_FIELDS`` per part, the model settings, the function and
-    output tools' names and JSON schemas, the output mode and object schema."""
+    output tools' names, descriptions and JSON schemas, the output mode and object schema."""
     dumped = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
     projected = [
         {
@@ -287,10 +290,10 @@ def request_digest(messages: Sequence[Any], settings: Any, parameters: Any) -> D
     return {
         "messages": projected,
         "settings": _json(settings or {}),
-        "tools": [[t.name, t.parameters_json_schema] for t in getattr(parameters, "function_tools", ()) or ()],
+        "tools": [[t.name, t.description, t.parameters_json_schema] for t in getattr(parameters, "function_tools", ()) or ()],
         "output": {
             "mode": getattr(parameters, "output_mode", None),
-            "tools": [[t.name, t.parameters_json_schema] for t in getattr(parameters, "output_tools", ()) or ()],
+            "tools": [[t.name, t.description, t.parameters_json_schema] for t in getattr(parameters, "output_tools", ()) or ()],
             "object": _json(getattr(getattr(parameters, "output_object", None), "json_schema", None)),
             "allow_text": getattr(parameters, "allow_text_output", None),
         },
