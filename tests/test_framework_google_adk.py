@@ -26,18 +26,16 @@ from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from flink_agents.integrations.frameworks.google_adk import run_durably  # noqa: E402
-from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
-from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.framework_runs import (  # noqa: E402
+    CRASH_MODES, THREE_TOOLS_COMMITS, check_one_request_turn, crash_and_recover, engine_for, first_model_reply,
+    kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+)
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
 
 CALLS: Counter = Counter()
 _SETTINGS: Dict[str, Any] = {}
-
-
-class Crash(BaseException):
-    """A simulated process crash."""
 
 
 async def double(n: int, tool_context: ToolContext) -> int:
@@ -110,21 +108,7 @@ def server() -> Any:
 
 def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k",
              config: Dict[str, Any] | None = None) -> LocalDriver:
-    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {"progress.enabled": True, **(config or {})},
-                         job_id="job", store=store)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, key, value))
-    finally:
-        engine.close()
-    return driver
-
-
-def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    commits: Dict[int, List[str]] = {}
-    for record in records:
-        commits.setdefault(record["commit"], []).append(record["kind"])
-    return commits
+    return process(AdkAgent(), store, value, key, config)
 
 
 def _user_texts(request: Dict[str, Any]) -> List[str]:
@@ -137,14 +121,9 @@ def test_a_plain_turn_commits_twice_and_a_replay_asks_and_writes_nothing(server:
     driver = _process(store)
     assert driver.outputs[0]["k"]["answer"] == "results []"
     assert store.writes == 2 and len(server.requests) == 1
-    assert _kinds_by_commit(driver.progress) == {
-        1: ["run_started", "turn_started"],
-        2: ["model_reply", "step_completed", "output", "run_finished"],
-    }
-    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
-    assert reply["content"] == "results []" and reply["tool_calls"] == []
+    check_one_request_turn(driver.progress, "results []")
     # A restore to before the record: nothing asked, nothing written, the same output.
-    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+    refuse_writes(store)
     replayed = _process(store)
     assert replayed.outputs == driver.outputs and len(server.requests) == 1
 
@@ -160,14 +139,8 @@ def test_a_round_of_three_parallel_tools_commits_four_times_in_follower_order(
     assert driver.outputs[0]["k"]["state"] == {"doubled_0": 0, "doubled_1": 2, "doubled_2": 4}
     # start | reply 1 | the three results (one group commit) | reply 2 with the run's end
     assert store.writes == 4
-    commits = _kinds_by_commit(driver.progress)
-    assert commits == {
-        1: ["run_started", "turn_started"],
-        2: ["model_reply"],
-        3: ["tool_result"] * 3,
-        4: ["model_reply", "step_completed", "output", "run_finished"],
-    }
-    first = next(r for r in driver.progress if r["kind"] == "model_reply")
+    assert kinds_by_commit(driver.progress) == THREE_TOOLS_COMMITS
+    first = first_model_reply(driver.progress)
     assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
         ("double", {"n": 0}), ("double", {"n": 1}), ("double", {"n": 2})]
     # The provider's ids (call_0..) were rewritten: the second request pairs the rewritten ones.
@@ -193,7 +166,7 @@ def test_the_tools_of_a_toolset_are_journaled_under_their_listed_names(server: A
     assert Counter({k: v for k, v in CALLS.items() if k.startswith("tool:")}) == runs
 
 
-@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
 def test_a_crash_at_every_write_recovers_without_repeating_completed_calls(
     server: AnthropicScriptedServer, mode: str,
 ) -> None:
@@ -206,17 +179,7 @@ def test_a_crash_at_every_write_recovers_without_repeating_completed_calls(
         CALLS.clear()
         server.requests.clear()
         store = InMemoryJournalStore()
-
-        def crash(entries: Any, k: int = k) -> None:
-            if store.writes + (1 if mode == "before_write" else 0) == k:
-                raise Crash(f"crash at write {k}")
-
-        hook = "after_append" if mode == "after_write" else "before_append"
-        setattr(store, hook, crash)
-        with pytest.raises(Crash):
-            _process(store)
-        setattr(store, hook, None)
-        recovered = _process(store)
+        recovered = crash_and_recover(store, mode, k, lambda: _process(store))
         # The same answer and ids (the clock is the crashed attempt's start, journaled).
         assert [(o["k"]["answer"], o["k"]["ids"][:2]) for o in recovered.outputs] == [
             (o["k"]["answer"], o["k"]["ids"][:2]) for o in expected.outputs], f"crash {mode} {k}"
@@ -238,8 +201,7 @@ def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: A
 
     server.set_reply_fn(two_rounds)
     store = InMemoryJournalStore()
-    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {"steering.enabled": True, "progress.enabled": True},
-                         job_id="job", store=store)
+    engine = progress_engine(AdkAgent(), store, {"steering.enabled": True})
     driver = LocalDriver()
 
     def steer_once(callback_context: Any, llm_response: Any) -> None:
@@ -250,10 +212,7 @@ def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: A
         return None
 
     _SETTINGS["after_model"] = steer_once
-    try:
-        asyncio.run(engine.process(driver, "k", "go"))
-    finally:
-        engine.close()
+    run_records(engine, [("k", "go")], driver)
     assert len(server.requests) == 3 and CALLS == Counter({"tool:0": 1, "tool:1": 1})
     assert _user_texts(server.requests[0]) == ["go"]
     steered = {"role": "user", "content": [{"type": "text", "text": "answer in French"}]}
@@ -269,13 +228,8 @@ def test_a_per_key_conversation_carries_whole_turns_and_reused_provider_ids_pair
     server: AnthropicScriptedServer,
 ) -> None:
     _SETTINGS.update(tools=1, conversation="per_key", max_messages=8)
-    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {}, job_id="job", store=InMemoryJournalStore())
-    driver = LocalDriver()
-    try:
-        for n in range(4):  # each turn: user, function call, function response, answer = 4 events
-            asyncio.run(engine.process(driver, "k", f"q{n}"))
-    finally:
-        engine.close()
+    # Each turn: user, function call, function response, answer = 4 events.
+    driver = run_records(engine_for(AdkAgent(), InMemoryJournalStore()), [("k", f"q{n}") for n in range(4)])
     assert [o["k"]["answer"] for o in driver.outputs] == ["results ['0']"] * 4
     assert len(server.requests) == 8 and not server.violations
     # The 4th record's first request: the whole turns of q1 and q2 (8 events
@@ -298,13 +252,7 @@ def test_ids_and_clock_come_from_the_record_and_replay_the_same(server: Anthropi
     invocation, event_id, timestamp = first.outputs[0]["k"]["ids"]
     assert invocation.startswith("e-") and other_key.outputs[0]["other"]["ids"][:2] != [invocation, event_id]
     # The key's next record: other ids.
-    engine = AgentEngine(AgentPlan.from_agent(AdkAgent()), {}, job_id="job", store=InMemoryJournalStore())
-    driver = LocalDriver()
-    try:
-        for _ in range(2):
-            asyncio.run(engine.process(driver, "k", "go"))
-    finally:
-        engine.close()
+    driver = run_records(engine_for(AdkAgent(), InMemoryJournalStore()), [("k", "go")] * 2)
     one, two = (o["k"]["ids"] for o in driver.outputs)
     assert one[:2] != two[:2] and one[2] <= two[2]
 

@@ -19,7 +19,7 @@ pytest.importorskip("google.adk")
 
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment  # noqa: E402
+from tests.support.framework_runs import collect_keyed_job  # noqa: E402
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -70,25 +70,12 @@ def _reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
 
 @pytest.mark.timeout(300)
 def test_an_adk_agent_rates_reviews_on_the_mini_cluster_with_a_conversation_per_key(tmp_path: Path) -> None:
-    from pyflink.common import Configuration
-    from pyflink.datastream import StreamExecutionEnvironment
-
     reviews = [{"product": f"p{i % 2}", "review": f"review {i} " + "*" * (1 + i % 5)} for i in range(6)]
     tool_log = tmp_path / "tool.log"
     with AnthropicScriptedServer() as server:
         server.set_reply_fn(_reply)
-        config = Configuration()
-        config.set_string("restart-strategy.type", "none")
-        config.set_string("python.executable", sys.executable)
-        env = StreamExecutionEnvironment.get_execution_environment(config)
-        env.set_parallelism(2)
-        agents_env = AgentsExecutionEnvironment.get_execution_environment(
-            env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
-        )
         agent = Agent().add_action("rate", [InputEvent], _rate, model_url=server.base_url, tool_log=str(tool_log))
-        stream = agents_env.from_datastream(env.from_collection(reviews), _key).apply(agent).to_datastream()
-        with stream.execute_and_collect("google-adk-e2e") as collected:
-            outputs = list(collected)
+        outputs = collect_keyed_job(reviews, _key, agent, "google-adk-e2e", tmp_path / "journal.db")
 
     assert len(outputs) == 6 and len(server.requests) == 12 and not server.violations
     by_review = {o["review"]: o for o in outputs}

@@ -36,19 +36,18 @@ from flink_agents.integrations.frameworks.langgraph import (  # noqa: E402
     durable_tool_node,
     run_durably,
 )
-from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
 from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.framework_runs import (  # noqa: E402
+    CRASH_MODES, check_one_request_turn, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
+    process, progress_engine, recoveries, refuse_writes, run_records, without_langsmith,
+)
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
 CALLS: Counter = Counter()
 STEERING = "answer in French"
-
-
-class Crash(BaseException):
-    """A simulated process crash."""
 
 
 @tool
@@ -128,8 +127,7 @@ class LangGraphAgent(Agent):
 @pytest.fixture(autouse=True)
 def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing goes to LangSmith (only sent when these are set)."""
-    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
+    without_langsmith(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -148,24 +146,11 @@ def server() -> Any:
 
 
 def _engine(store: InMemoryJournalStore, **config: Any) -> AgentEngine:
-    return AgentEngine(AgentPlan.from_agent(LangGraphAgent()), {"progress.enabled": True, **config},
-                       job_id="job", store=store)
+    return progress_engine(LangGraphAgent(), store, config)
 
 
 def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k") -> LocalDriver:
-    engine, driver = _engine(store), LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, key, value))
-    finally:
-        engine.close()
-    return driver
-
-
-def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    commits: Dict[int, List[str]] = {}
-    for record in records:
-        commits.setdefault(record["commit"], []).append(record["kind"])
-    return commits
+    return process(LangGraphAgent(), store, value, key)
 
 
 def test_a_plain_turn_commits_twice_and_a_replay_writes_and_asks_nothing(server: OpenAIScriptedServer) -> None:
@@ -174,14 +159,9 @@ def test_a_plain_turn_commits_twice_and_a_replay_writes_and_asks_nothing(server:
     driver = _process(store)
     assert driver.outputs[0]["k"]["answer"] == "go: [] steered by []"
     assert store.writes == 2 and len(server.requests) == 1
-    assert _kinds_by_commit(driver.progress) == {
-        1: ["run_started", "turn_started"],
-        2: ["model_reply", "step_completed", "output", "run_finished"],
-    }
-    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
-    assert reply["content"] == "go: [] steered by []" and reply["tool_calls"] == []
+    check_one_request_turn(driver.progress, "go: [] steered by []")
     # Replay on a fresh engine with the same store: nothing asked, nothing written.
-    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+    refuse_writes(store)
     replayed = _process(store)
     assert replayed.outputs == driver.outputs and len(server.requests) == 1 and CALLS["model"] == 1
 
@@ -197,10 +177,10 @@ def test_three_parallel_tool_calls_commit_four_times_and_followers_see_them_in_o
     # start | reply 1 (before the tools start) | the three results (one group
     # commit) | reply 2 with the run's end
     assert store.writes == 4 and len(server.requests) == 2
-    commits = _kinds_by_commit(driver.progress)
+    commits = kinds_by_commit(driver.progress)
     assert commits[2] == ["model_reply"] and commits[3] == ["tool_result"] * 3
     assert commits[4][0] == "model_reply"
-    first = next(r for r in driver.progress if r["kind"] == "model_reply")
+    first = first_model_reply(driver.progress)
     assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
         ("double", {"n": i}) for i in range(3)]
     # The provider's call_0.. were rewritten inside the journaled region; the
@@ -210,12 +190,12 @@ def test_three_parallel_tool_calls_commit_four_times_and_followers_see_them_in_o
     assert [m["tool_call_id"] for m in server.requests[1]["messages"][2:5]] == sent_ids
     # Replay: 0 writes, 0 requests, 0 tool calls, same output.
     CALLS.clear()
-    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+    refuse_writes(store)
     replayed = _process(store)
     assert replayed.outputs == driver.outputs and not CALLS and len(server.requests) == 2
 
 
-@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
 def test_a_crash_at_every_write_of_the_tools_turn_repeats_no_completed_call(
         server: OpenAIScriptedServer, mode: str) -> None:
     _SETTINGS["tools"] = 3
@@ -224,27 +204,10 @@ def test_a_crash_at_every_write_of_the_tools_turn_repeats_no_completed_call(
     expected = _process(expected_store)
     expected_calls = Counter(CALLS)
     assert expected_store.writes == 4
-    for k in range(1, expected_store.writes + 1):
-        CALLS.clear()
-        store = InMemoryJournalStore()
-
-        def crash(entries: Any, k: int = k) -> None:
-            if store.writes + (1 if mode == "before_write" else 0) == k:
-                raise Crash(f"crash at write {k}")
-
-        hook = "after_append" if mode == "after_write" else "before_append"
-        setattr(store, hook, crash)
-        with pytest.raises(Crash):
-            _process(store)
-        setattr(store, hook, None)
-        recovered = _process(store)
+    for k, recovered in recoveries(mode, expected_store.writes, _process, CALLS.clear):
         assert [o["k"]["answer"] for o in recovered.outputs] == [o["k"]["answer"] for o in expected.outputs]
         assert recovered.outputs[0]["k"]["ids"] == expected.outputs[0]["k"]["ids"]
-        if mode == "after_write":
-            assert CALLS == expected_calls, f"crash after write {k}: {CALLS}"
-        else:
-            for call, count in CALLS.items():
-                assert expected_calls[call] <= count <= expected_calls[call] + 1, f"{call}: crash before write {k}"
+        check_repeated_calls(mode, k, CALLS, expected_calls)
 
 
 def test_steering_sent_during_the_first_request_reaches_the_second_and_stays_in_the_state(
@@ -254,10 +217,7 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_stays_in_
     store = InMemoryJournalStore()
     engine, driver = _engine(store, **{"steering.enabled": True}), LocalDriver()
     _SETTINGS["steer"] = lambda: engine.steer(driver, "k", STEERING)
-    try:
-        asyncio.run(engine.process(driver, "k", "go"))
-    finally:
-        engine.close()
+    run_records(engine, [("k", "go")], driver)
     assert driver.outputs[0]["k"]["answer"] == f"go: ['0'] steered by ['{STEERING}']"
     assert [m["role"] for m in server.requests[0]["messages"]] == ["user"]
     second = server.requests[1]["messages"]
@@ -305,13 +265,7 @@ def test_ids_come_from_the_record_equal_on_replay_differ_across_records_and_keys
     first = _process(store).outputs[0]["k"]["ids"]
     replayed = _process(store).outputs[0]["k"]["ids"]
     other_key = _process(InMemoryJournalStore(), key="other").outputs[0]["other"]["ids"]
-    other_store = InMemoryJournalStore()
-    engine, driver = _engine(other_store), LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, "k", "go"))
-        asyncio.run(engine.process(driver, "k", "go"))  # the key's next record
-    finally:
-        engine.close()
+    driver = run_records(_engine(InMemoryJournalStore()), [("k", "go"), ("k", "go")])  # then the key's next record
     next_record = driver.outputs[1]["k"]["ids"]
     assert first == replayed and len(first) == 5  # root run id + user, reply, tool result, reply
     assert all(uuid.UUID(i) for i in first)  # no lc_run-- or provider ids
@@ -349,11 +303,7 @@ def test_the_building_blocks_in_a_graph_of_ones_own(server: OpenAIScriptedServer
             ctx.send_event(OutputEvent(output=state["messages"][-1].content))
 
     store = InMemoryJournalStore()
-    engine, driver = AgentEngine(AgentPlan.from_agent(OwnGraphAgent()), {}, job_id="job", store=store), LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, "k", "go"))
-    finally:
-        engine.close()
+    driver = run_records(engine_for(OwnGraphAgent(), store), [("k", "go")])
     assert driver.outputs == [{"k": "go: ['0', '2'] steered by []"}] and store.writes == 4
     assert len(seen) == 2 and CALLS["tool:0"] == CALLS["tool:1"] == 1
 
@@ -387,11 +337,7 @@ def test_typed_output_through_with_structured_output_is_journaled_and_replayed(s
 
     store = InMemoryJournalStore()
     for _ in range(2):  # the second run replays
-        engine, driver = AgentEngine(AgentPlan.from_agent(Judge()), {}, job_id="job", store=store), LocalDriver()
-        try:
-            asyncio.run(engine.process(driver, "k", "a kettle"))
-        finally:
-            engine.close()
+        driver = run_records(engine_for(Judge(), store), [("k", "a kettle")])
         assert driver.outputs == [{"k": {"score": 4, "reason": "sturdy"}}]
     assert store.writes == 2 and len(server.requests) == 1
     assert server.requests[0]["tool_choice"] == "required"
@@ -405,7 +351,7 @@ async def _refused_in_a_turn(graph: Any, value: Any = "go", **kwargs: Any) -> No
         async def respond(event: InputEvent, ctx: Any) -> None:
             await run_durably(ctx, graph, value, **kwargs)
 
-    engine = AgentEngine(AgentPlan.from_agent(Refusing()), {}, job_id="job", store=InMemoryJournalStore())
+    engine = engine_for(Refusing(), InMemoryJournalStore())
     try:
         await engine.process(LocalDriver(), "k", "go")
     finally:

@@ -24,7 +24,7 @@ pytest.importorskip("langchain_openai")
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
-from flink_agents.api.execution_environment import AgentsExecutionEnvironment  # noqa: E402
+from tests.support.framework_runs import collect_keyed_job, without_langsmith  # noqa: E402
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -92,29 +92,11 @@ def _scripted_model(request: Dict[str, Any], index: int) -> Dict[str, Any]:
 
 def test_a_langgraph_agent_on_the_mini_cluster_keeps_a_per_key_conversation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyflink.common import Configuration
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
-        monkeypatch.delenv(name, raising=False)  # nothing goes to LangSmith
+    without_langsmith(monkeypatch)  # nothing goes to LangSmith
     with OpenAIScriptedServer() as server:
         server.set_reply_fn(_scripted_model)
-        config = Configuration()
-        config.set_string("restart-strategy.type", "none")
-        config.set_string("python.executable", sys.executable)
-        env = StreamExecutionEnvironment.get_execution_environment(config)
-        env.set_parallelism(2)
-        agents_env = AgentsExecutionEnvironment.get_execution_environment(
-            env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
-        )
         records = [{**review, "url": server.base_url} for review in REVIEWS]
-        stream = (
-            agents_env.from_datastream(env.from_collection(records), _product)
-            .apply(ReviewGraphAgent())
-            .to_datastream()
-        )
-        with stream.execute_and_collect("langgraph-e2e") as collected:
-            outputs = list(collected)
+        outputs = collect_keyed_job(records, _product, ReviewGraphAgent(), "langgraph-e2e", tmp_path / "journal.db")
         requests = list(server.requests)
 
     by_product: Dict[str, list] = {}

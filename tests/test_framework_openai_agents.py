@@ -27,19 +27,18 @@ from flink_agents.api.agents.agent import Agent as FlinkAgent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from flink_agents.integrations.frameworks.openai_agents import run_durably  # noqa: E402
-from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
 from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.framework_runs import (  # noqa: E402
+    CRASH_MODES, Crash, check_one_request_turn, crash_and_recover, crash_at_write, disarm, first_model_reply,
+    kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+)
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
 TOOL_CALLS: Counter = Counter()
 SEEN: Dict[str, Any] = {}
-
-
-class Crash(BaseException):
-    """A simulated process crash."""
 
 
 @function_tool
@@ -114,32 +113,12 @@ def _reset() -> Any:
 
 
 def _engine(store: InMemoryJournalStore, config: Optional[Dict[str, Any]] = None) -> AgentEngine:
-    return AgentEngine(
-        AgentPlan.from_agent(OpenAIAgentsAgent()), {"progress.enabled": True, **(config or {})},
-        job_id="job", store=store,
-    )
+    return progress_engine(OpenAIAgentsAgent(), store, config)
 
 
 def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k",
              config: Optional[Dict[str, Any]] = None) -> LocalDriver:
-    engine = _engine(store, config)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, key, value))
-    finally:
-        engine.close()
-    return driver
-
-
-def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    commits: Dict[int, List[str]] = {}
-    for record in records:
-        commits.setdefault(record["commit"], []).append(record["kind"])
-    return commits
-
-
-def _no_writes(entries: Any) -> None:
-    raise AssertionError("a replay wrote to the journal")
+    return process(OpenAIAgentsAgent(), store, value, key, config)
 
 
 def test_a_plain_turn_commits_twice_and_a_replay_asks_and_writes_nothing() -> None:
@@ -149,18 +128,13 @@ def test_a_plain_turn_commits_twice_and_a_replay_asks_and_writes_nothing() -> No
         driver = _process(store)
         assert driver.outputs == [{"k": {"answer": "fine", "items": 1}}]
         assert store.writes == 2 and len(server.requests) == 1
-        assert _kinds_by_commit(driver.progress) == {
-            1: ["run_started", "turn_started"],
-            2: ["model_reply", "step_completed", "output", "run_finished"],
-        }
-        reply = next(r for r in driver.progress if r["kind"] == "model_reply")
-        assert reply["content"] == "fine" and reply["tool_calls"] == []
+        check_one_request_turn(driver.progress, "fine")
         request = server.requests[0]
         assert request["messages"] == [
             {"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "go"}]
         assert request.get("stream") in (None, False)
 
-        store.before_append = _no_writes
+        refuse_writes(store)
         replayed = _process(store)
         assert replayed.outputs == driver.outputs and len(server.requests) == 1
 
@@ -175,11 +149,11 @@ def test_a_round_of_three_parallel_tools_commits_four_times_and_followers_see_it
         # start | reply 1 (before the tools start) | the three results (they
         # land in one loop turn: one group commit) | reply 2 with the run's end
         assert store.writes == 4 and len(server.requests) == 2
-        commits = _kinds_by_commit(driver.progress)
+        commits = kinds_by_commit(driver.progress)
         assert commits[2] == ["model_reply"] and commits[3] == ["tool_result"] * 3
         kinds = [r["kind"] for r in driver.progress if r["kind"] in ("model_reply", "tool_result")]
         assert kinds == ["model_reply", "tool_result", "tool_result", "tool_result", "model_reply"]
-        first = next(r for r in driver.progress if r["kind"] == "model_reply")
+        first = first_model_reply(driver.progress)
         assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
             ("double", {"n": 1}), ("double", {"n": 2}), ("double", {"n": 3})]
         # The second request carries the rewritten ids, each answered.
@@ -189,12 +163,12 @@ def test_a_round_of_three_parallel_tools_commits_four_times_and_followers_see_it
         assert [(m["tool_call_id"], m["content"]) for m in messages[3:]] == list(zip(asked, ["2", "4", "6"]))
 
         TOOL_CALLS.clear()
-        store.before_append = _no_writes
+        refuse_writes(store)
         replayed = _process(store)
         assert replayed.outputs == driver.outputs and len(server.requests) == 2 and not TOOL_CALLS
 
 
-@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
 def test_a_crash_at_every_write_of_a_tool_turn_recovers_without_repeating_completed_calls(mode: str) -> None:
     with OpenAIScriptedServer() as server:
         server.set_reply_fn(lambda body, index: THREE_TOOLS if len(body["messages"]) == 2 else _answer("12"))
@@ -207,16 +181,7 @@ def test_a_crash_at_every_write_of_a_tool_turn_recovers_without_repeating_comple
             TOOL_CALLS.clear()
             asked_before = len(server.requests)
             store = InMemoryJournalStore()
-
-            def crash(entries: Any, k: int = k, store: InMemoryJournalStore = store) -> None:
-                if store.writes + (1 if mode == "before_write" else 0) == k:
-                    raise Crash(f"crash at write {k}")
-
-            setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
-            with pytest.raises(Crash):
-                _process(store)
-            setattr(store, "after_append" if mode == "after_write" else "before_append", None)
-            recovered = _process(store)
+            recovered = crash_and_recover(store, mode, k, lambda: _process(store))
             assert recovered.outputs == expected.outputs, f"crash {mode} {k}"
             tools, requests = sum(TOOL_CALLS.values()), len(server.requests) - asked_before
             if mode == "after_write":
@@ -278,14 +243,7 @@ def test_a_per_key_conversation_reuses_provider_call_ids_and_is_bounded_by_whole
         SETTINGS["agent"] = lambda: _agent(server, [double])
         # Each turn stores 4 items: user, function_call, function_call_output, assistant message.
         SETTINGS["kwargs"] = {"conversation": "per_key", "conversation_max_messages": 8}
-        engine = _engine(InMemoryJournalStore())
-        driver = LocalDriver()
-        try:
-            for n in range(4):
-                asyncio.run(engine.process(driver, "k", f"q{n}"))
-            asyncio.run(engine.process(driver, "other", "q-other"))
-        finally:
-            engine.close()
+        run_records(_engine(InMemoryJournalStore()), [("k", f"q{n}") for n in range(4)] + [("other", "q-other")])
         assert len(server.requests) == 10
         # Before the 4th turn's first request: the whole turns of q1 and q2, then q3.
         last = server.requests[6]["messages"]
@@ -317,12 +275,7 @@ def test_the_runs_ids_come_from_the_record_and_tracing_is_off() -> None:
         assert _process(store).outputs == first.outputs and TOOL_CALLS["whoami"] == 2
         other = json.loads(_process(InMemoryJournalStore(), key="other").outputs[0]["other"]["answer"])
         assert other["trace_id"] != ids["trace_id"] and other["group_id"] != ids["group_id"]
-        engine, driver = _engine(InMemoryJournalStore()), LocalDriver()
-        try:
-            asyncio.run(engine.process(driver, "k", "go"))
-            asyncio.run(engine.process(driver, "k", "go"))
-        finally:
-            engine.close()
+        driver = run_records(_engine(InMemoryJournalStore()), [("k", "go"), ("k", "go")])
         first_ids, second_ids = (json.loads(o["k"]["answer"]) for o in driver.outputs)
         assert first_ids == ids and second_ids["trace_id"] != ids["trace_id"]
 
@@ -355,14 +308,10 @@ def test_a_replay_that_asks_the_model_something_else_is_refused() -> None:
         SETTINGS["agent"] = lambda: _agent(server, [double], model_settings=ModelSettings(temperature=0.1))
         store = InMemoryJournalStore()
 
-        def crash(entries: Any) -> None:
-            if store.writes == 2:  # after reply 1 is durable
-                raise Crash("crash")
-
-        store.after_append = crash
+        crash_at_write(store, "after_write", 2)  # after reply 1 is durable
         with pytest.raises(Crash):
             _process(store)
-        store.after_append = None
+        disarm(store, "after_write")
         assert server.requests[0]["temperature"] == 0.1
         # The replay's agent asks with other settings: told so, not given the old reply.
         SETTINGS["agent"] = lambda: _agent(server, [double], model_settings=ModelSettings(temperature=0.9))
@@ -390,7 +339,7 @@ def test_agents_reached_by_handoffs_are_journaled_too(given_as: str) -> None:
         worker_messages = server.requests[2]["messages"]
         assert "call_0" not in json.dumps(worker_messages)
         TOOL_CALLS.clear()
-        store.before_append = _no_writes
+        refuse_writes(store)
         assert _process(store).outputs == driver.outputs and len(server.requests) == 3 and not TOOL_CALLS
 
 
@@ -412,7 +361,7 @@ def test_an_agent_used_as_a_tool_is_one_journaled_tool_call() -> None:
         assert [r["tool"] for r in results] == ["helper"] and "helped" in json.dumps(results)
         # The user's filter saw every request, the helper's included.
         assert SEEN["filtered"] == 3
-        store.before_append = _no_writes
+        refuse_writes(store)
         assert _process(store, config={"steering.enabled": True}).outputs == driver.outputs
         assert len(server.requests) == 3
 
@@ -435,7 +384,7 @@ def test_a_typed_output_is_asked_with_its_schema_and_replayed_as_the_same_object
         answer = driver.outputs[0]["k"]["answer"]
         assert isinstance(answer, Verdict) and answer == Verdict(score=2, reason="crushed box")
         assert server.requests[0]["response_format"]["type"] == "json_schema"
-        store.before_append = _no_writes
+        refuse_writes(store)
         assert _process(store).outputs == driver.outputs and len(server.requests) == 1
 
 

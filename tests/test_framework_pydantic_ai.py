@@ -24,18 +24,17 @@ from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from flink_agents.integrations.frameworks.pydantic_ai import request_digest, run_durably  # noqa: E402
-from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
 from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.framework_runs import (  # noqa: E402
+    CRASH_MODES, THREE_TOOLS_COMMITS, Crash, check_one_request_turn, check_repeated_calls, crash_and_recover,
+    first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+)
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
 CALLS: Counter = Counter()
 SETTINGS: Dict[str, Any] = {}
-
-
-class Crash(BaseException):
-    """A simulated process crash."""
 
 
 class Verdict(BaseModel):
@@ -97,25 +96,11 @@ def _reset() -> Any:
 
 
 def _engine(store: InMemoryJournalStore, config: Dict[str, Any] | None = None) -> AgentEngine:
-    return AgentEngine(AgentPlan.from_agent(PydanticAIAgent()), {"progress.enabled": True, **(config or {})},
-                       job_id="job", store=store)
+    return progress_engine(PydanticAIAgent(), store, config)
 
 
 def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k", config: Dict[str, Any] | None = None):
-    engine = _engine(store, config)
-    driver = LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, key, value))
-    finally:
-        engine.close()
-    return driver
-
-
-def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    commits: Dict[int, List[str]] = {}
-    for record in records:
-        commits.setdefault(record["commit"], []).append(record["kind"])
-    return commits
+    return process(PydanticAIAgent(), store, value, key, config)
 
 
 def test_a_plain_turn_commits_twice_and_a_replay_writes_and_asks_nothing() -> None:
@@ -125,14 +110,9 @@ def test_a_plain_turn_commits_twice_and_a_replay_writes_and_asks_nothing() -> No
         driver = _process(store)
         assert store.writes == 2 and len(server.requests) == 1
         assert driver.outputs[0]["k"]["answer"] == "fine"
-        assert _kinds_by_commit(driver.progress) == {
-            1: ["run_started", "turn_started"],
-            2: ["model_reply", "step_completed", "output", "run_finished"],
-        }
-        reply = next(r for r in driver.progress if r["kind"] == "model_reply")
-        assert reply["content"] == "fine" and reply["tool_calls"] == []
+        check_one_request_turn(driver.progress, "fine")
         # Replay the record on a fresh engine: nothing written, nothing asked.
-        store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
+        refuse_writes(store)
         replayed = _process(store)
         assert len(server.requests) == 1 and replayed.outputs == driver.outputs
 
@@ -146,13 +126,8 @@ def test_a_round_of_three_parallel_tools_commits_four_times_and_followers_see_it
         assert CALLS == Counter({"tool:0": 1, "tool:1": 1, "tool:2": 1}) and len(server.requests) == 2
         # start | reply 1 (committed before the tools start) | the three results | reply 2 with the end
         assert store.writes == 4
-        assert _kinds_by_commit(driver.progress) == {
-            1: ["run_started", "turn_started"],
-            2: ["model_reply"],
-            3: ["tool_result"] * 3,
-            4: ["model_reply", "step_completed", "output", "run_finished"],
-        }
-        first = next(r for r in driver.progress if r["kind"] == "model_reply")
+        assert kinds_by_commit(driver.progress) == THREE_TOOLS_COMMITS
+        first = first_model_reply(driver.progress)
         assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
             ("double", {"n": i}) for i in range(3)]
         results = [r for r in driver.progress if r["kind"] == "tool_result"]
@@ -171,7 +146,7 @@ def test_a_round_of_three_parallel_tools_commits_four_times_and_followers_see_it
         assert replayed.outputs == driver.outputs
 
 
-@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
 def test_a_crash_at_every_write_of_a_tool_turn_recovers_without_repeating_completed_calls(mode: str) -> None:
     script = [_tool_calls(3), _answer("0, 2 and 4")]
     with OpenAIScriptedServer(script) as reference:
@@ -183,30 +158,19 @@ def test_a_crash_at_every_write_of_a_tool_turn_recovers_without_repeating_comple
     for k in range(1, expected_store.writes + 1):
         CALLS.clear()
         store = InMemoryJournalStore()
-
-        def crash(entries: Any, k: int = k) -> None:
-            if store.writes + (1 if mode == "before_write" else 0) == k:
-                raise Crash(f"crash at write {k}")
-
-        hook = "after_append" if mode == "after_write" else "before_append"
         with OpenAIScriptedServer(script * 2) as server:
             SETTINGS["agent"] = _agent(server.base_url)
-            setattr(store, hook, crash)
-            with pytest.raises(Crash):
-                _process(store)
-            setattr(store, hook, None)
-            recovered = _process(store)
+            recovered = crash_and_recover(store, mode, k, lambda: _process(store))
             requests = [len([m for m in r["messages"] if m["role"] == "tool"]) for r in server.requests]
         assert [o["k"]["answer"] for o in recovered.outputs] == [o["k"]["answer"] for o in expected.outputs]
         assert [o["k"]["run_id"] for o in recovered.outputs] == [o["k"]["run_id"] for o in expected.outputs]
+        # After the write: whatever was committed is replayed, each request and
+        # tool ran once. Before it: the write had not committed, its calls may
+        # run again (at most once more).
+        check_repeated_calls(mode, k, CALLS, expected_calls)
         if mode == "after_write":
-            # Whatever was committed is replayed: each request and tool ran once.
-            assert CALLS == expected_calls, f"crash after write {k}: {CALLS}"
             assert requests == [0, 3], f"crash after write {k}: {requests}"
         else:
-            # The write that failed had not committed: its calls may run again (at most once more).
-            for call, count in CALLS.items():
-                assert expected_calls[call] <= count <= expected_calls[call] + 1, f"{call}: crash before write {k}"
             assert requests.count(0) <= 2 and requests.count(3) <= 2 and len(requests) >= 2
 
 
@@ -237,10 +201,7 @@ def test_steering_sent_while_the_first_request_runs_reaches_the_next_requests_th
     with OpenAIScriptedServer() as server:
         server.set_reply_fn(reply)
         SETTINGS["agent"] = _agent(server.base_url)
-        try:
-            asyncio.run(engine.process(driver, "k", "go"))
-        finally:
-            engine.close()
+        run_records(engine, [("k", "go")], driver)
     assert driver.outputs[0]["k"]["answer"] == "zéro"
     # Request 1: after the first tool result. Request 2: still there, once
     # (kept in the run's history, not re-added).
@@ -255,15 +216,10 @@ def test_a_per_key_conversation_carries_history_bounded_by_whole_turns_with_reus
     script = [_tool_calls(1), _answer("a0"), _tool_calls(1), _answer("a1"), _tool_calls(1), _answer("a2")]
     store = InMemoryJournalStore()
     engine = _engine(store)
-    driver = LocalDriver()
     with OpenAIScriptedServer(script) as server:
         SETTINGS["agent"] = _agent(server.base_url)
         SETTINGS["kwargs"] = {"conversation": "per_key", "conversation_max_messages": 4}
-        try:
-            for value in ("q0", "q1", "q2"):
-                asyncio.run(engine.process(driver, "k", value))
-        finally:
-            engine.close()
+        driver = run_records(engine, [("k", value) for value in ("q0", "q1", "q2")])
     assert [o["k"]["answer"] for o in driver.outputs] == ["a0", "a1", "a2"]
     # The second turn's first request: turn q0 whole, then q1.
     second = server.requests[2]["messages"]
@@ -293,7 +249,7 @@ def test_a_typed_output_is_journaled_in_the_response_and_replays() -> None:
         replayed = _process(store)
         assert len(server.requests) == 1 and store.writes == 2
     assert driver.outputs[0]["k"]["answer"] == {"score": 4, "reasons": ["fast"]} and replayed.outputs == driver.outputs
-    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
+    reply = first_model_reply(driver.progress)
     assert [c["name"] for c in reply["tool_calls"]] == ["final_result"]
 
 
@@ -324,13 +280,8 @@ def test_run_ids_are_equal_across_a_replay_and_differ_across_records_and_keys() 
         first = _process(store)
         replayed = _process(store)
         other_key = _process(InMemoryJournalStore(), key="other")
-        engine = _engine(InMemoryJournalStore())
-        driver = LocalDriver()
-        try:  # two records of key k on one host: seq 0, then seq 1
-            for value in ("go", "again"):
-                asyncio.run(engine.process(driver, "k", value))
-        finally:
-            engine.close()
+        # Two records of key k on one host: seq 0, then seq 1.
+        driver = run_records(_engine(InMemoryJournalStore()), [("k", "go"), ("k", "again")])
     ids = first.outputs[0]["k"]
     assert replayed.outputs[0]["k"] == ids
     assert other_key.outputs[0]["other"]["run_id"] != ids["run_id"]

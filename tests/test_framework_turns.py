@@ -17,17 +17,15 @@ from flink_agents.api.decorators import action
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import DurableTurn, current_turn, steering_texts
-from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.framework_runs import (
+    CRASH_MODES, ONE_REQUEST_COMMITS, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit, process,
+    progress_engine, recoveries, refuse_writes, run_records,
+)
 
 CALLS: Counter = Counter()
 SEEN_REQUESTS: List[List[Dict[str, Any]]] = []
-
-
-class Crash(BaseException):
-    """A simulated process crash."""
 
 
 def _model(history: List[Dict[str, Any]], tools: int) -> Dict[str, Any]:
@@ -117,57 +115,35 @@ def _reset() -> Any:
     yield
 
 
-def _process(store: InMemoryJournalStore, value: Any = "go", config: Dict[str, Any] | None = None,
-             engine: AgentEngine | None = None, driver: LocalDriver | None = None, key: str = "k"):
-    own = engine is None
-    engine = engine or AgentEngine(
-        AgentPlan.from_agent(FakeFrameworkAgent()), {"progress.enabled": True, **(config or {})},
-        job_id="job", store=store,
-    )
-    driver = driver or LocalDriver()
-    try:
-        asyncio.run(engine.process(driver, key, value))
-    finally:
-        if own:
-            engine.close()
-    return engine, driver
-
-
-def _kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
-    commits: Dict[int, List[str]] = {}
-    for record in records:
-        commits.setdefault(record["commit"], []).append(record["kind"])
-    return commits
+def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k") -> LocalDriver:
+    return process(FakeFrameworkAgent(), store, value, key)
 
 
 def test_a_plain_framework_turn_commits_twice_and_a_replay_writes_nothing() -> None:
     store = InMemoryJournalStore()
-    engine, driver = _process(store)
+    driver = _process(store)
     assert store.writes == 2 and CALLS == Counter({"model": 1})
-    assert _kinds_by_commit(driver.progress) == {
-        1: ["run_started", "turn_started"],
-        2: ["model_reply", "step_completed", "output", "run_finished"],
-    }
+    assert kinds_by_commit(driver.progress) == ONE_REQUEST_COMMITS
     first_output = driver.outputs
     # Replay the run (a restore to before the record): nothing is asked, nothing written.
     CALLS.clear()
-    store.before_append = lambda entries: (_ for _ in ()).throw(AssertionError("a replay wrote"))
-    _, replayed = _process(store)
+    refuse_writes(store)
+    replayed = _process(store)
     assert replayed.outputs == first_output and not CALLS
 
 
 def test_a_round_of_three_instant_parallel_tools_commits_four_times() -> None:
     _SETTINGS["tools"] = 3
     store = InMemoryJournalStore()
-    _, driver = _process(store)
+    driver = _process(store)
     assert driver.outputs[0]["k"]["answer"] == "sum of [0, 2, 4] steered by []"
     assert CALLS == Counter({"model": 2, "tool:0": 1, "tool:1": 1, "tool:2": 1})
     # start | reply 1 (before the tools start) | the three results (one group
     # commit: they land in one loop turn) | reply 2 with the run's end
     assert store.writes == 4
-    commits = _kinds_by_commit(driver.progress)
+    commits = kinds_by_commit(driver.progress)
     assert commits[2] == ["model_reply"] and commits[3] == ["tool_result"] * 3
-    reply = next(r for r in driver.progress if r["kind"] == "model_reply")
+    reply = first_model_reply(driver.progress)
     assert [c["name"] for c in reply["tool_calls"]] == ["double"] * 3
 
 
@@ -175,13 +151,7 @@ def test_tool_call_ids_are_rewritten_per_request_so_provider_ids_reused_across_t
     _SETTINGS["tools"] = 2
     _SETTINGS["conversation"] = FrameworkConversation("fake", "assistant")
     store = InMemoryJournalStore()
-    engine = AgentEngine(AgentPlan.from_agent(FakeFrameworkAgent()), {}, job_id="job", store=store)
-    driver = LocalDriver()
-    try:
-        for value in ("one", "two"):
-            asyncio.run(engine.process(driver, "k", value))
-    finally:
-        engine.close()
+    run_records(engine_for(FakeFrameworkAgent(), store), [("k", "one"), ("k", "two")])
     last = SEEN_REQUESTS[-1]
     call_ids = [c["id"] for m in last if m["role"] == "assistant" for c in m["tool_calls"]]
     assert len(call_ids) == 4 == len(set(call_ids))  # call_0, call_1 twice from the provider
@@ -190,44 +160,25 @@ def test_tool_call_ids_are_rewritten_per_request_so_provider_ids_reused_across_t
     assert [m["content"] for m in last if m["role"] == "user"] == ["one", "two"]
 
 
-@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
 def test_a_crash_at_every_write_of_a_framework_turn_recovers_without_repeating_completed_calls(mode: str) -> None:
     _SETTINGS["tools"] = 3
     expected_store = InMemoryJournalStore()
-    _, expected = _process(expected_store)
+    expected = _process(expected_store)
     expected_calls = Counter(CALLS)
     writes = expected_store.writes
     assert writes == 4
-    for k in range(1, writes + 1):
-        CALLS.clear()
-        store = InMemoryJournalStore()
-
-        def crash(entries: Any, k: int = k) -> None:
-            if store.writes + (1 if mode == "before_write" else 0) == k:
-                raise Crash(f"crash at write {k}")
-
-        setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
-        with pytest.raises(Crash):
-            _process(store)
-        setattr(store, "after_append" if mode == "after_write" else "before_append", None)
-        _, recovered = _process(store)
+    for k, recovered in recoveries(mode, writes, _process, CALLS.clear):
         # The same answer and ids (the clock is the crashed attempt's start, journaled).
         assert [(o["k"]["answer"], o["k"]["ids"][:2]) for o in recovered.outputs] == [
             (o["k"]["answer"], o["k"]["ids"][:2]) for o in expected.outputs], f"crash {mode} {k}"
-        if mode == "after_write":
-            assert CALLS == expected_calls, f"crash after write {k}: {CALLS}"
-        else:
-            for call, count in CALLS.items():
-                assert expected_calls[call] <= count <= expected_calls[call] + 1, f"{call}: crash before write {k}"
+        check_repeated_calls(mode, k, CALLS, expected_calls)
 
 
 def test_steering_reaches_the_turn_before_its_next_model_request() -> None:
     _SETTINGS["tools"] = 1
     store = InMemoryJournalStore()
-    engine = AgentEngine(
-        AgentPlan.from_agent(FakeFrameworkAgent()), {"steering.enabled": True, "progress.enabled": True},
-        job_id="job", store=store,
-    )
+    engine = progress_engine(FakeFrameworkAgent(), store, {"steering.enabled": True})
     driver = LocalDriver()
     original = _model
 
@@ -238,10 +189,9 @@ def test_steering_reaches_the_turn_before_its_next_model_request() -> None:
 
     globals()["_model"] = steered
     try:
-        asyncio.run(engine.process(driver, "k", "go"))
+        run_records(engine, [("k", "go")], driver)
     finally:
         globals()["_model"] = original
-        engine.close()
     assert driver.outputs[0]["k"]["answer"] == "sum of [0] steered by ['answer in French']"
     assert [m["content"] for m in SEEN_REQUESTS[1] if m["role"] == "user"] == ["go", "answer in French"]
     assert "steering_consumed" in [r["kind"] for r in driver.progress]
@@ -249,9 +199,9 @@ def test_steering_reaches_the_turn_before_its_next_model_request() -> None:
 
 def test_ids_and_clock_come_from_the_record_and_replay_the_same() -> None:
     store = InMemoryJournalStore()
-    _, first = _process(store)
-    _, replayed = _process(store)
-    _, other_key = _process(InMemoryJournalStore(), key="other")
+    first = _process(store)
+    replayed = _process(store)
+    other_key = _process(InMemoryJournalStore(), key="other")
     assert first.outputs == replayed.outputs
     assert first.outputs[0]["k"]["ids"][:2] != other_key.outputs[0]["other"]["ids"][:2]
 
@@ -260,13 +210,8 @@ def test_a_framework_conversation_is_bounded_by_whole_turns() -> None:
     _SETTINGS["tools"] = 1
     conversation = FrameworkConversation("fake", "assistant", max_messages=8)
     _SETTINGS["conversation"] = conversation
-    engine = AgentEngine(AgentPlan.from_agent(FakeFrameworkAgent()), {}, job_id="job", store=InMemoryJournalStore())
-    driver = LocalDriver()
-    try:
-        for n in range(4):  # each turn: user, assistant (1 call), tool, assistant = 4 messages
-            asyncio.run(engine.process(driver, "k", f"q{n}"))
-    finally:
-        engine.close()
+    # Each turn: user, assistant (1 call), tool, assistant = 4 messages.
+    run_records(engine_for(FakeFrameworkAgent(), InMemoryJournalStore()), [("k", f"q{n}") for n in range(4)])
     # Before the 4th turn's first request, at most 8 stored messages: the
     # whole turns of q1 and q2 (4 messages each), then the new prompt.
     last = SEEN_REQUESTS[-2]

@@ -1,0 +1,191 @@
+"""Shared by the framework integration tests (``tests/test_framework_*.py``):
+records run on the in-process engine, progress grouped by commit, crashes at
+the k-th journal write, and (for ``*_e2e``) a keyed job on the mini-cluster.
+Nothing here is shipped to Python workers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar
+
+import pytest
+
+from flink_agents.api.agents.agent import Agent
+from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.flink_jobs import mini_cluster_env
+
+T = TypeVar("T")
+
+# The two places a crash can hit a journal write: once it is durable, or just before.
+CRASH_MODES = ("after_write", "before_write")
+
+# Set, LangChain sends traces to LangSmith.
+LANGSMITH_VARIABLES = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
+
+
+class Crash(BaseException):
+    """A simulated process crash."""
+
+
+def engine_for(agent: Agent, store: InMemoryJournalStore, config: Optional[Mapping[str, Any]] = None) -> AgentEngine:
+    """An engine running ``agent`` with exactly ``config`` over ``store``."""
+    return AgentEngine(AgentPlan.from_agent(agent), dict(config or {}), job_id="job", store=store)
+
+
+def progress_engine(
+    agent: Agent, store: InMemoryJournalStore, config: Optional[Mapping[str, Any]] = None,
+) -> AgentEngine:
+    """An engine running ``agent`` over ``store`` with progress records on
+    (``progress.enabled``) and ``config`` on top."""
+    return engine_for(agent, store, {"progress.enabled": True, **(config or {})})
+
+
+def run_records(
+    engine: AgentEngine, records: Iterable[Tuple[Any, Any]], driver: Optional[LocalDriver] = None,
+) -> LocalDriver:
+    """Process ``(key, value)`` records in order on ``engine`` (each on an
+    event loop of its own), then close the engine; the driver (a new one
+    unless given) holds the outputs and progress records."""
+    driver = LocalDriver() if driver is None else driver
+    try:
+        for key, value in records:
+            asyncio.run(engine.process(driver, key, value))
+    finally:
+        engine.close()
+    return driver
+
+
+def process(
+    agent: Agent, store: InMemoryJournalStore, value: Any = "go", key: Any = "k",
+    config: Optional[Mapping[str, Any]] = None,
+) -> LocalDriver:
+    """Process one record on a fresh progress engine over ``store``: what a
+    restore to before the record looks like (a second call with the same
+    store replays what the first journaled). Raises what the run raises."""
+    return run_records(progress_engine(agent, store, config), [(key, value)])
+
+
+# The progress records of a turn, by commit: one model request and no tool
+# (the start, then the answer with the run's end).
+ONE_REQUEST_COMMITS = {
+    1: ["run_started", "turn_started"],
+    2: ["model_reply", "step_completed", "output", "run_finished"],
+}
+# One round of three parallel tools: the start | reply 1 (before the tools
+# start) | the three results (one group commit) | reply 2 with the run's end.
+THREE_TOOLS_COMMITS = {
+    1: ["run_started", "turn_started"],
+    2: ["model_reply"],
+    3: ["tool_result"] * 3,
+    4: ["model_reply", "step_completed", "output", "run_finished"],
+}
+
+
+def first_model_reply(progress: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The first ``model_reply`` among the progress records."""
+    return next(r for r in progress if r["kind"] == "model_reply")
+
+
+def kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
+    """The kinds of progress records, grouped by the commit they came with."""
+    commits: Dict[int, List[str]] = {}
+    for record in records:
+        commits.setdefault(record["commit"], []).append(record["kind"])
+    return commits
+
+
+def _no_writes(entries: Any) -> None:
+    raise AssertionError("a replay wrote to the journal")
+
+
+def refuse_writes(store: InMemoryJournalStore) -> None:
+    """Make any further write to ``store`` fail the test (a replay writes nothing)."""
+    store.before_append = _no_writes
+
+
+def _hook(mode: str) -> str:
+    return "after_append" if mode == "after_write" else "before_append"
+
+
+def crash_at_write(store: InMemoryJournalStore, mode: str, k: int) -> None:
+    """Arm ``store`` to raise ``Crash`` at its k-th write: once the write is
+    durable (``mode`` "after_write") or just before it ("before_write")."""
+
+    def crash(entries: Any) -> None:
+        if store.writes + (1 if mode == "before_write" else 0) == k:
+            raise Crash(f"crash at write {k}")
+
+    setattr(store, _hook(mode), crash)
+
+
+def disarm(store: InMemoryJournalStore, mode: str) -> None:
+    """Undo ``crash_at_write(store, mode, ...)``."""
+    setattr(store, _hook(mode), None)
+
+
+def crash_and_recover(store: InMemoryJournalStore, mode: str, k: int, run: Callable[[], T]) -> T:
+    """``run()`` crashing at write k of ``store`` (see ``crash_at_write``),
+    then ``run()`` again without the crash: what it returns."""
+    crash_at_write(store, mode, k)
+    with pytest.raises(Crash):
+        run()
+    disarm(store, mode)
+    return run()
+
+
+def recoveries(
+    mode: str, writes: int, run: Callable[[InMemoryJournalStore], T], reset: Callable[[], Any],
+) -> Iterator[Tuple[int, T]]:
+    """For each write k of a run that writes ``writes`` times: ``reset()``,
+    then ``run(store)`` on a fresh store crashing at write k and again
+    without the crash (``crash_and_recover``); yields k and what the second
+    ``run`` returned."""
+    for k in range(1, writes + 1):
+        reset()
+        store = InMemoryJournalStore()
+        yield k, crash_and_recover(store, mode, k, lambda: run(store))
+
+
+def check_one_request_turn(progress: List[Dict[str, Any]], answer: Any) -> None:
+    """The progress of a turn that asked the model once and got ``answer``
+    (no tool call): two commits, the start and the reply with the end."""
+    assert kinds_by_commit(progress) == ONE_REQUEST_COMMITS
+    reply = first_model_reply(progress)
+    assert reply["content"] == answer and reply["tool_calls"] == []
+
+
+def check_repeated_calls(mode: str, k: int, calls: Counter, expected: Counter) -> None:
+    """After a crash at write k and the recovery: a crash after the write
+    repeats no call; one before it repeats each call at most once."""
+    if mode == "after_write":
+        assert calls == expected, f"crash after write {k}: {calls}"
+    else:
+        for call, count in calls.items():
+            assert expected[call] <= count <= expected[call] + 1, f"{call}: crash before write {k}"
+
+
+def without_langsmith(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing goes to LangSmith (only sent when these are set)."""
+    for name in LANGSMITH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def collect_keyed_job(
+    records: List[Any], key_selector: Callable[[Any], Any], agent: Agent, job_name: str, journal: Path,
+    parallelism: int = 2,
+) -> List[Any]:
+    """Run ``agent`` over ``records`` keyed by ``key_selector`` as a job on
+    the local mini-cluster (no restarts, the journal in SQLite at
+    ``journal``) until the collection ends; its outputs."""
+    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+
+    env = mini_cluster_env(parallelism)
+    agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **{"journal.sqlite.path": str(journal)})
+    stream = agents_env.from_datastream(env.from_collection(records), key_selector).apply(agent).to_datastream()
+    with stream.execute_and_collect(job_name) as collected:
+        return list(collected)
