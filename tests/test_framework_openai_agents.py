@@ -411,6 +411,6 @@ def test_a_tools_value_reaches_the_sdk_as_itself_so_the_model_sees_what_it_would
         _process(store)
         sent = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
         assert sent == [str(Rating(stars=3, label="ok"))] == ["stars=3 label='ok'"]
-        store.before_append = _no_writes
+        refuse_writes(store)
         _process(store)
         assert len(server.requests) == 2

@@ -232,13 +232,9 @@ class SyncActionAgent(Agent):
 
 
 def test_a_turn_in_a_sync_action_is_refused_naming_the_action() -> None:
-    engine = AgentEngine(AgentPlan.from_agent(SyncActionAgent()), {}, job_id="job", store=InMemoryJournalStore())
-    driver = LocalDriver()
-    try:
-        with pytest.raises(Exception, match="action 'respond' is not async"):
-            asyncio.run(engine.process(driver, "k", "go"))
-    finally:
-        engine.close()
+    engine = engine_for(SyncActionAgent(), InMemoryJournalStore())
+    with pytest.raises(Exception, match="action 'respond' is not async"):
+        run_records(engine, [("k", "go")])
 
 
 def test_steering_messages_of_any_shape_become_non_empty_texts() -> None:
