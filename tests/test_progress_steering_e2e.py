@@ -377,13 +377,13 @@ def _tool_results_merged(by_commit: Dict[int, List[str]]) -> Dict[int, List[str]
     """``by_commit`` with the tool round's commits merged into commit 3.
 
     Each tool result that lands while a sibling still runs is committed (and
-    published) as it lands, so the three results and the tool step's
-    completion take, by timing, two or three commits: 5 or 6 in all
-    (docs/durability.md).
+    published) as it lands, unless its siblings land within the journal's
+    group-commit delay, so the three results and the tool step's completion
+    take, by timing, one to three commits: 4 to 6 in all (docs/durability.md).
     """
     numbers = sorted(by_commit)
     middle = numbers[2:-1]
-    assert 2 <= len(middle) <= 3, by_commit
+    assert 1 <= len(middle) <= 3, by_commit
     merged = [kind for n in middle for kind in by_commit[n]]
     return {1: by_commit[numbers[0]], 2: by_commit[numbers[1]], 3: merged, 4: by_commit[numbers[-1]]}
 
@@ -424,7 +424,7 @@ def test_progress_stream_on_flink_publishes_each_commit_in_order(tmp_path: Path,
         # Commit numbers 1..n with no gap, each publish's records together.
         commits = [r["commit"] for r in run]
         assert commits == sorted(commits) and sorted(set(commits)) == list(range(1, max(commits) + 1))
-        assert max(commits) in (5, 6)
+        assert max(commits) in (4, 5, 6)
         reply = next(r for r in run if r["kind"] == "model_reply")
         assert [c["name"] for c in reply["tool_calls"]] == ["double"] * 3
         assert sorted(r["result"] for r in run if r["kind"] == "tool_result") == [0, 2, 4]
@@ -444,7 +444,7 @@ def test_progress_stream_on_flink_publishes_each_commit_in_order(tmp_path: Path,
     local_progress = local.to_progress_list()
     counters = local_env.execute()[0]
     assert counters["journal_writes"] == counters["progress_publishes"]
-    assert 5 * len(records) <= counters["journal_writes"] <= 6 * len(records)
+    assert 4 * len(records) <= counters["journal_writes"] <= 6 * len(records)
     local_runs = _by_run(local_progress)
     assert {run: _tool_results_merged(_kinds_by_commit(rs)) for run, rs in local_runs.items()} == {
         run: _tool_results_merged(_kinds_by_commit(rs)) for run, rs in runs.items()
