@@ -46,7 +46,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
-from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, read_reviews
+from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
 __all__ = ["ReviewAnalysisAgent", "main", "product_id_of", "run_on_flink", "run_locally"]
 
@@ -196,19 +196,7 @@ class ReviewAnalysisAgent(Agent):
         review = ctx.sensory_memory.get("review")
         # Validated against the request's output_schema by the runtime.
         analysis: ReviewAnalysis = event.response.extra_args[STRUCTURED_OUTPUT]
-        summary = ctx.short_term_memory
-        seen = (summary.get("reviews_seen") or 0) + 1
-        score_sum = (summary.get("score_sum") or 0) + analysis.score
-        summary.set("reviews_seen", seen)
-        summary.set("score_sum", score_sum)
-        ctx.send_event(OutputEvent(output={
-            "id": review["id"],
-            "ts": review["ts"],
-            "score": analysis.score,
-            "reasons": analysis.reasons,
-            "reviews_seen": seen,
-            "mean_score": round(score_sum / seen, 3),
-        }))
+        ctx.send_event(OutputEvent(output=analysis_output(ctx.short_term_memory, review["id"], review["ts"], analysis)))
 
 
 def product_id_of(review: Dict[str, Any]) -> str:

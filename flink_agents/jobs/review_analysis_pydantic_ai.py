@@ -34,7 +34,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_run_arguments, non_negative_int, run_review_job
-from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, read_reviews
+from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
 __all__ = ["INSTRUCTIONS", "ReviewAnalysisPydanticAIAgent", "analyze_review", "main", "review_agent"]
 
@@ -125,19 +125,7 @@ async def analyze_review(event: InputEvent, ctx: RunnerContext) -> None:
     )
     result = await run_durably(ctx, agent, json.dumps({"id": review.id, "review": review.review}))
     analysis: ReviewAnalysis = result.output
-    summary = ctx.short_term_memory
-    seen = (summary.get("reviews_seen") or 0) + 1
-    score_sum = (summary.get("score_sum") or 0) + analysis.score
-    summary.set("reviews_seen", seen)
-    summary.set("score_sum", score_sum)
-    ctx.send_event(OutputEvent(output={
-        "id": review.id,
-        "ts": review.ts,
-        "score": analysis.score,
-        "reasons": analysis.reasons,
-        "reviews_seen": seen,
-        "mean_score": round(score_sum / seen, 3),
-    }))
+    ctx.send_event(OutputEvent(output=analysis_output(ctx.short_term_memory, review.id, review.ts, analysis)))
 
 
 class ReviewAnalysisPydanticAIAgent(Agent):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
+    "analysis_output",
     "BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "check_output_path", "jsonl_output",
     "read_reviews",
 ]
@@ -36,6 +37,25 @@ class ReviewAnalysis(BaseModel):
 
     score: int = Field(ge=1, le=5)
     reasons: List[str]
+
+
+def analysis_output(summary: Any, review_id: str, ts: Any, analysis: ReviewAnalysis) -> Dict[str, Any]:
+    """Fold ``analysis`` into the product's running summary (``summary``:
+    the key's short-term memory, ``reviews_seen`` and ``score_sum``) and
+    return the job's output record ``{"id", "ts", "score", "reasons",
+    "reviews_seen", "mean_score"}`` (mean rounded to 3 places)."""
+    seen = (summary.get("reviews_seen") or 0) + 1
+    score_sum = (summary.get("score_sum") or 0) + analysis.score
+    summary.set("reviews_seen", seen)
+    summary.set("score_sum", score_sum)
+    return {
+        "id": review_id,
+        "ts": ts,
+        "score": analysis.score,
+        "reasons": analysis.reasons,
+        "reviews_seen": seen,
+        "mean_score": round(score_sum / seen, 3),
+    }
 
 
 class BadRecordError(ValueError):
