@@ -20,9 +20,15 @@ from pydantic import BaseModel
 
 from flink_agents.api.events.event import Event, OutputEvent
 from flink_agents.runtime.durability.codec import EncodeError, decode, dumps, encode, loads, plain_json, round_trip
+from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import ReplayedError
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
+
+
+# These tests play the job: the codec reads back classes of its own module
+# (in a job, the engine trusts the packages its plan reaches).
+trust_package(__name__)
 
 
 class Tier(StrEnum):
@@ -359,8 +365,8 @@ def test_earlier_payloads_still_replay() -> None:
     assert decode_outcome(json.dumps({"ok": {"$model": f"{Line.__module__}:Line", "data": {"sku": "a"}}})) == Line(sku="a")
     back = _raised(json.dumps({"error": {"type": "builtins:ValueError", "message": "bad"}}))
     assert type(back) is ValueError and str(back) == "bad"
-    gone = _raised(json.dumps({"error": {"type": "nowhere.module:Gone", "message": "bad"}}))
-    assert isinstance(gone, ReplayedError) and gone.type_name == "nowhere.module:Gone"
+    gone = _raised(json.dumps({"error": {"type": f"{__name__}:Gone", "message": "bad"}}))
+    assert isinstance(gone, ReplayedError) and gone.type_name == f"{__name__}:Gone"
 
 
 def test_a_result_reads_back_typed_through_an_outcome() -> None:
@@ -391,7 +397,7 @@ def test_a_main_script_class_the_agent_does_not_reach_is_refused_on_the_first_ru
 def test_main_script_classes_reached_from_the_plan_are_registered_and_read_back() -> None:
     from flink_agents.api.agents.agent import Agent
     from flink_agents.plan.agent_plan import AgentPlan
-    from flink_agents.runtime.durability.codec_classes import register_plan_classes
+    from flink_agents.runtime.durability.codec_reachable import register_plan_classes
 
     Detail = _as_shipped_from_a_main_script("ShippedDetail")
     Signal = _as_shipped_from_a_main_script("ShippedSignal", Event)
@@ -416,7 +422,7 @@ def test_an_output_schema_class_of_the_main_script_on_a_setup_is_registered() ->
     from flink_agents.api.agents.types import OutputSchema
     from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
     from flink_agents.plan.agent_plan import AgentPlan
-    from flink_agents.runtime.durability.codec_classes import register_plan_classes
+    from flink_agents.runtime.durability.codec_reachable import register_plan_classes
 
     Verdict = _as_shipped_from_a_main_script("ShippedVerdict")
     Rating = _as_shipped_from_a_main_script("ShippedRating")
@@ -461,7 +467,7 @@ def test_the_class_walk_survives_a_global_dict_changing_on_another_thread() -> N
     "dictionary changed size during iteration" (it did, in a CI run)."""
     import threading
 
-    from flink_agents.runtime.durability.codec_classes import register_reachable_classes
+    from flink_agents.runtime.durability.codec_reachable import register_reachable_classes
 
     stop = threading.Event()
 

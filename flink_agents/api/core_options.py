@@ -279,6 +279,13 @@ class RuntimeOptions:
         "journal.retry.max_backoff_s", float, 1.0, check=_non_negative, requirement="must be >= 0",
         description="Longest wait between store retries (seconds).",
     )
+    JOURNAL_TRUSTED_PACKAGES = ConfigOption(
+        "journal.trusted_packages", list, None,
+        check=lambda names: all(isinstance(n, str) and all(p.isidentifier() for p in n.split(".")) for n in names),
+        requirement="must be a list of package names (e.g. ['requests', 'google.adk'])",
+        description="Packages whose classes journal rows and keyed state may name, beside the runtime's, "
+        "the standard library's and those the agent's code reaches (docs/guarantees.md#security).",
+    )
     JOURNAL_RETENTION_S = ConfigOption(
         "journal.retention_s", float, 1800.0, check=_non_negative, requirement="must be >= 0",
         description="Journal entries of finished records are pruned after this long (seconds). "

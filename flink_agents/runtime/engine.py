@@ -24,6 +24,8 @@ from flink_agents.runtime.execution.completion import Completion, apply_completi
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
 from flink_agents.runtime.scheduling.executors import Executors
+from flink_agents.runtime.durability.codec_classes import trust_package
+from flink_agents.runtime.durability.codec_reachable import register_plan_classes
 from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.durability.journal import RunJournal
 from flink_agents.runtime.execution.metrics import RunCounters
@@ -82,6 +84,12 @@ class AgentEngine:
         # start, naming the key (flink_agents.api.core_options).
         self.config: ReadableConfiguration = validate_options(ConfigurationView(config or {}))
         self.job_id = job_id
+        # Before any state or journal is read: the classes stored data may
+        # name are the plan's, the runtime's, the standard library's and
+        # those of the packages listed (runtime.durability.codec_classes).
+        register_plan_classes(plan)
+        for package in self.config.get(RuntimeOptions.JOURNAL_TRUSTED_PACKAGES) or ():
+            trust_package(package)
         self.counters = RunCounters()
         self._owns_store = store is None
         # An engine built directly (tests, embedding) journals in memory unless

@@ -7,6 +7,8 @@ Three kinds decide what happens when an action invocation ends in an error:
   backoff, skip).
 - ``TERMINAL``: a fault that a retry would repeat (``NondeterminismError``,
   ``ActionReturnedValue``, a sent event holding a value the codec refuses,
+  a journal row or state value the codec cannot read back (``DecodeError``,
+  such as a row naming a class it may not),
   an exception whose class sets ``retryable = False``, such as a model
   provider's context too long or bad request (``api.chat_models.errors``)
   or ``ReActStepLimitReached``): the record fails,
@@ -143,11 +145,11 @@ def classify(error: BaseException) -> str:
     ``KeyboardInterrupt``, a ``CancelledError``) is not classified here: it
     propagates as is.
     """
-    from flink_agents.runtime.durability.codec import EncodeError  # the codec builds on this module
+    from flink_agents.runtime.durability.codec import DecodeError, EncodeError  # the codec builds on this module
 
     if isinstance(error, JournalUnavailable):
         return INTERNAL
-    if isinstance(error, (NondeterminismError, ActionReturnedValue, EncodeError)):
+    if isinstance(error, (NondeterminismError, ActionReturnedValue, EncodeError, DecodeError)):
         return TERMINAL
     if getattr(type(error), "retryable", None) is False:
         return TERMINAL  # says so itself: a provider's refusal, a step bound reached

@@ -77,10 +77,17 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import BaseModel, PrivateAttr
 
+from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, current_turn, require_action_context, steering_texts,
 )
+
+# A turn's journal rows hold ADK events and the google-genai types in them; stored data may
+# name their classes, and no others (runtime.durability.codec_classes).
+for _package in ("google.adk", "google.genai"):
+    trust_package(_package)
+
 
 __all__ = ["FRAMEWORK", "JournaledLlm", "JournaledTool", "JournaledToolset", "run_durably"]
 

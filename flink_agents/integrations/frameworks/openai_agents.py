@@ -81,11 +81,18 @@ from openai.types.responses import ResponseFunctionToolCall
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
 )
 from flink_agents.runtime.durability import codec
+
+# A turn's journal rows hold the Agents SDK's items and the OpenAI types in them; stored data may
+# name their classes, and no others (runtime.durability.codec_classes).
+for _package in ("agents", "openai"):
+    trust_package(_package)
+
 
 __all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "run_durably"]
 

@@ -68,10 +68,17 @@ from pydantic_ai.durable_exec import (
 )
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 
+from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
 )
+
+# A turn's journal rows hold Pydantic AI messages, results and errors; stored data may
+# name their classes, and no others (runtime.durability.codec_classes).
+for _package in ("pydantic_ai", "pydantic_graph"):
+    trust_package(_package)
+
 
 __all__ = ["FRAMEWORK", "FlinkDurability", "conversation_id", "request_digest", "run_durably"]
 

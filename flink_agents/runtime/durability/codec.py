@@ -62,10 +62,12 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.durability.codec_classes import class_name, resolve_class
+from flink_agents.runtime.durability.codec_classes import (
+    DATACLASS, ENUM, EXCEPTION, MODEL, ROW, ClassNotAllowed, DecodeError, Kind, class_name, resolve_class,
+)
 
 __all__ = [
-    "EncodeError", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "EncodeError", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -118,11 +120,17 @@ def encode(value: Any, path: str = "value") -> Any:
 
 
 def decode(data: Any) -> Any:
-    """Inverse of ``encode``.
+    """Inverse of ``encode``. ``data`` is untrusted (a journal row, keyed
+    state): a class it names is resolved only to the kind its tag promises
+    and only among the classes the job holds (``codec_classes``); nothing
+    else is imported or called.
 
     Raises:
+        ClassNotAllowed: A class name the data may not use (a
+            ``DecodeError``, so a ``ValueError``), naming tag and name.
         ValueError: An unknown tag.
-        ImportError, AttributeError: A class named in the data cannot be found.
+        ImportError, AttributeError: A class the data may name is gone
+            (the code changed since it was written).
     """
     kind = type(data)
     if kind is list:
@@ -185,12 +193,12 @@ def _enc(value: Any) -> Any:
     if encoder is not None:
         return encoder(value)
     if isinstance(value, Enum):
-        return {"$enum": _name(kind), "value": _enc_part(value.value, ".value")}
+        return {"$enum": _name(kind, ENUM), "value": _enc_part(value.value, ".value")}
     if isinstance(value, BaseModel):
         return _enc_model(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return {"$dataclass": _name(kind), "fields": _enc_dict(fields)}
+        return {"$dataclass": _name(kind, DATACLASS), "fields": _enc_dict(fields)}
     if isinstance(value, BaseException):
         from flink_agents.runtime.durability.codec_exceptions import encode_exception
 
@@ -232,9 +240,9 @@ def _enc_part(value: Any, segment: str) -> Any:
         raise
 
 
-def _name(cls: type) -> str:
+def _name(cls: type, kind: Kind) -> str:
     try:
-        return class_name(cls)
+        return class_name(cls, kind)
     except TypeError as exc:
         raise Refused(f"is a {cls.__qualname__}: {exc}") from None
 
@@ -274,7 +282,7 @@ def _enc_model(value: BaseModel) -> Any:
     state = value.__dict__
     names = cls.model_fields
     out: Dict[str, Any] = {
-        "$pydantic": _name(cls),
+        "$pydantic": _name(cls, MODEL),
         "fields": _enc_dict({name: state[name] for name in names if name in state}),
     }
     extra = value.__pydantic_extra__
@@ -296,7 +304,7 @@ def _enc_row(value: Any) -> Any:
     names (a Row built with keywords, or given names) and its ``RowKind``
     when not INSERT."""
     out: Dict[str, Any] = {
-        "$row": _name(type(value)),
+        "$row": _name(type(value), ROW),
         "values": [_enc_part(item, f"[{i}]") for i, item in enumerate(value._values)],
     }
     fields = value.__dict__.get("_fields")
@@ -365,7 +373,7 @@ def _with_tz(value: Any, data: Dict[str, Any]) -> Any:
 
 
 def _dec_model(data: Dict[str, Any]) -> Any:
-    cls = resolve_class(data["$pydantic"])
+    cls = resolve_class(data["$pydantic"], MODEL)
     values = decode(data["fields"])
     if "extra" in data:
         values.update(decode(data["extra"]))
@@ -374,7 +382,7 @@ def _dec_model(data: Dict[str, Any]) -> Any:
 
 
 def _dec_row(data: Dict[str, Any]) -> Any:
-    cls = resolve_class(data["$row"])
+    cls = resolve_class(data["$row"], ROW)
     row = cls(*decode(data["values"]))
     if "fields" in data:
         row.set_field_names(decode(data["fields"]))
@@ -384,7 +392,7 @@ def _dec_row(data: Dict[str, Any]) -> Any:
 
 
 def _dec_dataclass(data: Dict[str, Any]) -> Any:
-    cls = resolve_class(data["$dataclass"])
+    cls = resolve_class(data["$dataclass"], DATACLASS)
     obj = cls.__new__(cls)
     for name, value in decode(data["fields"]).items():
         object.__setattr__(obj, name, value)
@@ -396,6 +404,8 @@ def _dec_exception(data: Dict[str, Any]) -> Any:
 
     return decode_exception(data["$exception"], decode)
 
+
+_LEGACY_MODEL = Kind("$model", MODEL.what, MODEL.accepts)
 
 _DECODERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "$tuple": lambda d: tuple(decode(v) for v in d["$tuple"]),
@@ -409,9 +419,9 @@ _DECODERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "$timedelta": lambda d: dt.timedelta(*d["$timedelta"]),
     "$decimal": lambda d: Decimal(d["$decimal"]),
     "$uuid": lambda d: uuid.UUID(d["$uuid"]),
-    "$enum": lambda d: resolve_class(d["$enum"])(decode(d["value"])),
+    "$enum": lambda d: resolve_class(d["$enum"], ENUM)(decode(d["value"])),
     "$pydantic": _dec_model,
-    "$model": lambda d: resolve_class(d["$model"]).model_validate(d["data"]),  # the legacy form
+    "$model": lambda d: resolve_class(d["$model"], _LEGACY_MODEL).model_validate(d["data"]),  # the legacy form
     "$dataclass": _dec_dataclass,
     "$row": _dec_row,
     "$exception": _dec_exception,

@@ -1,22 +1,42 @@
-"""Classes by name, for the codec: ``"module:qualname"`` both ways.
+"""Classes by name, for the codec: ``"module:qualname"`` both ways, and
+which classes stored data may name.
 
-The codec writes a class (of an event, a pydantic model, a dataclass, an enum
-or an exception) as ``"module:qualname"`` and finds it again when reading.
-Most classes are found by importing their module. Classes that travelled to
-a Flink Python worker by value (defined in the job's main script,
-``__main__``, or in a module registered with
+The codec writes a class (of an event, a pydantic model, a dataclass, an enum,
+an exception or a ``pyflink.common.Row``) as ``"module:qualname"`` and finds
+it again when reading. Stored data (journal rows, keyed state) is untrusted
+input: whoever can write one row of a shared journal must not run code in
+the jobs that replay it. So a name read back resolves only
+
+- to the kind its tag promises (``Kind``: an ``Enum`` subclass for
+  ``$enum``, a ``BaseException`` subclass for an exception, a pydantic
+  ``BaseModel`` subclass for ``$pydantic``, a dataclass for ``$dataclass``,
+  ``pyflink.common.Row`` itself for ``$row``, an ``Event`` subclass for a
+  journaled event), checked before anything is called, and
+- to a class the job can legitimately hold: one registered here (the plan's
+  classes that came by value, ``register_class``), one of the runtime's own
+  (``flink_agents``, pydantic), one of the standard library's, or one of a
+  package the job's code uses (``trust_package``: the packages the plan's
+  actions, tools and resources reach, found by ``register_plan_classes``, and
+  those the framework integrations journal).
+
+Nothing named by data is imported, except modules of ``flink_agents`` itself
+and, for a package already trusted and loaded, its submodules; a module of
+the standard library or of a trusted package must already be loaded (the
+job's code imported it). Anything else fails with ``ClassNotAllowed`` (a
+``DecodeError``, so a ``ValueError``) naming the tag and the name.
+
+Classes that travelled to a Flink Python worker by value (defined in the job's
+main script, ``__main__``, or in a module registered with
 ``cloudpickle.register_pickle_by_value``) cannot be imported there: the
-worker's ``__main__`` is PyFlink's, not the script. For them this module
-keeps a registry, consulted before importing, which
-``register_reachable_classes`` fills from everything the agent's plan holds
-(action and tool functions with what they reference, the event classes
-actions listen to, resource classes), when the operator opens, so it is
-filled again on every worker after a restart.
+worker's ``__main__`` is PyFlink's, not the script. The registry holds them;
+``register_plan_classes`` fills it from everything the agent's plan holds
+when the engine starts, so it is filled again on every worker after a
+restart (``runtime.durability.codec_reachable``).
 
 ``class_name`` refuses, at write time, a class that could not be found by its
-name when read (one defined inside a function, or a main-script class the
-registry does not know), so a run never fails later, on replay, because of
-it.
+name when read (one defined inside a function, a main-script class the
+registry does not know, a class of a package the job is not known to use),
+so a run never fails later, on replay, because of it.
 """
 
 from __future__ import annotations
@@ -25,21 +45,81 @@ import dataclasses
 import importlib
 import sys
 import threading
-import types
-import typing
-from typing import Any, Dict, Iterable, Set
+from enum import Enum
+from typing import Any, Callable, Dict, Set, Tuple
 
-from pydantic import BaseModel as _BaseModel
+from pydantic import BaseModel
 
 from flink_agents.api.agents import types as _output_schema_types
 
-__all__ = ["class_name", "register_class", "register_plan_classes", "register_reachable_classes", "resolve_class"]
+__all__ = [
+    "ClassNotAllowed", "DATACLASS", "DecodeError", "ENUM", "EVENT", "EXCEPTION", "Kind", "MODEL", "ROW",
+    "class_name", "register_class", "resolve_class", "trust_package", "trusted_packages",
+]
 
 _REGISTRY: Dict[str, type] = {}  # "module:qualname" -> class, for classes not importable by name
-_NAMES: Dict[type, str] = {}  # classes checked to be found again by their name
+_NAMES: Dict[Tuple[type, "Kind"], str] = {}  # classes checked to be found again by their name
+_RESOLVED: Dict[Tuple[str, "Kind"], type] = {}  # names read back, checked
 _LOCK = threading.Lock()
-# Modules whose objects the walk never descends into: their classes import by name.
-_LIBRARY_PREFIXES = ("flink_agents.", "pydantic", "typing", "builtins", "collections", "enum", "abc", "asyncio")
+
+# Top-level packages whose (loaded) modules' classes stored data may name,
+# beside the standard library's. The runtime's own, always; the job's, as
+# found or registered.
+_TRUSTED: Set[str] = {"flink_agents", "pydantic", "pydantic_core"}
+_STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
+_ROW = "pyflink.common.types:Row"
+
+
+class DecodeError(ValueError):
+    """Stored data that cannot be read back as a value (a ``ValueError``)."""
+
+
+class ClassNotAllowed(DecodeError):
+    """Stored data names a class it may not: of another kind than its tag
+    promises, or not one the job can hold. Nothing it names was imported or
+    called.
+
+    Attributes:
+        tag: The codec tag (``"$enum"``, ``"$exception"``, ...).
+        name: The name found in the data (``"os:system"``).
+    """
+
+    def __init__(self, tag: str, name: Any, reason: str) -> None:
+        super().__init__(
+            f"stored data names {name!r} under {tag}, which {reason}; nothing was imported or called "
+            "(a journal row or keyed-state value names only classes the job holds: docs/guarantees.md#security)"
+        )
+        self.tag = tag
+        self.name = name
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Kind:
+    """What a tag promises its class is.
+
+    Attributes:
+        tag: The codec tag, for errors.
+        what: The kind in words (``"an Enum class"``).
+        accepts: Whether a class is of this kind.
+    """
+
+    tag: str
+    what: str
+    accepts: Callable[[type], bool] = dataclasses.field(repr=False)
+
+
+def _is_event(cls: type) -> bool:
+    from flink_agents.api.events.event import Event
+
+    return issubclass(cls, Event)
+
+
+ENUM = Kind("$enum", "an Enum class", lambda cls: issubclass(cls, Enum))
+EXCEPTION = Kind("$exception", "an exception class", lambda cls: issubclass(cls, BaseException))
+MODEL = Kind("$pydantic", "a pydantic model class", lambda cls: issubclass(cls, BaseModel))
+DATACLASS = Kind("$dataclass", "a dataclass", dataclasses.is_dataclass)
+ROW = Kind("$row", "pyflink.common.Row", lambda cls: f"{cls.__module__}:{cls.__qualname__}" == _ROW)
+EVENT = Kind("event type", "an Event class", _is_event)
 
 
 def _name_of(cls: type) -> str:
@@ -79,40 +159,123 @@ _MOVED_MODULES = {
 }
 
 
-def _import(name: str) -> Any:
-    module, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(_MOVED_MODULES.get(module, module))
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+def trust_package(name: str) -> None:
+    """Let stored data name classes of the package ``name`` and its
+    submodules (``"pydantic_ai"``, or ``"google.adk"`` under a namespace
+    package), for a job whose values or exceptions come from a package its
+    plan does not reach by itself (or the ``journal.trusted_packages``
+    option).
 
-
-def resolve_class(name: str) -> Any:
-    """The class named ``"module:qualname"``: from the registry, else imported.
+    Its modules are not imported for data: the package must be loaded (the
+    job imported it) before a class of it reads back.
 
     Raises:
-        ImportError, AttributeError: No such class here.
+        ValueError: ``name`` is not a dotted package name.
     """
-    found = _REGISTRY.get(name)
-    return found if found is not None else _import(name)
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        raise ValueError(f"trust_package: {name!r} is not a package name (e.g. 'requests', 'google.adk')")
+    with _LOCK:
+        _TRUSTED.add(name)
+
+
+def trusted_packages() -> Set[str]:
+    """The packages whose classes stored data may name (beside the standard
+    library's)."""
+    return set(_TRUSTED)
+
+
+def _is_trusted(module: str) -> bool:
+    prefix = module
+    while True:
+        if prefix in _TRUSTED:
+            return True
+        prefix, dot, _ = prefix.rpartition(".")
+        if not dot:
+            return False
+
+
+def _module_for(module: str, kind: Kind, name: str) -> Any:
+    """The loaded module ``module``, imported only where that is safe.
+
+    Raises:
+        ClassNotAllowed: The module is not of a package the job uses.
+        ImportError: It is, but it is not loaded (nothing is imported).
+    """
+    loaded = sys.modules.get(module)
+    top = module.partition(".")[0]
+    if top == "flink_agents" or f"{module}:Row" == _ROW:
+        return loaded if loaded is not None else importlib.import_module(module)
+    stdlib = top in _STDLIB
+    if not stdlib and not _is_trusted(module):
+        raise ClassNotAllowed(kind.tag, name, f"is not a class of a package this job uses (module {module})")
+    if loaded is not None:
+        return loaded
+    parent = module.rpartition(".")[0]
+    if not stdlib and parent in sys.modules:  # a submodule of a package the job already uses
+        return importlib.import_module(module)
+    raise ImportError(f"module {module} is not loaded here, so {name!r} is not read back (nothing is imported)")
+
+
+def resolve_class(name: Any, kind: Kind) -> type:
+    """The class named ``"module:qualname"`` in stored data, of ``kind``:
+    from the registry, else from a module of the runtime, the standard
+    library or a trusted package (see the module docstring).
+
+    Raises:
+        ClassNotAllowed: The name is not one the data may name (malformed,
+            of another kind, of a package the job does not use).
+        ImportError, AttributeError: A class the data may name, but gone
+            (the code changed since it was written).
+    """
+    try:
+        return _RESOLVED[(name, kind)]
+    except (KeyError, TypeError):
+        pass
+    module, qualname = _parts(name, kind)
+    module = _MOVED_MODULES.get(module, module)
+    found: Any = _REGISTRY.get(f"{module}:{qualname}")
+    if found is None:
+        found = _module_for(module, kind, name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    if not isinstance(found, type) or not kind.accepts(found):
+        what = f"the class {found.__qualname__}" if isinstance(found, type) else f"a {type(found).__name__}"
+        raise ClassNotAllowed(kind.tag, name, f"is {what}, not {kind.what}")
+    with _LOCK:
+        _RESOLVED[(name, kind)] = found
+    return found
+
+
+def _parts(name: Any, kind: Kind) -> Tuple[str, str]:
+    if not isinstance(name, str):
+        raise ClassNotAllowed(kind.tag, name, "is not a 'module:qualname' text")
+    module, colon, qualname = name.partition(":")
+    parts = qualname.split(".")
+    if (not colon or not all(p.isidentifier() for p in module.split("."))
+            or not all(p.isidentifier() and not p.startswith("__") for p in parts)):
+        raise ClassNotAllowed(kind.tag, name, "is not a 'module:qualname' name of a class")
+    return module, qualname
 
 
 def register_class(cls: type) -> None:
-    """Make ``cls`` findable by its name in this process (a class that came
-    by value and cannot be imported here)."""
+    """Make ``cls`` findable by its name in this process: a class that came
+    by value and cannot be imported here, or one of a package the job does
+    not otherwise reach that its stored values hold."""
     with _LOCK:
         _REGISTRY[_name_of(cls)] = cls
 
 
-def class_name(cls: type) -> str:
-    """``"module:qualname"`` of ``cls``, checked to find ``cls`` again.
+def class_name(cls: type, kind: Kind) -> str:
+    """``"module:qualname"`` of ``cls``, checked to find ``cls`` again as
+    ``kind`` when read back.
 
     Raises:
         TypeError: ``cls`` cannot be found by that name: it is defined inside
-            a function, or in the job's main script and the agent does not
-            reach it (the message says what to do).
+            a function, in the job's main script and the agent does not
+            reach it, or in a package the job is not known to use (the
+            message says what to do).
     """
-    known = _NAMES.get(cls)
+    known = _NAMES.get((cls, kind))
     if known is not None:
         return known
     name = _name_of(cls)
@@ -122,7 +285,18 @@ def class_name(cls: type) -> str:
             "cannot be found by name when a journal or a checkpoint is read; define it at module level"
         )
     try:
-        found = resolve_class(name)
+        found = resolve_class(name, kind)
+    except ClassNotAllowed as refused:
+        top = cls.__module__.partition(".")[0]
+        if _parts_ok(name) and top not in _STDLIB and top != "__main__" and not _is_trusted(cls.__module__):
+            raise TypeError(
+                f"class {cls.__qualname__} of module {cls.__module__} cannot be read back from a journal or "
+                f"a checkpoint: package {top!r} is not one this job's plan reaches; "
+                f"list it in the journal.trusted_packages option ({top!r}), or call "
+                f"flink_agents.runtime.durability.codec_classes.trust_package({top!r}) where the job's "
+                "code is imported"
+            ) from None
+        found = refused
     except (ImportError, AttributeError):
         found = None
     if found is not cls:
@@ -140,8 +314,16 @@ def class_name(cls: type) -> str:
             "(e.g. StreamExecutionEnvironment.add_python_file)"
         )
     with _LOCK:
-        _NAMES[cls] = name
+        _NAMES[(cls, kind)] = name
     return name
+
+
+def _parts_ok(name: str) -> bool:
+    try:
+        _parts(name, ENUM)
+    except ClassNotAllowed:
+        return False
+    return True
 
 
 def _module_attribute_of(cls: type) -> str | None:
@@ -153,161 +335,8 @@ def _module_attribute_of(cls: type) -> str | None:
     return None
 
 
-def _is_library(obj: Any) -> bool:
-    module = getattr(obj, "__module__", None) or ""
-    return module.startswith(_LIBRARY_PREFIXES)
-
-
-def _not_importable(cls: type) -> bool:
-    try:
-        return _import(_name_of(cls)) is not cls
-    except Exception:  # importing a user module may fail in any way: then it cannot be found either
-        return True
-
-
-def _annotation_classes(annotation: Any) -> Iterable[Any]:
-    yield annotation
-    for arg in typing.get_args(annotation):
-        yield from _annotation_classes(arg)
-
-
-def _snapshot(items: Iterable[Any]) -> tuple:
-    """``tuple(items)``, retried while another thread changes the container
-    (a global dict or list of user code, say a cache): the subtasks of a
-    Python worker open their operators, and so walk, on threads of their own."""
-    for _ in range(100):
-        try:
-            return tuple(items)
-        except RuntimeError:  # "dictionary changed size during iteration"
-            continue
-    return tuple(items)
-
-
-class _Walk:
-    """Everything reachable from functions and classes, registering the
-    classes that cannot be imported by name."""
-
-    def __init__(self) -> None:
-        self.seen: Set[int] = set()
-        self.registered = 0
-
-    def visit(self, obj: Any) -> None:
-        if id(obj) in self.seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-            return
-        self.seen.add(id(obj))
-        if isinstance(obj, (staticmethod, classmethod)):
-            self.visit(obj.__func__)
-        elif isinstance(obj, types.MethodType):
-            self.visit(obj.__func__)
-        elif isinstance(obj, types.FunctionType):
-            self._function(obj)
-        elif isinstance(obj, type):
-            self._class(obj)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            for item in _snapshot(obj):
-                self.visit(item)
-        elif isinstance(obj, dict):
-            for item in _snapshot(obj.values()):
-                self.visit(item)
-        elif typing.get_origin(obj) is not None:
-            for arg in _annotation_classes(obj):
-                if arg is not obj:
-                    self.visit(arg)
-        elif not isinstance(obj, types.ModuleType):
-            self.visit(type(obj))  # a global holding an instance: its class
-            if isinstance(obj, _BaseModel):  # and a model's field values (OutputSchema's class)
-                self.visit(_snapshot(vars(obj).values()))
-
-    def _function(self, fn: types.FunctionType) -> None:
-        if _is_library(fn):
-            return
-        self._code(fn.__code__, fn.__globals__)
-        for cell in fn.__closure__ or ():
-            try:
-                self.visit(cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
-        self.visit(fn.__defaults__)
-        self.visit(fn.__kwdefaults__)
-        self.visit(getattr(fn, "__annotations__", None))
-        self.visit(getattr(fn, "__wrapped__", None))
-
-    def _code(self, code: types.CodeType, namespace: Dict[str, Any]) -> None:
-        for name in code.co_names:
-            if name in namespace:
-                self.visit(namespace[name])
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                self._code(const, namespace)
-
-    def _class(self, cls: type) -> None:
-        if _is_library(cls) or cls.__module__ == "builtins":
-            return
-        if "<locals>" not in cls.__qualname__ and _not_importable(cls):
-            register_class(cls)
-            self.registered += 1
-        for base in cls.__mro__[1:]:
-            self.visit(base)
-        for name, member in list(vars(cls).items()):
-            if not name.startswith(("__", "_abc_")):  # not the class machinery (pydantic's, abc's)
-                self.visit(member)
-        fields = getattr(cls, "model_fields", None)
-        if isinstance(fields, dict):
-            for field in fields.values():
-                for arg in _annotation_classes(getattr(field, "annotation", None)):
-                    self.visit(arg)
-        if dataclasses.is_dataclass(cls):
-            for field in dataclasses.fields(cls):
-                for arg in _annotation_classes(field.type):
-                    self.visit(arg)
-
-
-def register_reachable_classes(roots: Iterable[Any]) -> int:
-    """Register every class reachable from ``roots`` (functions, classes,
-    containers of them) that cannot be imported by its name here.
-
-    Returns:
-        How many classes were registered.
-    """
-    walk = _Walk()
-    for root in roots:
-        walk.visit(root)
-    return walk.registered
-
-
-
-def register_plan_classes(plan: Any) -> int:
-    """``register_reachable_classes`` from everything an ``AgentPlan`` (and
-    its sub-agents' plans) holds: action and tool functions, the event
-    classes actions listen to, action configs and resource arguments. Call it where the plan was unpickled (a
-    Flink worker), before any state or journal is read.
-
-    Returns:
-        How many classes were registered.
-    """
-    roots: list = []
-
-    def add(p: Any) -> None:
-        roots.extend(p.event_classes)
-        functions = [spec.function for spec in p.actions.values()]
-        functions += [spec.function for by_name in p.resources.values() for spec in by_name.values()]
-        roots.extend(f.loaded for f in functions if f is not None and f.loaded is not None)
-        # Classes handed over as values: an action's config, a resource's
-        # constructor arguments (an output schema's model class, say).
-        roots.extend(spec.config for spec in p.actions.values())
-        roots.extend(
-            spec.descriptor.arguments for by_name in p.resources.values() for spec in by_name.values()
-            if spec.descriptor is not None
-        )
-        for child in p.children.values():
-            add(child)
-
-    add(plan)
-    return register_reachable_classes(roots)
-
-
 def _resolve_schema_class(module: str, qualname: str) -> type:
-    return resolve_class(f"{module}:{qualname}")
+    return resolve_class(f"{module}:{qualname}", MODEL)
 
 
 # Output schemas (api.agents.types) name their model class as module and

@@ -25,13 +25,14 @@ import json
 from typing import Any, Callable, Dict
 
 from flink_agents.runtime.durability import codec
-from flink_agents.runtime.durability.codec_classes import resolve_class
+from flink_agents.runtime.durability.codec_classes import EXCEPTION, Kind, resolve_class
 from flink_agents.runtime.errors import ReplayedError
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["CODEC_VERSION", "decode_exception", "decode_outcome", "encode_exception", "encode_outcome"]
 
 CODEC_VERSION = 2  # marks payloads written by this codec ("c")
+_LEGACY_ERROR = Kind("error", EXCEPTION.what, EXCEPTION.accepts)  # the earlier outcome form
 
 
 def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any]) -> Dict[str, Any]:
@@ -48,7 +49,7 @@ def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any])
     except Exception as broken:  # a user __str__ that raises
         raise codec.Refused(f"is a {cls.__qualname__} whose str() raises {broken!r}") from None
     data = {
-        "type": codec._name(cls),
+        "type": codec._name(cls, EXCEPTION),
         "message": message,
         "args": [encode_part(arg, f".args[{i}]") for i, arg in enumerate(exc.args)],
         "attrs": codec._enc_dict(_encodable_attributes(exc)),
@@ -111,8 +112,10 @@ def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> Base
 
     Raises:
         ImportError, AttributeError: Its class cannot be found.
+        ClassNotAllowed: ``data`` names something that is not an exception
+            class the job may hold (nothing is imported or called).
     """
-    cls = resolve_class(data["type"])
+    cls = resolve_class(data["type"], EXCEPTION)
     args = tuple(decode(arg) for arg in data["args"])
     attrs = decode(data["attrs"])
     if "kw" in data:
@@ -208,6 +211,9 @@ def decode_outcome(payload: str) -> Any:
         ReplayedError: The exception's class is gone (the code changed
             since it was journaled), or an earlier-form exception cannot be
             rebuilt from its message.
+        ClassNotAllowed: The payload names a class it may not (of another
+            kind, or of a package the job does not use): a forged or
+            corrupted row; nothing it names was imported or called.
     """
     data = json.loads(payload)
     if "c" not in data:
@@ -226,11 +232,16 @@ def _decode_legacy(data: Dict[str, Any]) -> Any:
     if "ok" in data:
         return decode_legacy_value(data["ok"])
     error = data["error"]
-    rebuilt: Any = None
     try:
-        rebuilt = resolve_class(error["type"])(error["message"])
-    except Exception:  # the class is gone or takes other arguments
-        rebuilt = None
+        cls = resolve_class(error["type"], _LEGACY_ERROR)  # ClassNotAllowed goes up: nothing is called
+    except (ImportError, AttributeError):  # the class is gone
+        cls = None
+    rebuilt: Any = None
+    if cls is not None:
+        try:
+            rebuilt = cls(error["message"])
+        except Exception:  # it takes other arguments
+            rebuilt = None
     if isinstance(rebuilt, Exception):
         raise rebuilt
     raise ReplayedError(error["type"], error["message"])

@@ -20,10 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flink_agents.runtime.durability.codec_classes import resolve_class
+from flink_agents.runtime.durability.codec_classes import Kind, MODEL, resolve_class
 
 __all__ = ["MODEL_TAG", "decode_value", "encode_value"]
 
+_LEGACY_MODEL = Kind("$model", MODEL.what, MODEL.accepts)
 _SCALARS = (str, int, float, bool, type(None))
 MODEL_TAG = "$model"  # marks a pydantic model in encoded values
 
@@ -57,6 +58,6 @@ def decode_value(value: Any) -> Any:
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
         if MODEL_TAG in value and len(value) == 2 and "data" in value:
-            return resolve_class(value[MODEL_TAG]).model_validate(value["data"])
+            return resolve_class(value[MODEL_TAG], _LEGACY_MODEL).model_validate(value["data"])
         return {k: decode_value(v) for k, v in value.items()}
     return value

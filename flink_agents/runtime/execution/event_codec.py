@@ -18,7 +18,7 @@ from typing import Any, Dict
 
 from flink_agents.api.events.event import Event
 from flink_agents.runtime.durability.codec import decode, encode
-from flink_agents.runtime.durability.codec_classes import class_name, resolve_class
+from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["decode_event", "encode_event"]
@@ -40,7 +40,7 @@ def encode_event(event: Event) -> Dict[str, Any]:
     fields = {name: encode(state[name], f"{where}.{name}") for name in cls.model_fields if name in state}
     for name, value in (event.__pydantic_extra__ or {}).items():
         fields[name] = encode(value, f"{where}.{name}")
-    out: Dict[str, Any] = {"type": class_name(cls), "fields": fields, "c": _CODEC_VERSION}
+    out: Dict[str, Any] = {"type": class_name(cls, EVENT), "fields": fields, "c": _CODEC_VERSION}
     if event.model_fields_set != fields.keys():
         out["set"] = sorted(event.model_fields_set)
     return out
@@ -52,7 +52,7 @@ def decode_event(data: Dict[str, Any]) -> Event:
     Raises:
         ImportError, AttributeError: The event class cannot be found.
     """
-    cls: Any = resolve_class(data["type"])
+    cls: Any = resolve_class(data["type"], EVENT)
     if data.get("c") == _CODEC_VERSION:
         fields = {name: decode(value) for name, value in data["fields"].items()}
         fields_set = set(data["set"]) if "set" in data else None

@@ -65,7 +65,6 @@ from flink_agents.api.core_options import (
     validate_options,
 )
 from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.durability.codec_classes import register_plan_classes
 from flink_agents.runtime.durability.ids import key_text
 from flink_agents.runtime.execution.completion import apply_completions
 from flink_agents.runtime.engine import AgentEngine
@@ -151,7 +150,6 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        register_plan_classes(self._plan)
         self._driver = FlinkDriver(
             runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
             runtime_context.get_state(_memory_descriptor(validate_options(self._config))),
