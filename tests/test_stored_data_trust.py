@@ -59,6 +59,7 @@ def _crafted(marker: Path) -> Dict[str, Any]:
         "enum of a class that is no enum": {"$enum": "builtins:ValueError", "value": touch},
         "a name reaching through attributes": {"$enum": "flink_agents.runtime.durability.codec:json.loads", "value": "1"},
         "a dunder path": {"$enum": "flink_agents:__builtins__.eval", "value": "1"},
+        "a dunder module": {"$enum": "flink_agents.__main__:Anything", "value": "1"},
         "not a name": {"$enum": ["os", "system"], "value": touch},
     }
 

@@ -246,13 +246,18 @@ def resolve_class(name: Any, kind: Kind) -> type:
     return found
 
 
+def _plain(part: str) -> bool:
+    """A name part that is no dunder (``__globals__``, ``__main__`` of a package)."""
+    return part.isidentifier() and not part.startswith("__")
+
+
 def _parts(name: Any, kind: Kind) -> Tuple[str, str]:
     if not isinstance(name, str):
         raise ClassNotAllowed(kind.tag, name, "is not a 'module:qualname' text")
     module, colon, qualname = name.partition(":")
     parts = qualname.split(".")
-    if (not colon or not all(p.isidentifier() for p in module.split("."))
-            or not all(p.isidentifier() and not p.startswith("__") for p in parts)):
+    if (not colon or (module != "__main__" and not all(_plain(p) for p in module.split(".")))
+            or not all(_plain(p) for p in parts)):
         raise ClassNotAllowed(kind.tag, name, "is not a 'module:qualname' name of a class")
     return module, qualname
 
