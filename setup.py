@@ -34,7 +34,7 @@ setup(
     package_data={"flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"]},
     install_requires=[
         "apache-flink>=1.20,<2.4",
-        "pydantic>=2.6,<3",
+        "pydantic>=2.11,<3",
         "docstring-parser>=0.16",
         "jsonschema>=4.18",  # structured output against a JSON schema (api.agents.types)  # tool schemas from Google, NumPy and reST docstrings
         "PyYAML>=6",  # SKILL.md front matter (and YAML agents)

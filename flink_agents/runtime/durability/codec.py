@@ -24,9 +24,12 @@ IntEnum, Flag)
 pydantic model                     ``{"$pydantic": "module:qualname", "fields":
                                    {...}, ["extra": {...}], ["set": [...]]}``,
                                    fields through this codec (``Any`` fields
-                                   keep their types); rebuilt without
-                                   validation, private attributes at defaults
+                                   keep their types); rebuilt validated
+                                   against the class as it is now
+                                   (``rebuild_model``), private attributes
+                                   at defaults
 dataclass instance                 ``{"$dataclass": "module:qualname", "fields": {...}}``
+                                   (fields added since get their defaults)
 exception                          ``{"$exception": {"type", "message", "args",
                                    "attrs"}}`` (``codec_exceptions``)
 ``pyflink.common.Row``              ``{"$row": "module:qualname", "values": [...],
@@ -60,14 +63,14 @@ from enum import Enum
 from typing import Any, Callable, Dict, List
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from flink_agents.runtime.durability.codec_classes import (
     DATACLASS, ENUM, EXCEPTION, MODEL, ROW, ClassNotAllowed, DecodeError, Kind, class_name, resolve_class,
 )
 
 __all__ = [
-    "ClassNotAllowed", "DecodeError", "EncodeError", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -85,6 +88,11 @@ class EncodeError(TypeError):
         super().__init__(f"{path} {reason}")
         self.path = path
         self.reason = reason
+
+
+class ValueNoLongerValid(DecodeError):
+    """A stored model or dataclass value that its class, as it is now, cannot
+    take (a field retyped beyond conversion, a field added without a default)."""
 
 
 class Refused(Exception):
@@ -377,8 +385,36 @@ def _dec_model(data: Dict[str, Any]) -> Any:
     values = decode(data["fields"])
     if "extra" in data:
         values.update(decode(data["extra"]))
-    fields_set = set(data["set"]) if "set" in data else None
-    return cls.model_construct(_fields_set=fields_set, **values)
+    return rebuild_model(cls, values, data.get("set"))
+
+
+def rebuild_model(cls: Any, values: Dict[str, Any], fields_set: Any = None) -> Any:
+    """An instance of the pydantic model ``cls`` as the class is now, from
+    ``values`` (field name -> decoded value) written by this or an earlier
+    version of it: validated, so a field retyped since (``str`` to an
+    ``Enum``) is converted and a field added with a default gets it. Values
+    that are already of their field's type pass unchanged; ``fields_set``
+    (the names set when it was written) is kept.
+
+    Raises:
+        ValueNoLongerValid: The values do not validate against the current
+            class (a ``DecodeError``; the message names the class and the
+            fields).
+    """
+    try:
+        model = cls.model_validate(values, by_name=True)
+    except ValidationError as invalid:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(model)'}: {e['msg']}" for e in invalid.errors(include_input=False)[:5]
+        )
+        raise ValueNoLongerValid(
+            f"a stored {cls.__module__}.{cls.__qualname__} does not validate against the class as it is now "
+            f"({problems}); the class changed in a way its stored values cannot follow "
+            "(docs/durability.md, \"What a deploy may change\")"
+        ) from None
+    if fields_set is not None:
+        object.__setattr__(model, "__pydantic_fields_set__", set(fields_set) & model.model_fields_set)
+    return model
 
 
 def _dec_row(data: Dict[str, Any]) -> Any:
@@ -392,10 +428,27 @@ def _dec_row(data: Dict[str, Any]) -> Any:
 
 
 def _dec_dataclass(data: Dict[str, Any]) -> Any:
+    """A dataclass instance as its class is now, built without ``__init__``
+    (as unpickling does): stored fields the class still declares, defaults
+    (``default``, ``default_factory``) for fields added since; fields it
+    dropped are left out."""
     cls = resolve_class(data["$dataclass"], DATACLASS)
+    stored = decode(data["fields"])
     obj = cls.__new__(cls)
-    for name, value in decode(data["fields"]).items():
-        object.__setattr__(obj, name, value)
+    for field in dataclasses.fields(cls):
+        if field.name in stored:
+            value = stored[field.name]
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            raise ValueNoLongerValid(
+                f"a stored {cls.__module__}.{cls.__qualname__} has no field {field.name!r}, which the class "
+                "declares now without a default; give the new field a default "
+                "(docs/durability.md, \"What a deploy may change\")"
+            )
+        object.__setattr__(obj, field.name, value)
     return obj
 
 

@@ -71,7 +71,20 @@ _ROW = "pyflink.common.types:Row"
 
 
 class DecodeError(ValueError):
-    """Stored data that cannot be read back as a value (a ``ValueError``)."""
+    """Stored data that cannot be read back as a value (a ``ValueError``).
+
+    Attributes:
+        path: Where the value was read (``"memory path 'order'"``), once known.
+    """
+
+    path: str | None = None
+
+    def at(self, path: str) -> "DecodeError":
+        """This error, its message prefixed with where the value was read."""
+        if self.path is None:
+            self.path = path
+            self.args = (f"{path}: {self.args[0] if self.args else ''}",)
+        return self
 
 
 class ClassNotAllowed(DecodeError):

@@ -4,7 +4,8 @@ An event is written as ``{"type": "module:qualname", "fields": {...}, "c": 2}``
 with its declared and extra fields encoded by the typed codec
 (``runtime.durability.codec``: a tuple, an enum or a model in an ``Any`` field keeps its
 type), and read back as an instance of the same class with the same field
-values, without validating them again (as unpickling would). Its class is
+values, validated against the class as it is now (``codec.rebuild_model``:
+a field retyped or added since is converted or defaulted). Its class is
 found by name, through the codec's class registry, so an event class defined
 in the job's main script reads back on any worker (``runtime.durability.codec_classes``).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.durability.codec import decode, encode
+from flink_agents.runtime.durability.codec import decode, encode, rebuild_model
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
@@ -55,6 +56,5 @@ def decode_event(data: Dict[str, Any]) -> Event:
     cls: Any = resolve_class(data["type"], EVENT)
     if data.get("c") == _CODEC_VERSION:
         fields = {name: decode(value) for name, value in data["fields"].items()}
-        fields_set = set(data["set"]) if "set" in data else None
-        return cls.model_construct(_fields_set=fields_set, **fields)
+        return rebuild_model(cls, fields, data.get("set"))
     return cls(**{name: decode_legacy_value(v) for name, v in data["fields"].items()})

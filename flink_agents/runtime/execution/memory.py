@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 
 from flink_agents.api.memory_object import MemoryObject
 from flink_agents.api.memory_reference import MemoryRef
-from flink_agents.runtime.durability.codec import decode, encode
+from flink_agents.runtime.durability.codec import DecodeError, decode, encode
 
 __all__ = ["MemoryNode", "StagedMemory", "OBJECT", "apply_diff"]
 
@@ -101,7 +101,10 @@ class MemoryNode(MemoryObject):
         if value == OBJECT:
             return MemoryNode(self._memory, full)
         # A fresh object: mutating it cannot bypass set() (and staging).
-        return decode(value)
+        try:
+            return decode(value)
+        except DecodeError as unreadable:  # a stored value its class, as it is now, cannot take
+            raise unreadable.at(f"{self._memory.label}.{full}") from None
 
     def set(self, path: str, value: Any) -> MemoryRef:
         """Store ``value`` (encoded by ``runtime.durability.codec``) at ``path``.

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from flink_agents.runtime.durability.codec import EncodeError, decode, encode
+from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.durability.values import decode_value as decode_v1
@@ -60,6 +60,13 @@ class PendingRecord:
     seq: int
     value: Any
     timestamp_ms: int | None = None
+
+
+def _read(read: Any, data: Any, what: str) -> Any:
+    try:
+        return read(data)
+    except DecodeError as unreadable:
+        raise unreadable.at(f"keyed state, {what}") from None
 
 
 @dataclass
@@ -134,6 +141,9 @@ class KeyState:
 
         Raises:
             StateSchemaError: Unknown schema version.
+            DecodeError: A queued record or steering message that cannot be
+                read back (a class it may not name, a value its class as it
+                is now cannot take); the message says which.
         """
         data = json.loads(text)
         version = data.get("v")
@@ -150,10 +160,12 @@ class KeyState:
         return KeyState(
             journal_id=data["journal_id"],
             next_seq=data["next_seq"],
-            pending=[PendingRecord(p["seq"], read(p["value"]), p.get("ts")) for p in data["pending"]],
+            pending=[PendingRecord(p["seq"], _read(read, p["value"], f"queued record #{p['seq']}"), p.get("ts"))
+                     for p in data["pending"]],
             short_term_memory=memory,
             runs_finished=data["runs_finished"],
             callback_deadlines=data.get("callbacks") or [],  # absent before callbacks existed
-            steering=[[seq, read(message)] for seq, message in data.get("steering") or []],
+            steering=[[seq, _read(read, message, f"steering message #{seq}")]
+                      for seq, message in data.get("steering") or []],
             next_steering_seq=data.get("next_steering_seq", 0),
         )
