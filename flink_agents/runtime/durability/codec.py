@@ -210,7 +210,7 @@ def _enc(value: Any) -> Any:
     if isinstance(value, BaseException):
         from flink_agents.runtime.durability.codec_exceptions import encode_exception
 
-        return {"$exception": encode_exception(value, _enc_part)}
+        return {"$exception": encode_exception(value)}
     if kind.__qualname__ == "Row" and kind.__module__ == _ROW_MODULE:
         return _enc_row(value)
     raise Refused(

@@ -1,9 +1,18 @@
 """Exceptions through the codec, and the journal's call outcomes.
 
 An exception is written as its type (``module:qualname``), ``args`` (through
-the codec), ``str()`` and instance attributes (``__dict__``: the codec
-carries what it can; an attribute it cannot, such as an HTTP response
-object, is left out). It is rebuilt as ``cls(*args)`` if that gives the same
+the codec), ``str()`` and instance attributes (``__dict__``). What the codec
+cannot carry: an HTTP client's request or response (httpx, requests,
+aiohttp; the provider SDKs' errors hold httpx's) is kept as a bounded
+snapshot and rebuilt as the same class (``codec_http``), so
+``e.response.status_code`` works on the first run and on a replay alike;
+any other such arg becomes ``None`` and any other such attribute is left
+out, both named in ``"dropped"`` and in a note on the rebuilt exception
+(``add_note``: "journaled without: ..."). The message and text args are
+journaled with their secrets redacted (``api.redaction.redact_text``: a URL's
+password, ``?api_key=...``, ``Bearer ...``), so an HTTP client's message
+naming a URL with a key does not put the key in a shared journal; the first
+run raises that redacted exception too, as a replay will. It is rebuilt as ``cls(*args)`` if that gives the same
 ``args`` and ``str()``, else as ``cls.__new__`` with ``args`` set (so
 ``json.JSONDecodeError(msg, doc, pos)``, ``KeyError("sku-1")`` and an
 exception whose ``__init__`` takes other arguments than its ``args`` come
@@ -22,9 +31,10 @@ A call outcome (``encode_outcome``) is ``{"c": 2, "ok": value}`` or
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
-from flink_agents.runtime.durability import codec
+from flink_agents.api.redaction import redact_text
+from flink_agents.runtime.durability import codec, codec_http
 from flink_agents.runtime.durability.codec_classes import EXCEPTION, Kind, resolve_class
 from flink_agents.runtime.errors import ReplayedError
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
@@ -35,28 +45,36 @@ CODEC_VERSION = 2  # marks payloads written by this codec ("c")
 _LEGACY_ERROR = Kind("error", EXCEPTION.what, EXCEPTION.accepts)  # the earlier outcome form
 
 
-def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any]) -> Dict[str, Any]:
+def encode_exception(exc: BaseException) -> Dict[str, Any]:
     """The data of ``exc`` (inside the codec's ``$exception`` tag).
+
+    What the codec carries is kept; an HTTP client's request or response
+    becomes its snapshot (``codec_http``); any other arg the codec cannot
+    carry becomes ``None`` and any other attribute is left out, each named
+    in ``"dropped"`` (and in a note on the rebuilt exception).
 
     Raises:
         codec.Refused: ``exc`` cannot be written so that it reads back as
-            itself (type not found by name, ``args`` the codec cannot carry,
-            or a rebuilt instance differs).
+            itself (type not found by name, or a rebuilt instance of another
+            type or ``str()``).
     """
     cls = type(exc)
     try:
-        message = str(exc)
+        message = redact_text(str(exc))
     except Exception as broken:  # a user __str__ that raises
         raise codec.Refused(f"is a {cls.__qualname__} whose str() raises {broken!r}") from None
+    dropped: List[str] = []
     data = {
         "type": codec._name(cls, EXCEPTION),
         "message": message,
-        "args": [encode_part(arg, f".args[{i}]") for i, arg in enumerate(exc.args)],
-        "attrs": codec._enc_dict(_encodable_attributes(exc)),
+        "args": [_carry(arg, f"args[{i}]", dropped) for i, arg in enumerate(exc.args)],
+        "attrs": _carried_attributes(exc, dropped),
     }
     keywords = _keyword_state(exc)
     if keywords:
         data["kw"] = codec._enc_dict(keywords)
+    if dropped:
+        data["dropped"] = dropped
     reason = _rebuild_difference(exc, data)
     if reason:
         raise codec.Refused(
@@ -65,6 +83,40 @@ def encode_exception(exc: BaseException, encode_part: Callable[[Any, str], Any])
             "(e.g. call super().__init__ with the constructor's arguments)"
         )
     return data
+
+
+def _carry(value: Any, where: str, dropped: List[str]) -> Any:
+    """``value`` encoded (a text with its secrets redacted), or its HTTP
+    snapshot, or ``None`` (named in ``dropped``)."""
+    if type(value) is str:
+        return redact_text(value)
+    try:
+        return codec._enc(value)
+    except codec.Refused:
+        pass
+    snap = codec_http.snapshot(value)
+    if snap is not None:
+        return snap
+    dropped.append(f"{where} ({type(value).__module__}.{type(value).__qualname__})")
+    return None
+
+
+def _carried_attributes(exc: BaseException, dropped: List[str]) -> Dict[str, Any]:
+    kept: Dict[str, Any] = {}
+    for name, value in getattr(exc, "__dict__", {}).items():
+        lost: List[str] = []
+        carried = _carry(value, name, lost)
+        if lost:
+            dropped.append(f"attribute {lost[0]}")  # documented: left out, and named
+        else:
+            kept[name] = carried
+    return {"$dict": kept} if any(name[:1] == "$" for name in kept) else kept
+
+
+def _decode_carried(data: Any) -> Any:
+    if isinstance(data, dict) and codec_http.TAG in data:
+        return codec_http.rebuild(data)
+    return codec.decode(data)
 
 
 def _keyword_state(exc: BaseException) -> Dict[str, Any]:
@@ -78,17 +130,6 @@ def _keyword_state(exc: BaseException) -> Dict[str, Any]:
     return {}
 
 
-def _encodable_attributes(exc: BaseException) -> Dict[str, Any]:
-    kept = {}
-    for name, value in getattr(exc, "__dict__", {}).items():
-        try:
-            codec._enc(value)
-        except codec.Refused:
-            continue  # documented: attributes the codec cannot carry are left out
-        kept[name] = value
-    return kept
-
-
 def _rebuild_difference(exc: BaseException, data: Dict[str, Any]) -> str:
     """Why ``data`` does not rebuild ``exc`` ("" if it does)."""
     try:
@@ -98,13 +139,10 @@ def _rebuild_difference(exc: BaseException, data: Dict[str, Any]) -> str:
     if type(rebuilt) is not type(exc):
         return f"it comes back as {type(rebuilt).__qualname__}"
     message = _message(rebuilt)
-    if message != data["message"]:
+    # With a part dropped (named in a note), str() may show its placeholder.
+    if message != data["message"] and not (data.get("dropped") and message is not None):
         return f"its message comes back as {message!r} instead of {data['message']!r}"
-    try:
-        same_args = codec._enc(rebuilt.args) == codec._enc(exc.args)
-    except codec.Refused:
-        same_args = False
-    return "" if same_args else "its args come back different"
+    return "" if [_carry(arg, "", []) for arg in rebuilt.args] == data["args"] else "its args come back different"
 
 
 def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> BaseException:
@@ -116,13 +154,17 @@ def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> Base
             class the job may hold (nothing is imported or called).
     """
     cls = resolve_class(data["type"], EXCEPTION)
-    args = tuple(decode(arg) for arg in data["args"])
-    attrs = decode(data["attrs"])
+    args = tuple(_decode_carried(arg) for arg in data["args"])
+    attrs = data["attrs"]
+    attrs = {name: _decode_carried(value) for name, value in (attrs.get("$dict", attrs)).items()}
     if "kw" in data:
-        return _construct_builtin(cls, args, attrs, decode(data["kw"]))
-    exc = _construct(cls, args, attrs)
-    if exc is None or _message(exc) != data["message"]:
-        exc = _restore(cls, args, attrs)
+        exc = _construct_builtin(cls, args, attrs, decode(data["kw"]))
+    else:
+        exc = _construct(cls, args, attrs)
+        if exc is None or _message(exc) != data["message"]:
+            exc = _restore(cls, args, attrs)
+    if data.get("dropped"):
+        exc.add_note(f"journaled without: {', '.join(data['dropped'])} (the codec cannot carry them)")
     return exc
 
 
