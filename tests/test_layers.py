@@ -174,3 +174,12 @@ assert not loaded("pyflink"), ("runtime loaded", loaded("pyflink"))
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 0, done.stderr
+
+
+def test_the_private_files_helper_sits_below_every_layer():
+    """``flink_agents/_private_files.py`` serves stores, runtime, jobs and
+    CLI alike, so it imports the standard library only."""
+    path = PACKAGE / "_private_files.py"
+    names = {name.split(".")[0] for _, name in _imports(path.read_text(), "flink_agents")}
+
+    assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)

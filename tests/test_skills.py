@@ -291,6 +291,31 @@ def test_a_link_out_of_the_skill_directory_is_refused_and_not_listed(skills_dir:
         catalog.close()
 
 
+def test_a_skill_md_that_is_a_link_out_of_its_directory_is_refused(skills_dir: Path, tmp_path: Path) -> None:
+    # Issue 27: the SKILL.md itself was followed, so the model was given (as
+    # instructions) whatever file the link named outside the skill.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text(JOKE_MD.replace("joke-generator", "leaked"), encoding="utf-8")
+    skill_md = skills_dir / "joke-generator" / "SKILL.md"
+    skill_md.unlink()
+    skill_md.symlink_to(outside / "SKILL.md")
+
+    with pytest.raises(SkillPathError, match=r"joke-generator/SKILL\.md .*is a link to .*elsewhere/SKILL\.md"):
+        SkillCatalog.load(Skills.from_local_dir(str(skills_dir)).sources)
+
+    # A link that stays inside the skill's directory is as good as the file.
+    skill_md.unlink()
+    (skills_dir / "joke-generator" / "docs").mkdir()
+    (skills_dir / "joke-generator" / "docs" / "main.md").write_text(JOKE_MD, encoding="utf-8")
+    skill_md.symlink_to(Path("docs") / "main.md")
+    catalog = SkillCatalog.load(Skills.from_local_dir(str(skills_dir)).sources)
+    try:
+        assert catalog.get("joke-generator").document.name == "joke-generator"
+    finally:
+        catalog.close()
+
+
 # ---- plan --------------------------------------------------------------------------------------
 
 

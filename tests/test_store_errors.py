@@ -108,3 +108,70 @@ def test_a_journal_path_that_is_a_directory_fails_at_once_not_after_retries(tmp_
 
     assert not isinstance(failure.value, JournalUnavailableError)  # terminal: no retries
     assert time.monotonic() - started < 2
+
+
+# A read-only journal location (issue 27, section 4). Root writes through
+# permission bits, so "read-only" cannot rest on os.access alone: the store
+# counts a file or directory with no write bit for anyone as read-only for
+# every user, root included, and asks os.access for the rest (another
+# user's file, a read-only mount). A 0555 directory and a 0444 file are
+# therefore read-only as root and as any other user alike.
+@pytest.mark.parametrize("where", ["directory", "subdirectory", "file", "directory-of-a-file-without-wal"])
+def test_a_read_only_journal_location_fails_at_once_naming_the_path(tmp_path: Path, where: str) -> None:
+    import time
+
+    from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    path = locked / ("more/journal.db" if where == "subdirectory" else "journal.db")
+    if where in ("file", "directory-of-a-file-without-wal"):
+        existing = SQLiteJournalStore(path)
+        existing.count_entries()
+        existing.close()  # a journal that exists, its -wal and -shm gone with the last connection
+        assert sorted(p.name for p in locked.iterdir()) == ["journal.db"]
+    if where == "file":
+        path.chmod(0o444)
+    else:
+        locked.chmod(0o555)
+    started = time.monotonic()
+    try:
+        with pytest.raises(JournalStoreError) as failure:
+            SQLiteJournalStore(path, retry=StoreRetry(timeout_s=5)).load_run("job", "k", 0)
+    finally:
+        locked.chmod(0o755)
+        path.chmod(0o644) if path.exists() else None
+
+    message = str(failure.value)
+    assert not isinstance(failure.value, JournalUnavailableError)  # terminal: no retries
+    assert time.monotonic() - started < 2
+    assert f"the journal {path} is read-only:" in message
+    if where == "file":
+        assert "the file has mode 0444 (no write permission for anyone)" in message
+    else:
+        assert f"its directory {locked} has mode 0555" in message
+    if where == "directory-of-a-file-without-wal":
+        assert "SQLite must create journal.db-wal and journal.db-shm there" in message
+    assert "unable to open database file" not in message
+
+
+def test_a_read_only_journal_fails_the_local_job_with_the_path(tmp_path: Path) -> None:
+    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+    from tests.test_private_files import EchoAgent
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    env = AgentsExecutionEnvironment.get_execution_environment(
+        **{"journal.store": "sqlite", "journal.sqlite.path": str(locked / "j.db")}
+    )
+    env.from_list([{"key": "k", "value": 1}]).apply(EchoAgent()).to_list()
+    try:
+        with pytest.raises(BaseException) as failure:
+            env.execute()
+    finally:
+        locked.chmod(0o755)
+    chain, error = [], failure.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert any(f"the journal {locked / 'j.db'} is read-only" in text for text in chain), chain

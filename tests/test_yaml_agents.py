@@ -468,7 +468,7 @@ def test_names_already_registered_on_the_environment_are_refused(review_yaml: Pa
 def _cli(*args: str, env: Dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "flink_agents.cli.main", "run-yaml", *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env, umask=0o022,
     )
 
 
@@ -484,6 +484,8 @@ def test_run_yaml_command_on_the_local_runner(review_yaml: Path, tmp_path: Path)
     outputs = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(outputs, key=_by_review) == sorted(_code_agent_outputs(reviews), key=_by_review)
     assert "6 records, 6 outputs" in done.stderr
+    # Private (issue 27): the outputs hold the model's answers; the command ran under umask 022.
+    assert [oct(p.stat().st_mode & 0o777) for p in (out.parent, out)] == ["0o700", "0o600"]
 
 
 def test_run_yaml_command_reports_bad_files_and_input(review_yaml: Path, tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Mapping, Type
 
+from flink_agents.api.redaction import redact
+
 __all__ = ["convert_value", "flatten_dict", "load_agent_section", "type_name"]
 _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
@@ -40,7 +42,8 @@ def convert_value(key: str, value: Any, config_type: Type[Any]) -> Any:
     try:
         return _convert(value, config_type)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"configuration {key!r}: expected {type_name(config_type)}, got {value!r}") from None
+        shown = redact(value, key)
+        raise ValueError(f"configuration {key!r}: expected {type_name(config_type)}, got {shown!r}") from None
 
 
 def _convert(value: Any, config_type: Type[Any]) -> Any:

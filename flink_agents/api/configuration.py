@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, MutableMapping, Tuple, Type
 
 from flink_agents.api._config_values import convert_value, flatten_dict, load_agent_section, type_name
+from flink_agents.api.redaction import redact
 
 __all__ = [
     "ConfigAlias",
@@ -156,7 +157,9 @@ class ConfigOption:
         else:
             converted = convert_value(key, value, self._type)
         if self._check is not None and not self._check(converted):
-            raise ValueError(f"configuration {key!r}: {self.requirement or 'invalid value'}, got {value!r}")
+            raise ValueError(
+                f"configuration {key!r}: {self.requirement or 'invalid value'}, got {redact(value, key)!r}"
+            )
         return converted
 
     def __repr__(self) -> str:
@@ -221,7 +224,8 @@ class ReadableConfiguration(Mapping[str, Any], ABC):
             if other != value:
                 raise ValueError(
                     f"configuration keys {first_key!r} and {key!r} are two spellings of one option "
-                    f"and are set to different values ({first_raw!r} and {raw!r}); set only one"
+                    f"and are set to different values ({redact(first_raw, first_key)!r} and "
+                    f"{redact(raw, key)!r}); set only one"
                 )
         return value
 
@@ -272,7 +276,8 @@ class ReadableConfiguration(Mapping[str, Any], ABC):
         return {key[len(head):]: value for key, value in self.items() if key.startswith(head)}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({dict(self.items())!r})"
+        # Secret keys and DSN passwords show as *** (flink_agents.api.redaction).
+        return f"{type(self).__name__}({redact(dict(self.items()))!r})"
 
 
 class WritableConfiguration(ABC):
@@ -358,7 +363,7 @@ class Configuration(ReadableConfiguration, WritableConfiguration, MutableMapping
         if not isinstance(key, str) or not key:
             raise TypeError(f"configuration keys are non-empty strings, got {key!r}")
         if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            raise ValueError(f"configuration {key!r}: expected {type_name(config_type)}, got {value!r}")
+            raise ValueError(f"configuration {key!r}: expected {type_name(config_type)}, got {redact(value, key)!r}")
         self._code[key] = config_type(value)
 
     def set_str(self, key: str, value: str) -> None:

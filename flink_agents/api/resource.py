@@ -8,9 +8,10 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import Any, Callable, ClassVar, Dict, Type
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializationInfo, field_serializer, model_validator
 from pydantic_core import PydanticSerializationError
 
+from flink_agents.api.redaction import redact
 from flink_agents.api.resource_context import ResourceContext
 
 __all__ = [
@@ -49,9 +50,14 @@ class Resource(BaseModel, ABC):
     earlier spelling; both are bound). Resources are created once per
     operator instance (subtask) and shared by all keys it runs; ``open`` runs
     once after creation, ``close`` at shutdown.
+
+    Secrets (``flink_agents.api.redaction``): a resource's ``repr``/``str``
+    show ``***`` for secret-named fields and header values, and its
+    validation errors do not echo the input (pydantic would print the
+    arguments given, a token among them).
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, hide_input_in_errors=True)
 
     # Constructor arguments that are neither fields nor ``__init__``
     # parameters but that the class accepts (another spelling of a field
@@ -71,6 +77,10 @@ class Resource(BaseModel, ABC):
     @abstractmethod
     def resource_type(cls) -> ResourceType:
         """The kind of this resource."""
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, value if name is None else redact(value, name)
 
     def open(self) -> None:
         """Acquire what the resource needs (clients, pools). Called once."""
@@ -126,11 +136,20 @@ class ResourceDescriptor(BaseModel):
 
     Args:
         clazz: The class, or its fully qualified name ("pkg.module.Class").
-        arguments: Constructor arguments; ``**kwargs`` merge into them.
+        arguments: Constructor arguments; ``**kwargs`` merge into them. A
+            secret may be given as ``redaction.secret_from_env("NAME")``,
+            read where the resource is built.
 
     Raises:
         ValueError: No class was given.
+
+    Secrets (``flink_agents.api.redaction``): ``repr``/``str`` and every
+    serialized form (``model_dump``, ``model_dump_json``, the plan's JSON)
+    show ``***`` for secret arguments; the object itself, and so a pickled
+    plan, keeps the real values.
     """
+
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     target_module: str
     target_clazz: str
@@ -165,6 +184,18 @@ class ResourceDescriptor(BaseModel):
         )
         if isinstance(clazz, type):
             self._class_object = clazz
+
+    @field_serializer("arguments")
+    def _redacted_arguments(self, arguments: Dict[str, Any], info: SerializationInfo) -> Dict[str, Any]:
+        # Serialized forms are for people and files: secrets never go there
+        # (``context={"secrets": "keep"}``: equality of plans, tests).
+        if isinstance(info.context, dict) and info.context.get("secrets") == "keep":
+            return arguments
+        return redact(arguments)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "arguments" else value
 
     @property
     def clazz(self) -> Type[Resource]:

@@ -160,7 +160,7 @@ def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flink-agents")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="compiled agent plans").add_subparsers(dest="plan_command", required=True)
-    show = plan.add_parser("show", help="print an agent's plan as JSON")
+    show = plan.add_parser("show", help="print an agent's plan as JSON (secrets shown as ***)")
     show.add_argument("agent", help="MODULE:AGENT, e.g. flink_agents.jobs.review_analysis:ReviewAnalysisAgent")
     write = plan.add_parser("write", help="regenerate the jobs' plans/*.json snapshots")
     write.add_argument("--check", action="store_true", help="only report stale snapshots (exit 1)")

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, TextIO, Tuple
 
+from flink_agents._private_files import replace_when_done
+
 __all__ = ["read_records", "run_yaml"]
 
 
@@ -177,15 +179,8 @@ def run_yaml(args: argparse.Namespace) -> int:
         if args.output is None:
             count = run(args, records, sys.stdout)
         else:
-            output = Path(args.output)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            partial = output.with_name(output.name + ".partial")
-            try:
-                with open(partial, "w", encoding="utf-8") as sink:
-                    count = run(args, records, sink)
-                partial.replace(output)  # replaced only when the run succeeded
-            finally:
-                partial.unlink(missing_ok=True)
+            with replace_when_done(args.output) as sink:  # private; replaced only when the run succeeded
+                count = run(args, records, sink)
         print(f"run-yaml: {len(records)} records, {count} outputs", file=sys.stderr)
         return 0
     except _Usage as exc:

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, Iterator, List
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from flink_agents._private_files import replace_when_done
+
 __all__ = [
     "analysis_output",
     "BadRecordError", "ProductReview", "ReadResult", "ReviewAnalysis", "check_output_path", "jsonl_output",
@@ -194,28 +196,21 @@ def jsonl_output(path: Path, total: int, desc: str, unit: str = "review") -> Ite
     """A writer of JSON lines to ``path``, with a progress bar of ``total``
     records (counted in ``unit``s) on stderr. The lines go to ``<path>.partial`` first, renamed to
     ``path`` only when the block completes: a failed run never destroys an
-    earlier result.
+    earlier result. The file is private (mode 0600, never written through a
+    link: ``_private_files.replace_when_done``): outputs hold the model's answers.
 
     Raises:
         IsADirectoryError, NotADirectoryError: ``path`` cannot be a file
             (``check_output_path``); raised before the block runs.
+        UnsafePathError: ``<path>.partial`` is a link or another user's file.
         Whatever the block raises (the partial file is removed).
     """
     from tqdm import tqdm
 
     check_output_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    try:
-        with open(partial, "w", encoding="utf-8") as sink, tqdm(
-            total=total, unit=unit, desc=desc, file=sys.stderr
-        ) as progress:
-            def write(output: Dict[str, Any]) -> None:
-                sink.write(json.dumps(output) + "\n")
-                progress.update(1)
+    with replace_when_done(path) as sink, tqdm(total=total, unit=unit, desc=desc, file=sys.stderr) as progress:
+        def write(output: Dict[str, Any]) -> None:
+            sink.write(json.dumps(output) + "\n")
+            progress.update(1)
 
-            yield write
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(path)
+        yield write

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+from flink_agents._private_files import replace_when_done
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
@@ -162,8 +163,8 @@ def main(argv: List[str] | None = None) -> int:
         print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
         print("(run with --verbose for the full trace)", file=sys.stderr)
         return 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("".join(json.dumps(o) + "\n" for o in outputs))
+    with replace_when_done(args.output) as sink:  # private: the outputs hold the model's answers
+        sink.write("".join(json.dumps(o) + "\n" for o in outputs))
     negative = sum(1 for o in outputs if o["negative"])
     print(f"{len(outputs)} reviews, {negative} negative -> {args.output} (keyed by {product_id_of.__name__})",
           file=sys.stderr)

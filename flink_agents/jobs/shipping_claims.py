@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
+from flink_agents._private_files import make_private_dirs, open_private
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import (
     MAX_CALLBACK_TIMEOUT_S,
@@ -83,9 +84,10 @@ def claim_id_of(callback_id: str) -> str:
 def file_claim(inbox: str, claim: Dict[str, Any]) -> str:
     """Append ``claim`` as one JSON line to the carrier's inbox, durably
     (one ``write`` on an ``O_APPEND`` descriptor, so concurrent writers do
-    not interleave, then ``fsync``). Returns the claim id."""
+    not interleave, then ``fsync``). The inbox is private (0600, never
+    through a link): claims carry the callback URLs. Returns the claim id."""
     line = (json.dumps(claim, ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(inbox, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = open_private(inbox, append=True)
     try:
         written = os.write(fd, line)
         if written != len(line):
@@ -204,10 +206,9 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     from flink_agents.stores.factory import open_journal_store
 
     for path in (setup.journal_path, setup.inbox_path, setup.carrier_log_path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     # Emptied for this run, readable by its owner only: claims carry the URLs.
-    os.close(os.open(setup.inbox_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-    setup.inbox_path.chmod(0o600)
+    os.close(open_private(setup.inbox_path))
     store = open_journal_store({"journal.store": "sqlite", "journal.sqlite.path": str(setup.journal_path)})
     ingress = CallbackIngress(store, setup.callback_host, setup.callback_port).start()
     run = ClaimsRun(ingress.base_url, {
@@ -220,7 +221,7 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     try:
         with tempfile.TemporaryDirectory(prefix="carrier-") as directory:
             stop_file = Path(directory) / "stop"
-            with open(setup.carrier_log_path, "wb") as carrier_log:
+            with os.fdopen(open_private(setup.carrier_log_path), "wb") as carrier_log:  # it names claims and URLs
                 carrier = subprocess.Popen(
                     [sys.executable, "-m", "flink_agents.jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
                      "--stop-file", str(stop_file), *setup.carrier_args],

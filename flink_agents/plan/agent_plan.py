@@ -5,6 +5,14 @@ listen to, and resource specs from which each operator builds its resources.
 It serializes to JSON (``to_json``/``from_json``) unchanged; the compiled
 plans of the project's jobs are kept under ``plans/`` and a test keeps them
 current.
+
+Secrets (``flink_agents.api.redaction``): the JSON form, and every other
+serialized form, writes ``***`` for secret descriptor arguments and action
+config values; the plan object, and so the pickled plan a Flink job ships to
+its workers, keeps the real values. A plan read back from such JSON holds
+``***`` and cannot build those resources (the runtime refuses, naming the
+argument); a secret given as ``secret_from_env("NAME")`` stays a reference
+in every form and is read where the resource is built.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Dict, List
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, field_serializer
 
+from flink_agents.api.redaction import redact
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.plan.function_ref import FunctionRef
 
@@ -30,6 +39,16 @@ class ActionSpec(BaseModel):
     function: FunctionRef
     config: Dict[str, Any] = Field(default_factory=dict)
     builtin: bool = False
+
+    @field_serializer("config")
+    def _redacted_config(self, config: Dict[str, Any], info: SerializationInfo) -> Dict[str, Any]:
+        if isinstance(info.context, dict) and info.context.get("secrets") == "keep":
+            return config
+        return redact(config)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "config" else value
 
 
 class ResourceKind(str, Enum):
@@ -75,7 +94,8 @@ class AgentPlan(BaseModel):
         # read back from JSON has none).
         if not isinstance(other, AgentPlan):
             return NotImplemented
-        return self.model_dump() == other.model_dump()
+        keep = {"secrets": "keep"}
+        return self.model_dump(context=keep) == other.model_dump(context=keep)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -99,7 +119,8 @@ class AgentPlan(BaseModel):
         return compile_agent(agent)
 
     def to_json(self) -> str:
-        """The plan as indented, key-sorted JSON (stable for snapshots)."""
+        """The plan as indented, key-sorted JSON (stable for snapshots),
+        secrets written as ``***`` (see the module docstring)."""
         import json
 
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"

@@ -17,6 +17,7 @@ from flink_agents.api.events.context_retrieval_event import ContextRetrievalRequ
 from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
 from flink_agents.api.prompts.prompt import LocalPrompt
+from flink_agents.api.redaction import is_secret_reference, redact, redact_text
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
 from flink_agents.api.tools.tool import FunctionTool
 from flink_agents.plan.agent_plan import ActionSpec, AgentPlan, ResourceKind, ResourceSpec
@@ -271,7 +272,7 @@ def _collect_resources(agent: Agent, agent_name: str, tree: _Tree) -> Dict[Resou
             value = fn()
         except Exception as exc:
             raise PlanError(
-                f"{type.value} resource {name!r} of {agent_name} raised while building: {exc!r}"
+                f"{type.value} resource {name!r} of {agent_name} raised while building: {redact_text(repr(exc))}"
             ) from exc
         add(name, type, value)
     for type, by_name in agent.resources.items():
@@ -332,9 +333,14 @@ def _check_setup_fields(name: str, spec: ResourceSpec, agent_name: str) -> None:
     fields = getattr(cls, "model_fields", None)
     if not isinstance(cls, type) or not issubclass(cls, BaseModel) or fields is None:
         return
-    given = {k: v for k, v in spec.descriptor.arguments.items() if k in fields and k != "connection"}
+    given = {
+        k: v for k, v in spec.descriptor.arguments.items()
+        if k in fields and k != "connection" and not is_secret_reference(v)  # references: read on the worker
+    }
     for field, value in given.items():
         try:
             cls.__pydantic_validator__.validate_assignment(cls.model_construct(), field, value)
         except ValidationError as exc:
-            raise PlanError(f"chat model setup {name!r} of {agent_name}: {exc.errors()[0]['msg']} ({field}={value!r})") from None
+            raise PlanError(
+                f"chat model setup {name!r} of {agent_name}: {exc.errors()[0]['msg']} ({field}={redact(value, field)!r})"
+            ) from None

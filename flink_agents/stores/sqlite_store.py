@@ -12,6 +12,13 @@ the schema version (1), and a file of another version is refused with
 ``JournalSchemaError``. A version-1 file written before ``callbacks`` existed
 gets the table when it is opened.
 
+Files: the journal holds prompts, answers and the ids that resolve pending
+callbacks, so a missing file is created with mode 0600 (and missing
+directories 0700) before SQLite opens it; SQLite gives ``-wal`` and ``-shm``
+the main file's mode. A read-only location (the file, or the directory
+where it or its ``-wal``/``-shm`` must be created) fails at once with a
+``JournalStoreError`` naming the path and saying so.
+
 Concurrency: the file is in WAL mode, so readers never block the writer, and
 every write is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction that waits up
 to ``busy_timeout_ms`` for another process's write. Each process opens its own
@@ -47,13 +54,16 @@ fsync counts (e.g. slow network disks).
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple, Type, Union
 
+from flink_agents._private_files import UnsafePathError, create_private_file, make_private_dirs, unwritable
 from flink_agents.stores import _sql
 from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
 from flink_agents.stores.errors import (
@@ -67,6 +77,8 @@ from flink_agents.stores.retry import StoreRetry
 from flink_agents.stores.sql_store import SQLJournalStore
 
 __all__ = ["SQLiteDialect", "SQLiteJournalStore"]
+
+log = logging.getLogger(__name__)
 
 _SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
@@ -217,18 +229,33 @@ class SQLiteDialect(Dialect):
             raise
 
     def connect(self) -> sqlite3.Connection:
-        """Open the file in WAL mode and check (or create) its schema.
+        """Open the file in WAL mode and check (or create) its schema; a
+        missing file is first created 0600 (module docstring, "Files"), an
+        existing one others can read is opened with a warning.
 
         Raises:
             JournalSchemaError: Another schema version, or not a journal (or
                 not an SQLite database at all).
-            JournalStoreError: The file cannot be put in WAL mode, or the
-                path is a directory (no retry can open that).
+            JournalStoreError: The file cannot be put in WAL mode, the path
+                is a directory or a link to nothing, or the location is
+                read-only (``_read_only``); no retry can open those.
             sqlite3.Error: The file cannot be opened.
         """
         if self.path.is_dir():
             raise JournalStoreError(f"{self.path} is a directory, not an SQLite journal file; give a file path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        read_only = _read_only(self.path)
+        if read_only is not None:
+            raise JournalStoreError(
+                f"the journal {self.path} is read-only: {read_only}; point journal.sqlite.path at a file "
+                "in a directory this user can write"
+            )
+        make_private_dirs(self.path.parent)
+        try:
+            created = create_private_file(self.path)
+        except UnsafePathError as error:  # a link to nothing: no retry helps
+            raise JournalStoreError(str(error)) from error
+        if not created:
+            _warn_if_shared(self.path)
         connection = sqlite3.connect(
             str(self.path),
             timeout=self.busy_timeout_ms / 1000.0,
@@ -336,6 +363,40 @@ class _Connection(sqlite3.Connection):
 _UNAVAILABLE_CODES = frozenset({5, 6, 10, 13, 14, 15})  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL
 _CORRUPT_CODES = frozenset({11, 26})  # CORRUPT NOTADB
 _SQLITE_READONLY_DBMOVED = 8 | (4 << 8)
+
+
+def _read_only(path: Path) -> Optional[str]:
+    """Why the journal at ``path`` cannot be written (``unwritable``: root
+    included, for a mode without write bits), or None: the file, or the
+    directory where it (or SQLite's ``-wal`` and ``-shm``) must be created."""
+    sidecars = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]
+    if path.exists():
+        reason = unwritable(path, "the file")
+        if reason is not None or all(sidecar.exists() for sidecar in sidecars):
+            return reason
+        creates = f"SQLite must create {path.name}-wal and {path.name}-shm there"
+    else:
+        creates = "the journal file must be created there"
+    directory = path.parent
+    while not directory.exists() and directory.parent != directory:
+        directory = directory.parent  # the nearest directory that exists: the rest are made in it
+    reason = unwritable(directory, f"its directory {directory}")
+    return None if reason is None else f"{reason} ({creates})"
+
+
+def _warn_if_shared(path: Path) -> None:
+    """Warn when an existing journal file can be read by others: it holds
+    prompts, answers and the ids that resolve pending callbacks. Its mode is
+    left as it is (it may be shared on purpose)."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning(
+            "the journal %s has mode %04o: other users can read its prompts, answers and callback ids "
+            "(run 'chmod 600 %s'; files this release creates are 0600)", path, mode, path,
+        )
 
 
 def _has_all(connection: sqlite3.Connection, names: Tuple[str, ...]) -> bool:

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 from pydantic import Field, PrivateAttr, field_serializer, model_validator
 
 from flink_agents.api.chat_message import ChatMessage, MessageRole
+from flink_agents.api.redaction import redact_text
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.tools.tool import ToolMetadata
 from flink_agents.integrations.mcp._connection import MCPConnection, MCPServerUnavailable, MCPSessionError, MCPTimeout
@@ -107,7 +108,7 @@ class MCPServer(Resource):
         if self.endpoint is not None:
             parsed = urlparse(self.endpoint)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
-                raise ValueError(f"MCPServer endpoint must be an http(s) URL, got {self.endpoint!r}")
+                raise ValueError(f"MCPServer endpoint must be an http(s) URL, got {redact_text(self.endpoint)!r}")
         if self.timeout <= 0 or self.sse_read_timeout <= 0:
             raise ValueError("MCPServer timeout and sse_read_timeout are seconds and must be > 0")
         return self
@@ -126,11 +127,12 @@ class MCPServer(Resource):
     @property
     def label_name(self) -> str:
         """The declared resource name, else the endpoint or command."""
-        return self._resource_name or self.endpoint or self.command or "?"
+        return self._resource_name or redact_text(self.endpoint or self.command or "?")
 
     @property
     def label(self) -> str:
         where = self.endpoint if self.endpoint is not None else " ".join([self.command or "", *self.args])
+        where = redact_text(where)  # a password in the URL, a token=... argument
         return f"{self._resource_name!r} ({where})" if self._resource_name else f"({where})"
 
     # -- the session --------------------------------------------------------

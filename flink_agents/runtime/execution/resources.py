@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.prompts.prompt import LocalPrompt
+from flink_agents.api.redaction import find_redacted, resolve_secrets
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
@@ -105,6 +106,26 @@ def _check_arguments(spec: ResourceSpec, cls: type) -> None:
         )
 
 
+def _secret_arguments(spec: ResourceSpec) -> Dict[str, Any]:
+    """The descriptor's arguments with ``secret_from_env`` references read
+    from this process's environment (``flink_agents.api.redaction``).
+
+    Raises:
+        ValueError: A referenced variable is not set here, or an argument
+            holds the ``***`` a plan's JSON writes for a secret (a plan read
+            back from JSON has no secrets); both name the resource and the
+            argument, never a value.
+    """
+    where = f"{spec.type.value} resource {spec.name!r}"
+    redacted = find_redacted(spec.descriptor.arguments, "arguments")
+    if redacted is not None:
+        raise ValueError(
+            f"{where}: {redacted} is '***', a secret the plan's JSON form does not hold; build the plan "
+            "from the agent (its pickled form keeps secrets) or give the secret as secret_from_env('NAME')"
+        )
+    return resolve_secrets(spec.descriptor.arguments, f"{where}: arguments")
+
+
 class _Missing(KeyError):
     """A resource the plan does not have (a ``KeyError``, as before)."""
 
@@ -189,7 +210,7 @@ class ResourceCache:
             _check_arguments(spec, cls)
             # As Flink Agents 0.3.1: the context is a constructor argument, so
             # a resource may use it in its own validators.
-            resource = cls(**spec.descriptor.arguments, resource_context=context)
+            resource = cls(**_secret_arguments(spec), resource_context=context)
         if spec.type == ResourceType.MCP_SERVER and hasattr(resource, "bind_resource_name"):
             resource.bind_resource_name(spec.name)  # for messages and untrusted-data sources
         if isinstance(resource, Resource):

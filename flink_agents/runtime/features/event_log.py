@@ -18,7 +18,9 @@ record format and the truncation follow 0.3.1's ``docs/operations/monitoring.md`
 - the logger: ``baseLogDir`` (or ``eventLoggerType: file``) writes one JSON
   line per event (``prettyPrint``: indented JSON instead) to
   ``{baseLogDir}/events-{jobId}-{taskName}-{subtaskId}.log`` (default
-  directory ``<tmp>/flink-agents``); with ``eventLoggerType: slf4j`` set, or
+  directory ``<tmp>/flink-agents-<uid>``, not 0.3.1's shared
+  ``<tmp>/flink-agents``; files 0600, directory 0700, see
+  ``FileEventLogger``); with ``eventLoggerType: slf4j`` set, or
   a level of INFO or lower set on the Python logger ``flink_agents.event_log``
   itself, records go to that logger at INFO; otherwise nowhere (a
   difference from 0.3.1, whose SLF4J event log is on by default:
@@ -62,6 +64,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 from pydantic_core import to_jsonable_python
 
+from flink_agents._private_files import check_private_dir, make_private_dirs, open_private
 from flink_agents.api.configuration import ConfigurationView, convert_value
 from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel, LoggerType
 from flink_agents.api.event_listener import EventContext, EventListener
@@ -69,7 +72,9 @@ from flink_agents.api.events.event import Event, row_to_json
 from flink_agents.runtime.execution.metrics import BuiltinMetrics
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 
-__all__ = ["EVENT_LOGGER_NAME", "EventLog", "FileEventLogger", "LoggingEventLogger", "RunEventLog", "truncate"]
+__all__ = [
+    "EVENT_LOGGER_NAME", "EventLog", "FileEventLogger", "LoggingEventLogger", "RunEventLog", "default_log_dir", "truncate",
+]
 
 log = logging.getLogger(__name__)
 
@@ -144,26 +149,44 @@ def truncate(event: Dict[str, Any], max_string_length: int, max_array_elements: 
 # -- loggers -------------------------------------------------------------------------
 
 
+def default_log_dir() -> str:
+    """The file logger's directory when ``baseLogDir`` is not set:
+    ``<tmp>/flink-agents-<uid>``, this user's own (0.3.1's shared
+    ``/tmp/flink-agents`` could be made or filled with links by anyone)."""
+    user = os.geteuid() if hasattr(os, "geteuid") else os.environ.get("USERNAME", "user")
+    return os.path.join(tempfile.gettempdir(), f"flink-agents-{user}")
+
+
 class FileEventLogger:
-    """Appends records to ``{directory}/events-{job}-{task}-{subtask}.log``.
+    """Appends records to ``{directory}/events-{job}-{task}-{subtask}.log``,
+    a private file (``flink_agents._private_files``): created with mode
+    0600, never through a symbolic link, in a directory only this user can
+    write.
 
     Args:
-        directory: Created if missing.
+        directory: Created (0700) if missing; None: ``default_log_dir()``,
+            which must not be a link either (a name in the shared ``<tmp>``).
         job_id, task_name: Put in the file name (characters other than
             letters, digits, ``.``, ``_`` and ``-`` become ``_``).
         subtask: The subtask index.
         pretty: Indented multi-line JSON per record instead of JSON lines.
 
     Raises:
+        UnsafePathError: The directory is another user's or writable by
+            others, or the file is a link or another user's (the message
+            names it).
         OSError: The directory or the file cannot be created.
     """
 
-    def __init__(self, directory: str, job_id: str, task_name: str, subtask: int, pretty: bool = False) -> None:
-        os.makedirs(directory, exist_ok=True)
+    def __init__(self, directory: str | None, job_id: str, task_name: str, subtask: int, pretty: bool = False) -> None:
+        default = directory is None
+        directory = default_log_dir() if directory is None else directory
+        make_private_dirs(directory)
+        check_private_dir(directory, follow_link=not default)
         name = "-".join(_UNSAFE_NAME.sub("_", str(part)) for part in ("events", job_id, task_name, subtask))
         self.path = os.path.join(directory, name + ".log")
         self._indent = 2 if pretty else None
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = os.fdopen(open_private(self.path, append=True), "a", encoding="utf-8")
 
     def write(self, records: List[Dict[str, Any]]) -> None:
         """Append ``records`` and flush."""
@@ -298,8 +321,7 @@ class EventLog:
         anything = level is not EventLogLevel.OFF or any(lv is not EventLogLevel.OFF for lv in type_levels.values())
         logger: Any = None
         if anything and (base_dir or logger_type is LoggerType.FILE):
-            directory = base_dir or os.path.join(tempfile.gettempdir(), "flink-agents")
-            logger = FileEventLogger(directory, job_id, task_name, subtask, pretty)
+            logger = FileEventLogger(base_dir or None, job_id, task_name, subtask, pretty)
         elif anything and _logging_opted_in(config):
             logger = LoggingEventLogger(pretty)
         if logger is None and not listeners:

@@ -5,7 +5,8 @@ Loading follows Flink Agents 0.3.1: sources are read in order; in each, every
 immediate subdirectory holding a ``SKILL.md`` is a skill (sorted by directory
 name); a skill name found again in a later source replaces the earlier one,
 with a warning. Files are read from disk when asked for, never outside the
-skill's own directory.
+skill's own directory: a link leading out of it is refused, the SKILL.md
+itself included.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class SkillCatalog:
         Raises:
             SkillSourceError: A source cannot be opened.
             SkillFormatError: A SKILL.md is invalid (names the file).
+            SkillPathError: A SKILL.md is a link leading outside its skill's
+                directory (names the file and where it leads).
         """
         roots: List[SkillRoot] = []
         skills: Dict[str, LoadedSkill] = {}
@@ -209,7 +212,14 @@ def _skills_under(root: SkillRoot) -> List[LoadedSkill]:
         log.warning("skill source %s holds no skill directory (a subdirectory with a %s)%s", root.origin, SKILL_FILE, hint)
     loaded = []
     for directory in directories:
-        document = parse_skill_file(directory / SKILL_FILE)
+        skill_file = directory / SKILL_FILE
+        target = skill_file.resolve()
+        if not target.is_relative_to(directory.resolve()):
+            raise SkillPathError(
+                f"{skill_file} of {root.origin} is a link to {target}, outside the skill's directory: refused, "
+                "only the skill's own files can be read (copy the file into the directory instead)"
+            )
+        document = parse_skill_file(skill_file)
         if document.name != directory.name:
             log.warning("skill %r lives in directory %r of %s; the Agent Skills format expects the same name",
                         document.name, directory.name, root.origin)

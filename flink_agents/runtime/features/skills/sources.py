@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from flink_agents.api.redaction import redact_text
 from flink_agents.api.skills import SkillSourceSpec
 
 __all__ = ["SkillRoot", "SkillSourceError", "open_source", "SCHEMES", "URL_TIMEOUT_S", "MAX_DOWNLOAD_BYTES", "MAX_EXTRACTED_BYTES"]
@@ -150,7 +151,7 @@ def _missing(origin: str, package: str, resource: str) -> SkillRoot:
 
 def _open_url(params: Mapping[str, str]) -> SkillRoot:
     url = _require(params, "url", "url")
-    origin = f"url:{url}"
+    origin = f"url:{redact_text(url)}"  # messages and logs: no password or ?token=
     if not url.lower().startswith(("http://", "https://")):
         raise SkillSourceError(f"{origin}: only http(s) URLs are supported")
     with tempfile.TemporaryFile() as archive:
