@@ -107,6 +107,7 @@ _METRIC = "flink_agents_callback_posts_total"
 _CONNECTIONS_METRIC = "flink_agents_callback_connections_total"
 _OPEN_METRIC = "flink_agents_callback_connections_open"
 _HEADER_TIMEOUTS_METRIC = "flink_agents_callback_header_timeouts_total"
+_MALFORMED_METRIC = "flink_agents_callback_malformed_requests_total"
 _PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The JSON ``state`` of a 202 for each route's final state.
 _ROUTE_STATES = {"resolve": RESOLVED, "reject": REJECTED}
@@ -125,7 +126,9 @@ class CallbackMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = {outcome: 0 for outcome in OUTCOMES}
-        self._connections: Dict[str, int] = {"accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0}
+        self._connections: Dict[str, int] = {
+            "accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0, "malformed": 0
+        }
 
     def count(self, outcome: str) -> None:
         """Add one POST with ``outcome`` (one of ``OUTCOMES``)."""
@@ -155,6 +158,11 @@ class CallbackMetrics:
         with self._lock:
             self._connections["header_timeouts"] += 1
 
+    def malformed_request(self) -> None:
+        """Count a request aiohttp could not parse (answered 400 and closed)."""
+        with self._lock:
+            self._connections["malformed"] += 1
+
     def snapshot(self) -> Dict[str, int]:
         """The POST counts so far, by outcome."""
         with self._lock:
@@ -163,7 +171,8 @@ class CallbackMetrics:
     def connections(self) -> Dict[str, int]:
         """The connection counts so far: ``accepted``, ``refused`` (over
         ``max_connections``), ``header_timeouts`` (closed with a late request
-        head), and ``open`` (admitted and not yet closed, now)."""
+        head), ``malformed`` (requests that could not be parsed), and
+        ``open`` (admitted and not yet closed, now)."""
         with self._lock:
             return dict(self._connections)
 
@@ -190,6 +199,10 @@ class CallbackMetrics:
             "did not arrive within header_timeout_s.",
             f"# TYPE {_HEADER_TIMEOUTS_METRIC} counter",
             f"{_HEADER_TIMEOUTS_METRIC} {connections['header_timeouts']}",
+            f"# HELP {_MALFORMED_METRIC} Requests that could not be parsed as HTTP (answered 400, not logged "
+            "beyond one line each).",
+            f"# TYPE {_MALFORMED_METRIC} counter",
+            f"{_MALFORMED_METRIC} {connections['malformed']}",
         ]
         return "\n".join(lines) + "\n"
 

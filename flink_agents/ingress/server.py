@@ -11,7 +11,9 @@ socket is opened with ``loop.create_server`` rather than a ``TCPSite``: a
 site always serves ``runner.server`` itself, with no place for the guard.
 
 Access logging is off: a callback URL is the capability to complete the
-callback, so it must not land in logs.
+callback, so it must not land in logs. For the same reason a request
+aiohttp cannot parse is answered with a short fixed body and logged in one
+line without its bytes (``protocol.QuietRequestHandler``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from aiohttp import web
 from flink_agents.ingress.callback_app import METRICS_KEY, make_app
 from flink_agents.ingress.connections import ConnectionGuard
 from flink_agents.ingress.options import IngressLimits
+from flink_agents.ingress.protocol import protocol_factory
 from flink_agents.stores.callbacks import CallbackStore
 
 __all__ = ["CallbackIngress", "describe_store", "serve_forever"]
@@ -39,6 +42,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8089
 # The listen backlog (aiohttp's TCPSite default).
 _BACKLOG = 128
+# aiohttp's own log lines (premature disconnects at DEBUG); errors are
+# logged by protocol.QuietRequestHandler, without the request's bytes.
+_AIOHTTP_LOG = logging.getLogger("flink_agents.ingress.http")
 # File descriptors the process needs besides the connections (store, logs, ...).
 _SPARE_FDS = 64
 
@@ -93,14 +99,17 @@ async def _serve(
         app[METRICS_KEY], max_connections=limits.max_connections, header_timeout_s=limits.header_timeout_s
     )
     app.middlewares.append(guard.middleware)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s)
+    # Passed to aiohttp's RequestHandler, one per connection (protocol.py).
+    handler_kwargs = {"access_log": None, "keepalive_timeout": limits.idle_timeout_s, "logger": _AIOHTTP_LOG}
+    runner = web.AppRunner(app, **handler_kwargs)
     await runner.setup()
     listening: Optional[asyncio.AbstractServer] = None
     try:
         if runner.server is None:  # setup() sets it
             raise RuntimeError("aiohttp's runner has no server after setup()")
         listening = await asyncio.get_running_loop().create_server(
-            guard.protocol_factory(runner.server), host, port, backlog=_BACKLOG
+            guard.protocol_factory(protocol_factory(runner.server, app[METRICS_KEY], handler_kwargs)),
+            host, port, backlog=_BACKLOG,
         )
         # With port 0 the kernel picks one; report the first socket's port (a
         # host name resolving to several addresses may bind several ports).
