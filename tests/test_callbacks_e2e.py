@@ -412,9 +412,9 @@ def test_resolve_delivers_the_body_and_the_run_finishes_with_it(shared: SharedRu
     assert output["callback_id"] == callback_id
     assert (output["outcome"], output["body"]) == ("resolved", RESOLVE_BODY)
     # The URLs the run handed out point at this ingress.
-    assert output["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve"
-    assert output["reject_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/reject"
     record = _row(shared, "resolve")
+    assert output["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve/{record.resolve_token}"
+    assert output["reject_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/reject/{record.reject_token}"
     assert (record.state, record.body, record.late_completions) == ("resolved", RESOLVE_BODY.encode(), 0)
     assert record.ref.key == '"k-resolve"'
 
@@ -527,7 +527,7 @@ def test_the_callback_tool_delivers_the_body_escaped_as_untrusted_data(shared: S
     assert offered == {"create_callback", "cancel_operation"}
     tool_result = json.loads(next(m["content"] for m in requests[1]["messages"] if m["role"] == "tool"))
     assert tool_result["pending"] is True and tool_result["operation_id"] == callback_id
-    assert tool_result["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve"
+    assert tool_result["resolve_url"].startswith(f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve/")
     # The request after the POST carries the outcome: the body escaped inside
     # one untrusted block, which it could not close.
     delivered = requests[2]["messages"][-1]

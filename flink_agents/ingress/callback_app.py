@@ -5,11 +5,18 @@ A run creates a callback (``ctx.create_callback``) and hands its two URLs to
 an outside system; that system POSTs to one of them once, and the run, waiting
 on the callback, gets the body. Routes:
 
-``POST /callbacks/{callback_id}/resolve``
+``POST /callbacks/{callback_id}/resolve/{token}``
     The body (any bytes, any content type) becomes the callback's result;
-    state ``resolved``.
-``POST /callbacks/{callback_id}/reject``
-    The body becomes the reason; state ``rejected``.
+    state ``resolved``. ``token`` is the callback's resolve token.
+``POST /callbacks/{callback_id}/reject/{token}``
+    The body becomes the reason; state ``rejected``; ``token`` is the
+    callback's reject token.
+
+Resolve and reject are separate capabilities: each route has its own token
+(``stores.callbacks``), and a POST whose token is not that route's (the
+other route's, a wrong one, or none) is answered 403 and changes nothing.
+Without ``/{token}`` the routes serve only callbacks written by a release
+before the tokens (``CallbackRecord.legacy``), whose URLs had none.
 ``GET /healthz``
     ``200 {"status": "ok"}`` while the process serves requests (liveness
     only: it does not touch the store).
@@ -24,6 +31,9 @@ Answers to the POSTs (JSON bodies):
   has returned, and the store commits before it returns, so a 202 means the
   completion is stored as durably as the store keeps any write (SQLite with
   ``synchronous=FULL``, PostgreSQL: it survives a crash of either side).
+- ``403 {"error": "this URL does not grant this completion"}``: the token
+  is not the route's (the callback is untouched, and a late POST with a
+  wrong token is not counted on it).
 - ``404 {"error": "unknown callback"}``: no such callback (never created,
   pruned, or an id that cannot be one: ids must match ``CALLBACK_ID_PATTERN``,
   and a malformed one is refused without a store call).
@@ -102,7 +112,11 @@ CALLBACK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
 # The outcomes of a resolve/reject POST, as counted (label ``outcome``).
 # ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback;
 # ``body_timeout`` one whose body did not arrive within ``body_timeout_s``.
-OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors", "body_timeout")
+# ``forbidden`` one whose URL does not carry the route's token.
+OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden")
+# The error of a 403: the URL does not grant what it asks (its token is of
+# the other route, wrong, or missing).
+FORBIDDEN = "this URL does not grant this completion"
 _METRIC = "flink_agents_callback_posts_total"
 _CONNECTIONS_METRIC = "flink_agents_callback_connections_total"
 _OPEN_METRIC = "flink_agents_callback_connections_open"
@@ -292,18 +306,38 @@ def make_app(
         request.protocol.force_close()
         return response
 
+    def forbidden() -> web.Response:
+        metrics.count("forbidden")
+        return web.json_response({"error": FORBIDDEN}, status=403)
+
     async def complete(request: web.Request, route: str) -> web.Response:
         callback_id = request.match_info["callback_id"]
+        token = request.match_info.get("token")
         if not CALLBACK_ID_PATTERN.fullmatch(callback_id):
             metrics.count("unknown")
             return web.json_response({"error": "unknown callback"}, status=404)
+        if token is not None and not CALLBACK_ID_PATTERN.fullmatch(token):
+            return forbidden()
+        state = _ROUTE_STATES[route]
+        # The capability first, before the body is read: only the route's
+        # own token (or, for a legacy row, the bare id) may complete it.
+        try:
+            found = await asyncio.to_thread(store.get_callback, callback_id)
+        except Exception:
+            metrics.count("store_errors")
+            log.exception("callback store failed to read callback %s...", callback_id[:6])
+            return web.json_response({"error": "callback store unavailable"}, status=503)
+        if found is None:
+            metrics.count("unknown")
+            return web.json_response({"error": "unknown callback"}, status=404)
+        if not found.grants(state, token):
+            return forbidden()
         try:
             body = await asyncio.wait_for(read_body(request), body_timeout_s)
         except asyncio.TimeoutError:
             return await body_too_slow(request)
         if body is None:
             return too_large()
-        state = _ROUTE_STATES[route]
         now_ms = int(clock() * 1000)
         try:
             result = await asyncio.to_thread(store.complete, callback_id, state, body, now_ms, count_late=True)
@@ -343,8 +377,9 @@ def make_app(
 
     app = web.Application(client_max_size=max_body_bytes)
     app[METRICS_KEY] = metrics
-    app.router.add_post("/callbacks/{callback_id}/resolve", resolve, expect_handler=expect)
-    app.router.add_post("/callbacks/{callback_id}/reject", reject, expect_handler=expect)
+    for suffix in ("", "/{token}"):  # without a token: legacy rows only
+        app.router.add_post("/callbacks/{callback_id}/resolve" + suffix, resolve, expect_handler=expect)
+        app.router.add_post("/callbacks/{callback_id}/reject" + suffix, reject, expect_handler=expect)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_page)
     return app

@@ -12,8 +12,8 @@ Every arrow out of ``PENDING`` is one conditional write to the store, so the
 first one wins everywhere and for good; a completion that loses is dropped
 (the ingress answers 404 and counts it in ``late_completions``).
 
-Identity and replay. ``create`` draws the id from ``secrets`` (192 bits) and
-registers it under the creating call's ``CallbackRef`` (journal id, key,
+Identity and replay. ``create`` draws the id and the two routes' tokens
+from ``secrets`` (192 bits each; ``callback_url``) and registers them under the creating call's ``CallbackRef`` (journal id, key,
 record, step, ordinal of the step's callbacks) before it returns, so the URL
 never leaves the run before the callback is durable. A replayed run
 registers the same ref and gets the original id, deadline and outcome back.
@@ -65,12 +65,14 @@ from flink_agents.stores.callbacks import (
     CallbackRecord,
     CallbackRef,
     CallbackStore,
+    new_capability_token,
 )
 
 __all__ = [
     "BASE_URL_ENV",
     "CallbackHub",
     "RuntimeCallback",
+    "callback_url",
     "decode_body",
     "validate_timeout",
 ]
@@ -80,6 +82,7 @@ log = logging.getLogger(__name__)
 BASE_URL_ENV = "CALLBACK_BASE_URL"
 DEFAULT_BASE_URL = "http://127.0.0.1:8089"
 _ID_BYTES = 24  # 192 bits from the OS's CSPRNG, URL-safe base64: 32 characters
+_ROUTES = {RESOLVED: "resolve", REJECTED: "reject"}
 
 
 def validate_timeout(timeout_s: Any) -> float:
@@ -112,6 +115,19 @@ def decode_body(body: Optional[bytes]) -> Union[str, bytes]:
         return bytes(body)
 
 
+def callback_url(base_url: str, record: CallbackRecord, state: str) -> str:
+    """The URL completing ``record`` as ``state`` (``RESOLVED``: ``.../resolve``,
+    ``REJECTED``: ``.../reject``): ``{base_url}/callbacks/{id}/{route}/{token}``
+    with that route's own token, so the resolve URL cannot reject and the
+    reject URL cannot resolve. A legacy row (no tokens: an older release
+    created it) keeps its old URL, ``{base_url}/callbacks/{id}/{route}``, so a
+    replay hands out what the first run did."""
+    route = _ROUTES[state]
+    token = record.resolve_token if state == RESOLVED else record.reject_token
+    url = f"{base_url}/callbacks/{record.callback_id}/{route}"
+    return url if token is None else f"{url}/{token}"
+
+
 def body_as_text(body: Optional[bytes]) -> str:
     """A body for a model: UTF-8 text, or a base64 rendering of binary data."""
     value = decode_body(body)
@@ -135,8 +151,8 @@ class RuntimeCallback(Callback):
         self.created_ms = record.created_ms
         self.deadline_ms = record.deadline_ms
         self.timeout_s = (record.deadline_ms - record.created_ms) / 1000.0
-        self.resolve_url = f"{base_url}/callbacks/{record.callback_id}/resolve"
-        self.reject_url = f"{base_url}/callbacks/{record.callback_id}/reject"
+        self.resolve_url = callback_url(base_url, record, RESOLVED)
+        self.reject_url = callback_url(base_url, record, REJECTED)
 
     def wait(self) -> Awaitable[Union[str, bytes]]:
         return self._wait()
@@ -252,7 +268,8 @@ class CallbackHub:
         timeout_ms = int(round(timeout * 1000))
         candidate = secrets.token_urlsafe(_ID_BYTES)
         record = await self._in_thread(
-            self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms
+            self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms,
+            new_capability_token(), new_capability_token(),
         )
         if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
             raise NondeterminismError(
