@@ -178,7 +178,7 @@ def test_a_second_post_is_late_changes_nothing_and_is_counted(store, ingress):
     assert after.late_completions == 1
     assert _metrics(ingress.port) == {
         "accepted": 1, "unknown": 0, "late": 1, "too_large": 0, "store_errors": 0, "body_timeout": 0,
-        "forbidden": 0,
+        "forbidden": 0, "unauthorized": 0,
     }
 
 
@@ -353,7 +353,7 @@ def test_healthz_and_metrics_start_at_zero():
 
         assert (status, json.loads(data)) == (200, {"status": "ok"})
         assert _metrics(ingress.port) == dict.fromkeys(
-            ["accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden"], 0
+            ["accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden", "unauthorized"], 0
         )
 
 

@@ -31,6 +31,13 @@ Answers to the POSTs (JSON bodies):
   has returned, and the store commits before it returns, so a 202 means the
   completion is stored as durably as the store keeps any write (SQLite with
   ``synchronous=FULL``, PostgreSQL: it survives a crash of either side).
+- ``401 {"error": "authentication required"}`` (``WWW-Authenticate:
+  Bearer``): the ingress requires a bearer token (``ingress.auth``) and the
+  POST has none or another; nothing else was looked at.
+- ``403 {"error": "the URL is not signed" | "the URL's signature does not
+  match" | "the URL has expired"}``: the ingress requires signed URLs and
+  this one is not validly signed, or is past its ``exp`` (the callback's
+  deadline); no store call.
 - ``403 {"error": "this URL does not grant this completion"}``: the token
   is not the route's (the callback is untouched, and a late POST with a
   wrong token is not counted on it).
@@ -85,6 +92,7 @@ from typing import Callable, Dict, Optional
 
 from aiohttp import web
 
+from flink_agents.ingress.auth import IngressAuth
 from flink_agents.ingress.options import BODY_TIMEOUT_S, MAX_BODY_BYTES, IngressLimits
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -112,8 +120,12 @@ CALLBACK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
 # The outcomes of a resolve/reject POST, as counted (label ``outcome``).
 # ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback;
 # ``body_timeout`` one whose body did not arrive within ``body_timeout_s``.
-# ``forbidden`` one whose URL does not carry the route's token.
-OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden")
+# ``forbidden`` one whose URL does not carry the route's token (or a valid
+# signature, when URLs are signed); ``unauthorized`` one without the bearer
+# token the ingress requires.
+OUTCOMES = (
+    "accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden", "unauthorized"
+)
 # The error of a 403: the URL does not grant what it asks (its token is of
 # the other route, wrong, or missing).
 FORBIDDEN = "this URL does not grant this completion"
@@ -230,6 +242,7 @@ def make_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     *,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    auth: Optional[IngressAuth] = None,
 ) -> web.Application:
     """The callback ingress application (routes and answers: module docstring).
 
@@ -242,6 +255,9 @@ def make_app(
         body_timeout_s: Seconds allowed to receive a whole POST body, from
             the end of its headers (default 30); over it, 408 and the
             connection is closed.
+        auth: What a POST must present (bearer token, signed URL;
+            ``ingress.auth``); default nothing. ``clock`` also decides
+            whether a signed URL has expired.
 
     Returns:
         The application, not yet running (serve it with ``CallbackIngress``
@@ -255,7 +271,27 @@ def make_app(
     if not callable(getattr(store, "complete", None)):
         raise TypeError(f"{type(store).__name__} is not a CallbackStore (it has no complete())")
     IngressLimits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)  # validates both
+    auth = auth if auth is not None else IngressAuth()
     metrics = CallbackMetrics()
+
+    def refusal(request: web.Request) -> Optional[web.Response]:
+        """The answer to a POST that does not authenticate (401: no or a
+        wrong bearer token; 403: no or a bad URL signature, or expired), or
+        None. Checked before anything else: the id, the body, the store."""
+        if not auth.bearer_ok(request.headers.get("Authorization")):
+            metrics.count("unauthorized")
+            response = web.json_response(
+                {"error": "authentication required"}, status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="flink-agents callbacks"'},
+            )
+        else:
+            problem = auth.signature_problem(request.path, request.query_string, clock())
+            if problem is None:
+                return None
+            metrics.count("forbidden")
+            response = web.json_response({"error": problem}, status=403)
+        response.force_close()  # whatever body follows is not wanted
+        return response
 
     def too_large() -> web.Response:
         metrics.count("too_large")
@@ -270,7 +306,11 @@ def make_app(
 
     async def expect(request: web.Request) -> Optional[web.StreamResponse]:
         # Called for "Expect: 100-continue" before the client sends the body:
-        # refuse an oversized declared body here, so it is never transferred.
+        # refuse an unauthenticated POST or an oversized declared body here,
+        # so the body is never transferred.
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         if request.content_length is not None and request.content_length > max_body_bytes:
             return too_large()
         if request.headers.get("Expect", "").lower() != "100-continue":
@@ -311,6 +351,9 @@ def make_app(
         return web.json_response({"error": FORBIDDEN}, status=403)
 
     async def complete(request: web.Request, route: str) -> web.Response:
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         callback_id = request.match_info["callback_id"]
         token = request.match_info.get("token")
         if not CALLBACK_ID_PATTERN.fullmatch(callback_id):

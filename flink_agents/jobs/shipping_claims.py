@@ -38,6 +38,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -200,7 +201,8 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     """Start the ingress and the carrier; yield the job's configuration in a
     ``ClaimsRun``; on exit (also on failure) stop the carrier (it answers what
     it still holds), then the ingress."""
-    from flink_agents.ingress import METRICS_KEY, CallbackIngress
+    from flink_agents.ingress import METRICS_KEY, CallbackIngress, IngressAuth
+    from flink_agents.jobs.carrier_claims import AUTH_TOKEN_ENV
     from flink_agents.stores.factory import open_journal_store
 
     for path in (setup.journal_path, setup.inbox_path, setup.carrier_log_path):
@@ -209,7 +211,13 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     os.close(os.open(setup.inbox_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     setup.inbox_path.chmod(0o600)
     store = open_journal_store({"journal.store": "sqlite", "journal.sqlite.path": str(setup.journal_path)})
-    ingress = CallbackIngress(store, setup.callback_host, setup.callback_port).start()
+    # The ingress takes POSTs from the carrier only: a bearer token made for
+    # this run, handed to the carrier in its environment (never on its
+    # command line or in a log). A leaked claim URL alone completes nothing.
+    token = secrets.token_urlsafe(24)
+    ingress = CallbackIngress(
+        store, setup.callback_host, setup.callback_port, auth=IngressAuth(bearer_token=token)
+    ).start()
     run = ClaimsRun(ingress.base_url, {
         "journal.store": "sqlite",
         "journal.sqlite.path": str(setup.journal_path.resolve()),
@@ -225,7 +233,7 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
                     [sys.executable, "-m", "flink_agents.jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
                      "--stop-file", str(stop_file), *setup.carrier_args],
                     cwd=REPO_ROOT, stdout=carrier_log, stderr=subprocess.STDOUT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", AUTH_TOKEN_ENV: token},
                 )
                 try:
                     yield run

@@ -27,11 +27,16 @@ journal configuration alone, and they are pruned with their run's journal.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
+import math
+import re
 import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Optional
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional
 
 __all__ = [
     "ACCEPTED",
@@ -48,7 +53,11 @@ __all__ = [
     "RESOLVED",
     "TIMED_OUT",
     "UNKNOWN",
+    "SIGNING_KEY_ENV",
     "new_capability_token",
+    "read_secret",
+    "sign",
+    "signed_url",
 ]
 
 # States. PENDING is the only one a callback leaves; the rest are final.
@@ -72,6 +81,48 @@ TOKEN_BYTES = 24
 def new_capability_token() -> str:
     """A fresh, unguessable token for one route of one callback."""
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+# Signed URLs (optional, ``ingress.auth``): the job signs the URLs it hands
+# out with a key the ingress also holds (this variable, or a key file).
+SIGNING_KEY_ENV = "FLINK_AGENTS_CALLBACK_SIGNING_KEY"
+# The signed part of a callback URL's path: its route, at the end (a base URL
+# may add a prefix that a proxy strips before the ingress).
+_SIGNED_PART = re.compile(r"/callbacks/[^/?#]+/(?:resolve|reject)(?:/[^/?#]+)?$")
+
+
+def read_secret(path: Any, what: str) -> str:
+    """The secret held in the file ``path``, surrounding whitespace removed.
+
+    Raises:
+        ValueError: The file cannot be read, or is empty (the message names
+            ``what`` and the path, never the content).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not text:
+        raise ValueError(f"{what}: {path} is empty")
+    return text
+
+
+def sign(key: str, path: str, exp_s: int) -> str:
+    """The signature of a callback URL: URL-safe base64 (no padding) of
+    HMAC-SHA256 under ``key`` over the path from ``/callbacks/`` and the
+    expiry (``"<path>?exp=<exp_s>"``)."""
+    route = _SIGNED_PART.search(path)
+    signed = f"{route.group(0) if route else path}?exp={int(exp_s)}"
+    digest = hmac.new(key.encode("utf-8"), signed.encode("utf-8"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def signed_url(url: str, key: str, deadline_ms: int) -> str:
+    """``url`` (a callback URL without a query) signed to expire at the
+    callback's deadline (rounded up to a second); deterministic, so a
+    replay makes the same URL."""
+    exp_s = int(math.ceil(deadline_ms / 1000.0))
+    return f"{url}?exp={exp_s}&sig={sign(key, url, exp_s)}"
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,11 @@ from flink_agents.stores.callbacks import (
     TIMED_OUT,
     CallbackRecord,
     CallbackRef,
+    SIGNING_KEY_ENV,
     CallbackStore,
     new_capability_token,
+    read_secret,
+    signed_url,
 )
 
 __all__ = [
@@ -115,17 +118,22 @@ def decode_body(body: Optional[bytes]) -> Union[str, bytes]:
         return bytes(body)
 
 
-def callback_url(base_url: str, record: CallbackRecord, state: str) -> str:
+def callback_url(base_url: str, record: CallbackRecord, state: str, signing_key: Optional[str] = None) -> str:
     """The URL completing ``record`` as ``state`` (``RESOLVED``: ``.../resolve``,
     ``REJECTED``: ``.../reject``): ``{base_url}/callbacks/{id}/{route}/{token}``
     with that route's own token, so the resolve URL cannot reject and the
     reject URL cannot resolve. A legacy row (no tokens: an older release
     created it) keeps its old URL, ``{base_url}/callbacks/{id}/{route}``, so a
-    replay hands out what the first run did."""
+    replay hands out what the first run did. With ``signing_key`` the URL is
+    signed to expire at the callback's deadline (``?exp=...&sig=...``,
+    ``stores.callbacks.signed_url``; the ingress checks it when it holds
+    the same key)."""
     route = _ROUTES[state]
     token = record.resolve_token if state == RESOLVED else record.reject_token
     url = f"{base_url}/callbacks/{record.callback_id}/{route}"
-    return url if token is None else f"{url}/{token}"
+    if token is not None:
+        url = f"{url}/{token}"
+    return url if signing_key is None else signed_url(url, signing_key, record.deadline_ms)
 
 
 def body_as_text(body: Optional[bytes]) -> str:
@@ -141,7 +149,7 @@ class RuntimeCallback(Callback):
 
     def __init__(
         self, hub: "CallbackHub", record: CallbackRecord, base_url: str,
-        before_wait: Optional[Callable[[], Awaitable[None]]] = None,
+        before_wait: Optional[Callable[[], Awaitable[None]]] = None, signing_key: Optional[str] = None,
     ) -> None:
         self._hub = hub
         self._before_wait = before_wait
@@ -151,8 +159,8 @@ class RuntimeCallback(Callback):
         self.created_ms = record.created_ms
         self.deadline_ms = record.deadline_ms
         self.timeout_s = (record.deadline_ms - record.created_ms) / 1000.0
-        self.resolve_url = callback_url(base_url, record, RESOLVED)
-        self.reject_url = callback_url(base_url, record, REJECTED)
+        self.resolve_url = callback_url(base_url, record, RESOLVED, signing_key)
+        self.reject_url = callback_url(base_url, record, REJECTED, signing_key)
 
     def wait(self) -> Awaitable[Union[str, bytes]]:
         return self._wait()
@@ -205,8 +213,9 @@ class CallbackHub:
         store: Where callbacks live (the journal store).
         config: The job's configuration: ``callbacks.base_url`` (else the
             ``CALLBACK_BASE_URL`` environment variable, else
-            ``http://127.0.0.1:8089``) and ``callbacks.poll_interval_ms``
-            (default 100).
+            ``http://127.0.0.1:8089``), ``callbacks.poll_interval_ms``
+            (default 100) and ``callbacks.signing_key_file`` (else
+            ``$FLINK_AGENTS_CALLBACK_SIGNING_KEY``; neither: URLs unsigned).
         counters: The engine's counters.
         clock: Time (``runtime.execution.run.Clock``, or a callable giving Unix
             seconds); the poller sleeps through it too.
@@ -231,6 +240,11 @@ class CallbackHub:
         options = readable(config)
         base = options.get(RuntimeOptions.CALLBACKS_BASE_URL) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
+        key_file = options.get(RuntimeOptions.CALLBACKS_SIGNING_KEY_FILE)
+        if key_file:
+            self._signing_key: Optional[str] = read_secret(key_file, RuntimeOptions.CALLBACKS_SIGNING_KEY_FILE.key)
+        else:
+            self._signing_key = (os.environ.get(SIGNING_KEY_ENV) or "").strip() or None
         self._poll_s = options.get(RuntimeOptions.CALLBACKS_POLL_INTERVAL_MS) / 1000.0
         self._counters = counters
         self._clock = Clock.of(clock)
@@ -283,7 +297,7 @@ class CallbackHub:
             self._runs.setdefault((ref.key, ref.seq), []).append(record)
         if self._on_deadline is not None and record.state == PENDING:
             self._on_deadline(key, record.callback_id, record.deadline_ms, ref.seq)
-        return RuntimeCallback(self, record, self.base_url, before_wait)
+        return RuntimeCallback(self, record, self.base_url, before_wait, self._signing_key)
 
     # -- wait ----------------------------------------------------------------
 
