@@ -53,6 +53,7 @@ from flink_agents.api.callbacks import (
 from flink_agents.runtime.errors import NondeterminismError
 from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.execution.run import Clock
+from flink_agents.runtime.features.capability_redaction import remember
 from flink_agents.runtime.scheduling.run_slots import parked
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -291,6 +292,7 @@ class CallbackHub:
                 f"created callback ({purpose!r}, {timeout:g} s), but the journal holds "
                 f"({record.purpose!r}, {(record.deadline_ms - record.created_ms) / 1000:g} s)"
             )
+        remember(record.callback_id, record.resolve_token, record.reject_token)  # redacted wherever logged
         if record.callback_id == candidate:
             self._counters.callbacks_created += 1
         with self._lock:
