@@ -20,11 +20,13 @@ One JSON line per review::
      the body as text if it is not JSON, or why there is none>}
 
 The review id is ``<product id>-<ts>``. The claim id is a digest of the
-callback id: stable across replays, and safe to log (the callback id is the
-capability to complete the callback; it appears only in the URLs).
+callback id: stable across replays, and safe to log (the URLs, which carry
+the id and each route's token, are the capabilities to complete the
+callback, and appear only in the carrier's private inbox).
 
 ``main`` runs the whole flow in one process: the callback ingress
-(``CallbackIngress`` on the job's SQLite journal, a free port by default),
+(``CallbackIngress`` on the job's SQLite journal, a free port by default,
+requiring a bearer token made for the run, which only the carrier gets),
 the carrier (``python -m flink_agents.jobs.carrier_claims``, a subprocess tailing the
 inbox), and the job on a Flink mini-cluster (or the local runner). See
 docs/callbacks.md.
