@@ -8,6 +8,7 @@ ever printing it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -183,9 +184,12 @@ def test_an_ingress_beyond_loopback_needs_authentication_or_an_explicit_flag(tmp
         store.close()
 
 
-def test_the_auth_options_are_callbacks_ingress_keys_and_never_show_their_secret(tmp_path: Path) -> None:
+def test_the_auth_options_are_callbacks_ingress_keys_and_never_show_their_secret(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(f"  {TOKEN}\n")
+    token_file.chmod(0o600)
     config = {"callbacks.ingress.auth_token_file": str(token_file),
               "callbacks.ingress.allow_unauthenticated": "false", "callbacks.ingress.max_connections": "9"}
     auth = IngressAuth.from_config(config, environ={"FLINK_AGENTS_CALLBACK_SIGNING_KEY": KEY})
@@ -193,6 +197,10 @@ def test_the_auth_options_are_callbacks_ingress_keys_and_never_show_their_secret
     assert TOKEN not in repr(auth) and KEY not in repr(auth)
     assert IngressLimits.from_config(config) == IngressLimits(max_connections=9)  # the auth keys are known
     assert IngressAuth.from_config({}, environ={"FLINK_AGENTS_CALLBACK_AUTH_TOKEN": TOKEN}).bearer_token == TOKEN
+    token_file.chmod(0o644)
+    with caplog.at_level(logging.WARNING, "flink_agents.stores.callbacks"):
+        IngressAuth.from_config(config, environ={})
+    assert "can be read by other users (mode 644)" in caplog.text and TOKEN not in caplog.text
     empty = tmp_path / "empty"
     empty.write_text("\n")
     with pytest.raises(ValueError, match="callbacks.ingress.auth_token_file"):

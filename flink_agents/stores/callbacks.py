@@ -30,7 +30,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import math
+import os
 import re
 import secrets
 from abc import ABC, abstractmethod
@@ -59,6 +61,8 @@ __all__ = [
     "sign",
     "signed_url",
 ]
+
+log = logging.getLogger(__name__)
 
 # States. PENDING is the only one a callback leaves; the rest are final.
 PENDING = "pending"
@@ -92,7 +96,8 @@ _SIGNED_PART = re.compile(r"/callbacks/[^/?#]+/(?:resolve|reject)(?:/[^/?#]+)?$"
 
 
 def read_secret(path: Any, what: str) -> str:
-    """The secret held in the file ``path``, surrounding whitespace removed.
+    """The secret held in the file ``path``, surrounding whitespace removed;
+    a warning is logged when other users can read the file.
 
     Raises:
         ValueError: The file cannot be read, or is empty (the message names
@@ -104,6 +109,13 @@ def read_secret(path: Any, what: str) -> str:
         raise ValueError(f"{what}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not text:
         raise ValueError(f"{what}: {path} is empty")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    if mode & 0o077:
+        log.warning("%s: %s can be read by other users (mode %o); make it readable by its owner only (0600)",
+                    what, path, mode & 0o777)
     return text
 
 
