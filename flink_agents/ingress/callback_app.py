@@ -350,10 +350,17 @@ def make_app(
         metrics.count("forbidden")
         return web.json_response({"error": FORBIDDEN}, status=403)
 
-    async def complete(request: web.Request, route: str) -> web.Response:
-        refused = refusal(request)
-        if refused is not None:
-            return refused
+    def store_unavailable(what: str, callback_id: str) -> web.Response:
+        metrics.count("store_errors")
+        log.exception("callback store failed to %s callback %s...", what, callback_id[:6])
+        return web.json_response({"error": "callback store unavailable"}, status=503)
+
+    async def not_granted(request: web.Request, state: str) -> Optional[web.Response]:
+        """The answer to a POST that may not complete its callback as
+        ``state`` (malformed or unknown id: 404; a token not the route's:
+        403; the store failing: 503), or None if it may. Decided before the
+        body is read: only the route's own token (or, for a legacy row, the
+        bare id) grants a completion."""
         callback_id = request.match_info["callback_id"]
         token = request.match_info.get("token")
         if not CALLBACK_ID_PATTERN.fullmatch(callback_id):
@@ -361,20 +368,21 @@ def make_app(
             return web.json_response({"error": "unknown callback"}, status=404)
         if token is not None and not CALLBACK_ID_PATTERN.fullmatch(token):
             return forbidden()
-        state = _ROUTE_STATES[route]
-        # The capability first, before the body is read: only the route's
-        # own token (or, for a legacy row, the bare id) may complete it.
         try:
             found = await asyncio.to_thread(store.get_callback, callback_id)
         except Exception:
-            metrics.count("store_errors")
-            log.exception("callback store failed to read callback %s...", callback_id[:6])
-            return web.json_response({"error": "callback store unavailable"}, status=503)
+            return store_unavailable("read", callback_id)
         if found is None:
             metrics.count("unknown")
             return web.json_response({"error": "unknown callback"}, status=404)
-        if not found.grants(state, token):
-            return forbidden()
+        return None if found.grants(state, token) else forbidden()
+
+    async def complete(request: web.Request, route: str) -> web.Response:
+        state = _ROUTE_STATES[route]
+        refused = refusal(request) or await not_granted(request, state)
+        if refused is not None:
+            return refused
+        callback_id = request.match_info["callback_id"]
         try:
             body = await asyncio.wait_for(read_body(request), body_timeout_s)
         except asyncio.TimeoutError:
@@ -390,9 +398,7 @@ def make_app(
             if outcome not in (ACCEPTED, FINISHED, UNKNOWN):
                 raise RuntimeError(f"the store returned an unknown outcome {outcome!r}")
         except Exception:
-            metrics.count("store_errors")
-            log.exception("callback store failed to %s callback %s...", route, callback_id[:6])
-            return web.json_response({"error": "callback store unavailable"}, status=503)
+            return store_unavailable(route, callback_id)
         if outcome == ACCEPTED:
             metrics.count("accepted")
             return web.json_response({"callback_id": callback_id, "state": state}, status=202)
