@@ -103,7 +103,7 @@ def test_a_post_without_the_token_is_refused_before_its_body_is_sent(store) -> N
 
 
 def test_a_tampered_unsigned_or_expired_signed_url_is_refused(store) -> None:
-    from flink_agents.stores.callbacks import signed_url
+    from flink_agents.stores.capabilities import signed_url
 
     now_s = 1_800_000_000.0
     live = _register(store, deadline_ms=int(now_s * 1000) + 60_000, seq=0)
@@ -198,7 +198,7 @@ def test_the_auth_options_are_callbacks_ingress_keys_and_never_show_their_secret
     assert IngressLimits.from_config(config) == IngressLimits(max_connections=9)  # the auth keys are known
     assert IngressAuth.from_config({}, environ={"FLINK_AGENTS_CALLBACK_AUTH_TOKEN": TOKEN}).bearer_token == TOKEN
     token_file.chmod(0o644)
-    with caplog.at_level(logging.WARNING, "flink_agents.stores.callbacks"):
+    with caplog.at_level(logging.WARNING, "flink_agents.stores.capabilities"):
         IngressAuth.from_config(config, environ={})
     assert "can be read by other users (mode 644)" in caplog.text and TOKEN not in caplog.text
     empty = tmp_path / "empty"

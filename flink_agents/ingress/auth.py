@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from urllib.parse import parse_qs
 
-from flink_agents.stores.callbacks import SIGNING_KEY_ENV, read_secret, sign
+from flink_agents.stores.capabilities import SIGNING_KEY_ENV, read_secret, sign
 
 __all__ = [
     "AUTH_KEYS",

@@ -23,8 +23,8 @@ from flink_agents.stores.callbacks import (
     CallbackRef,
     CallbackStore,
     CompleteResult,
-    new_capability_token,
 )
+from flink_agents.stores.capabilities import new_capability_token
 
 __all__ = ["InMemoryCallbacks", "PRUNE_BATCH_RUNS", "nested_in"]
 

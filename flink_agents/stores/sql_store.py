@@ -48,8 +48,8 @@ from flink_agents.stores.callbacks import (
     CallbackRef,
     CallbackStore,
     CompleteResult,
-    new_capability_token,
 )
+from flink_agents.stores.capabilities import new_capability_token
 from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError, RunIdentity
 from flink_agents.stores.journal import JournalEntry, JournalStore
 from flink_agents.stores.retry import StoreRetry

@@ -65,12 +65,9 @@ from flink_agents.stores.callbacks import (
     TIMED_OUT,
     CallbackRecord,
     CallbackRef,
-    SIGNING_KEY_ENV,
     CallbackStore,
-    new_capability_token,
-    read_secret,
-    signed_url,
 )
+from flink_agents.stores.capabilities import SIGNING_KEY_ENV, new_capability_token, read_secret, signed_url
 
 __all__ = [
     "BASE_URL_ENV",
