@@ -124,7 +124,7 @@ def callback_url(base_url: str, record: CallbackRecord, state: str, signing_key:
     created it) keeps its old URL, ``{base_url}/callbacks/{id}/{route}``, so a
     replay hands out what the first run did. With ``signing_key`` the URL is
     signed to expire at the callback's deadline (``?exp=...&sig=...``,
-    ``stores.callbacks.signed_url``; the ingress checks it when it holds
+    ``stores.capabilities.signed_url``; the ingress checks it when it holds
     the same key)."""
     route = _ROUTES[state]
     token = record.resolve_token if state == RESOLVED else record.reject_token
