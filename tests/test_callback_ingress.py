@@ -31,11 +31,24 @@ NOW_S = 1_700_000_000.25  # the ingress clock in these tests
 # --- helpers --------------------------------------------------------------------------
 
 
+# Callback id -> its (resolve, reject) tokens, for ``_path``.
+TOKENS: Dict[str, Tuple[str, str]] = {}
+
+
 def _register(store, deadline_ms: int = 2_000_000_000_000) -> str:
     callback_id = secrets.token_urlsafe(24)
     ref = CallbackRef("job-1", f"key-{callback_id}", 0, "wait@0", 0)
-    store.register(ref, callback_id, "approval", 1_700_000_000_000, deadline_ms)
+    record = store.register(ref, callback_id, "approval", 1_700_000_000_000, deadline_ms)
+    TOKENS[callback_id] = (record.resolve_token, record.reject_token)
     return callback_id
+
+
+def _path(callback_id: str, action: str) -> str:
+    """The route's URL path, with the callback's token for that route (none
+    for an id this module did not register)."""
+    tokens = TOKENS.get(callback_id)
+    path = f"/callbacks/{callback_id}/{action}"
+    return path if tokens is None else f"{path}/{tokens[0] if action == 'resolve' else tokens[1]}"
 
 
 def _request(
@@ -62,7 +75,7 @@ def _request(
 
 
 def _post(port: int, callback_id: str, action: str, body: bytes = b"", **kwargs) -> Tuple[int, dict]:
-    status, _, data = _request(port, "POST", f"/callbacks/{callback_id}/{action}", body, **kwargs)
+    status, _, data = _request(port, "POST", _path(callback_id, action), body, **kwargs)
     return status, json.loads(data)
 
 
@@ -84,12 +97,18 @@ def _pieces(data: bytes, size: int = 64 * 1024) -> List[bytes]:
 
 
 class SpyStore(InMemoryJournalStore):
-    """Counts ``complete`` calls; raises from it when ``fail`` is set."""
+    """Counts ``complete`` and ``get_callback`` calls; raises from
+    ``complete`` when ``fail`` is set."""
 
     def __init__(self) -> None:
         super().__init__()
         self.complete_calls = 0
+        self.lookups = 0
         self.fail = False
+
+    def get_callback(self, *args, **kwargs):
+        self.lookups += 1
+        return super().get_callback(*args, **kwargs)
 
     def complete(self, *args, **kwargs):
         self.complete_calls += 1
@@ -158,7 +177,8 @@ def test_a_second_post_is_late_changes_nothing_and_is_counted(store, ingress):
     assert (after.state, after.body, after.completed_ms) == (before.state, b"first", before.completed_ms)
     assert after.late_completions == 1
     assert _metrics(ingress.port) == {
-        "accepted": 1, "unknown": 0, "late": 1, "too_large": 0, "store_errors": 0, "body_timeout": 0
+        "accepted": 1, "unknown": 0, "late": 1, "too_large": 0, "store_errors": 0, "body_timeout": 0,
+        "forbidden": 0, "unauthorized": 0,
     }
 
 
@@ -190,7 +210,7 @@ def test_a_malformed_id_is_404_without_a_store_call(path_id):
         status, answer = _post(ingress.port, path_id, "resolve", b"x")
 
         assert (status, answer) == (404, {"error": "unknown callback"})
-        assert spy.complete_calls == 0
+        assert (spy.complete_calls, spy.lookups) == (0, 0)
         assert _metrics(ingress.port)["unknown"] == 1
 
 
@@ -199,14 +219,14 @@ def test_the_id_pattern_bounds_are_inclusive():
     with CallbackIngress(spy, port=0) as ingress:
         for path_id in ("a" * 16, "Z_-9" * 32):  # 16 and 128 characters
             assert _post(ingress.port, path_id, "resolve", b"x") == (404, {"error": "unknown callback"})
-    assert spy.complete_calls == 2
+    assert spy.lookups == 2
 
 
 def test_other_methods_on_the_post_routes_are_405(store, ingress):
     callback_id = _register(store)
 
     for method, action in (("GET", "resolve"), ("PUT", "resolve"), ("DELETE", "reject")):
-        status, headers, _ = _request(ingress.port, method, f"/callbacks/{callback_id}/{action}")
+        status, headers, _ = _request(ingress.port, method, _path(callback_id, action))
         assert status == 405, method
         assert "POST" in headers["Allow"]
     assert store.get_callback(callback_id).state == PENDING
@@ -233,7 +253,7 @@ def test_one_byte_over_one_mib_is_413_and_the_callback_stays_pending(store, ingr
     body = b"x" * (MIB + 1)
     sending = {"chunks": _pieces(body)} if chunked else {"body": body}
 
-    status, headers, data = _request(ingress.port, "POST", f"/callbacks/{callback_id}/resolve", **sending)
+    status, headers, data = _request(ingress.port, "POST", _path(callback_id, "resolve"), **sending)
 
     assert status == 413
     assert json.loads(data) == {"error": "body too large", "max_body_bytes": MIB}
@@ -251,7 +271,7 @@ def test_a_declared_oversized_body_is_refused_before_it_is_sent():
     callback_id = _register(spy)
     with CallbackIngress(spy, port=0) as ingress, socket.create_connection(("127.0.0.1", ingress.port), 10) as sock:
         sock.sendall(
-            f"POST /callbacks/{callback_id}/resolve HTTP/1.1\r\nHost: test\r\n"
+            f"POST {_path(callback_id, 'resolve')} HTTP/1.1\r\nHost: test\r\n"
             f"Content-Length: {MIB + 1}\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         head = sock.recv(4096)
@@ -266,7 +286,7 @@ def test_a_small_body_after_100_continue_is_accepted():
     callback_id = _register(spy)
     with CallbackIngress(spy, port=0) as ingress, socket.create_connection(("127.0.0.1", ingress.port), 10) as sock:
         sock.sendall(
-            f"POST /callbacks/{callback_id}/resolve HTTP/1.1\r\nHost: test\r\n"
+            f"POST {_path(callback_id, 'resolve')} HTTP/1.1\r\nHost: test\r\n"
             "Content-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n".encode()
         )
         assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n")
@@ -333,7 +353,7 @@ def test_healthz_and_metrics_start_at_zero():
 
         assert (status, json.loads(data)) == (200, {"status": "ok"})
         assert _metrics(ingress.port) == dict.fromkeys(
-            ["accepted", "unknown", "late", "too_large", "store_errors", "body_timeout"], 0
+            ["accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden", "unauthorized"], 0
         )
 
 

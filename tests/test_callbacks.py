@@ -135,9 +135,12 @@ def test_resolve_delivers_the_body_and_urls_carry_the_id() -> None:
     assert output["k"]["body"] == "claim #7 approved ✓"
     cb = CREATED[0]
     assert len(cb.callback_id) == 32  # 24 random bytes, URL-safe base64
-    assert cb.resolve_url == f"http://claims.test:9/callbacks/{cb.callback_id}/resolve"
-    assert cb.reject_url == f"http://claims.test:9/callbacks/{cb.callback_id}/reject"
-    assert store.get_callback(cb.callback_id).ref.key == '"k"'
+    row = store.get_callback(cb.callback_id)
+    # Each route's URL carries that route's own token (separate capabilities).
+    assert cb.resolve_url == f"http://claims.test:9/callbacks/{cb.callback_id}/resolve/{row.resolve_token}"
+    assert cb.reject_url == f"http://claims.test:9/callbacks/{cb.callback_id}/reject/{row.reject_token}"
+    assert len({cb.callback_id, row.resolve_token, row.reject_token}) == 3
+    assert row.ref.key == '"k"'
 
 
 def test_binary_body_arrives_as_bytes_and_reject_as_reason() -> None:
@@ -524,4 +527,6 @@ def test_callback_base_url_comes_from_the_environment(monkeypatch: pytest.Monkey
     store = InMemoryJournalStore()
     engine = AgentEngine(AgentPlan.from_agent(WaitingAgent()), {"callbacks.poll_interval_ms": 10}, job_id="job", store=store)
     _run(engine, [("k", {"no_wait": True})])
-    assert CREATED[0].resolve_url == f"https://callbacks.example.com/agents/callbacks/{CREATED[0].callback_id}/resolve"
+    assert CREATED[0].resolve_url.startswith(
+        f"https://callbacks.example.com/agents/callbacks/{CREATED[0].callback_id}/resolve/"
+    )

@@ -221,12 +221,17 @@ def _operator_model(body: Dict[str, Any], index: int) -> Dict[str, Any]:
 # --- HTTP and store helpers (the test process) -------------------------------------------
 
 
-def _post(port: int, callback_id: str, route: str, body: bytes) -> Tuple[int, Dict[str, Any]]:
-    """POST ``body`` to ``/callbacks/{id}/{route}``: (status, JSON answer)."""
+def _post(port: int, callback_id: str, route: str, body: bytes, store: Any = None) -> Tuple[int, Dict[str, Any]]:
+    """POST ``body`` to the callback's ``route`` URL, ``/callbacks/{id}/{route}/{token}``
+    with the route's token read from ``store`` (none for an id it does not
+    hold): (status, JSON answer)."""
+    record = None if store is None else store.get_callback(callback_id)
+    token = None if record is None else (record.resolve_token if route == "resolve" else record.reject_token)
+    path = f"/callbacks/{callback_id}/{route}" + ("" if token is None else f"/{token}")
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         connection.request(
-            "POST", f"/callbacks/{callback_id}/{route}", body=body,
+            "POST", path, body=body,
             headers={"Content-Type": "text/plain; charset=utf-8"},
         )
         response = connection.getresponse()
@@ -328,25 +333,25 @@ def _drive(run: SharedRun, job: Collected, timeout_s: float = 120.0) -> None:
             if scenario in done:
                 continue
             if scenario == "resolve" and state == "pending":
-                answers.append(("resolve", *_post(port, callback_id, "resolve", RESOLVE_BODY.encode())))
+                answers.append(("resolve", *_post(port, callback_id, "resolve", RESOLVE_BODY.encode(), store=run.store)))
                 done.add(scenario)
             elif scenario == "reject" and state == "pending":
-                answers.append(("reject", *_post(port, callback_id, "reject", REJECT_REASON.encode())))
+                answers.append(("reject", *_post(port, callback_id, "reject", REJECT_REASON.encode(), store=run.store)))
                 done.add(scenario)
             elif scenario == "oversize" and state == "pending":
-                answers.append(("too large", *_post(port, callback_id, "resolve", b"x" * (MIB + 1))))
+                answers.append(("too large", *_post(port, callback_id, "resolve", b"x" * (MIB + 1), store=run.store)))
                 run.seen["oversize after 413"] = run.store.get_callback(callback_id)
-                answers.append(("resolve", *_post(port, callback_id, "resolve", AFTER_413_BODY.encode())))
+                answers.append(("resolve", *_post(port, callback_id, "resolve", AFTER_413_BODY.encode(), store=run.store)))
                 done.add(scenario)
             elif scenario == "tool" and state == "pending" and len(run.server.requests) >= 2:
                 # The model has answered without tools: the run waits on the operation.
                 run.requests_before_tool_post = len(run.server.requests)
-                answers.append(("resolve", *_post(port, callback_id, "resolve", ATTACK.encode())))
+                answers.append(("resolve", *_post(port, callback_id, "resolve", ATTACK.encode(), store=run.store)))
                 done.add(scenario)
             elif scenario in ("timeout", "cancel") and state != "pending":
                 # Late: after the deadline passed, after the run cancelled.
                 run.seen[f"{scenario} before the late POST"] = run.store.get_callback(callback_id)
-                answers.append(("late resolve", *_post(port, callback_id, "resolve", b"too late")))
+                answers.append(("late resolve", *_post(port, callback_id, "resolve", b"too late", store=run.store)))
                 done.add(scenario)
         time.sleep(0.05)
 
@@ -412,9 +417,9 @@ def test_resolve_delivers_the_body_and_the_run_finishes_with_it(shared: SharedRu
     assert output["callback_id"] == callback_id
     assert (output["outcome"], output["body"]) == ("resolved", RESOLVE_BODY)
     # The URLs the run handed out point at this ingress.
-    assert output["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve"
-    assert output["reject_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/reject"
     record = _row(shared, "resolve")
+    assert output["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve/{record.resolve_token}"
+    assert output["reject_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/reject/{record.reject_token}"
     assert (record.state, record.body, record.late_completions) == ("resolved", RESOLVE_BODY.encode(), 0)
     assert record.ref.key == '"k-resolve"'
 
@@ -487,7 +492,7 @@ def test_late_posts_are_404_and_change_nothing_but_the_late_count(shared: Shared
     before = shared.store.get_callback(callback_id)
     assert before.state == "resolved"
     for route in ("resolve", "reject"):
-        status, answer = _post(shared.ingress.port, callback_id, route, b"a second opinion")
+        status, answer = _post(shared.ingress.port, callback_id, route, b"a second opinion", shared.store)
         assert (status, answer) == (404, {"error": "callback is no longer pending", "state": "resolved"})
     after = shared.store.get_callback(callback_id)
     assert after == replace(before, late_completions=before.late_completions + 2)
@@ -527,7 +532,7 @@ def test_the_callback_tool_delivers_the_body_escaped_as_untrusted_data(shared: S
     assert offered == {"create_callback", "cancel_operation"}
     tool_result = json.loads(next(m["content"] for m in requests[1]["messages"] if m["role"] == "tool"))
     assert tool_result["pending"] is True and tool_result["operation_id"] == callback_id
-    assert tool_result["resolve_url"] == f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve"
+    assert tool_result["resolve_url"].startswith(f"{shared.ingress.base_url}/callbacks/{callback_id}/resolve/")
     # The request after the POST carries the outcome: the body escaped inside
     # one untrusted block, which it could not close.
     delivered = requests[2]["messages"][-1]
@@ -601,7 +606,7 @@ def test_failover_while_a_key_waits_keeps_its_callback_and_delivers_a_later_reso
             assert runs[0][2] == runs[1][2] == callback_id
             assert store.get_callback(callback_id).state == "pending"
 
-            status, answer = _post(ingress.port, callback_id, "resolve", b"approved after the failover")
+            status, answer = _post(ingress.port, callback_id, "resolve", b"approved after the failover", store)
             print(f"\nfailover: resolve after the restart -> {status} {json.dumps(answer)}")
             assert (status, answer) == (202, {"callback_id": callback_id, "state": "resolved"})
             outputs = job.take(2, timeout_s=90)

@@ -42,6 +42,10 @@ def _register(store) -> str:
     return callback_id
 
 
+def _resolve_path(store, callback_id: str) -> str:
+    return f"/callbacks/{callback_id}/resolve/{store.get_callback(callback_id).resolve_token}"
+
+
 def _connect(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -108,7 +112,7 @@ def test_a_trickled_body_is_cut_after_the_body_timeout_and_the_callback_stays_pe
     callback_id = _register(store)
     limits = IngressLimits(body_timeout_s=SHORT_S, header_timeout_s=WAIT_S * 2)
     with CallbackIngress(store, port=0, limits=limits) as ingress, _connect(ingress.port) as sock:
-        sock.sendall(_head("POST", f"/callbacks/{callback_id}/resolve", 100))
+        sock.sendall(_head("POST", _resolve_path(store, callback_id), 100))
         start = time.monotonic()
         sent = 0
         # Trickle until the ingress answers or closes, for at most WAIT_S.
@@ -212,7 +216,7 @@ def test_connections_over_the_limit_are_refused_while_the_open_ones_keep_working
             assert waited_s < 2.0  # answered and closed on accept, nothing read
             # A connection already open resolves the callback as usual...
             body = b'{"decision": "approved"}'
-            held[0].sendall(_head("POST", f"/callbacks/{callback_id}/resolve", len(body)) + body)
+            held[0].sendall(_head("POST", _resolve_path(store, callback_id), len(body)) + body)
             status, _, answer_body = _read_answer(held[0])
             assert (status, json.loads(answer_body)) == (202, {"callback_id": callback_id, "state": "resolved"})
             assert (store.get_callback(callback_id).state, store.get_callback(callback_id).body) == (RESOLVED, body)
@@ -244,7 +248,7 @@ def test_a_slow_but_reasonable_client_resolves_with_one_mib():
     store = InMemoryJournalStore()
     callback_id = _register(store)
     body = bytes(range(256)) * (MIB // 256)
-    head = _head("POST", f"/callbacks/{callback_id}/resolve", len(body), close=True)
+    head = _head("POST", _resolve_path(store, callback_id), len(body), close=True)
     limits = IngressLimits(header_timeout_s=SHORT_S, body_timeout_s=SHORT_S)
     with CallbackIngress(store, port=0, limits=limits) as ingress, _connect(ingress.port) as sock:
         start = time.monotonic()

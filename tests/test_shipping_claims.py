@@ -83,9 +83,9 @@ def test_malformed_and_duplicate_lines_are_logged_by_line_and_skipped(
 def test_post_json_against_the_ingress_202_then_late_404_and_retries_when_down() -> None:
     store = InMemoryJournalStore()
     now_ms = int(time.time() * 1000)
-    store.register(CallbackRef("j", "k", 0, "a@0", 0), "C" * 32, "claim", now_ms, now_ms + 60_000)
+    record = store.register(CallbackRef("j", "k", 0, "a@0", 0), "C" * 32, "claim", now_ms, now_ms + 60_000)
     with CallbackIngress(store, port=0) as ingress:
-        url = f"{ingress.base_url}/callbacks/{'C' * 32}/reject"
+        url = f"{ingress.base_url}/callbacks/{'C' * 32}/reject/{record.reject_token}"
         assert post_json(url, {"decision": "rejected"})[0] == 202
         status, text = post_json(url, {"decision": "rejected"})
         assert (status, json.loads(text)["state"]) == (404, REJECTED)
@@ -128,7 +128,7 @@ def test_action_outputs_and_keeps_a_body_that_is_not_json(tmp_path: Path) -> Non
             assert time.monotonic() < deadline, f"claims filed: {_filed(inbox)}"
             await asyncio.sleep(0.01)
         for claim in _filed(inbox):
-            callback_id = claim.resolve_url.split("/")[-2]
+            callback_id = claim.resolve_url.split("/callbacks/")[1].split("/")[0]
             state, body = (RESOLVED, b"approved (no JSON here)") if claim.product_id == "A" else (REJECTED, b'{"n": 1}')
             store.complete(callback_id, state, body, int(time.time() * 1000))
 

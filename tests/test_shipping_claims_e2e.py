@@ -87,5 +87,7 @@ def test_local_runner_and_claims_held_past_their_deadline(tmp_path: Path) -> Non
     outputs, run = run_job(reviews, setup, runner="local")
     _check(outputs, setup.inbox_path, held=frozenset({HELD_PRODUCT}))
     # The held claims were answered when the carrier stopped: late, 404, counted.
-    assert run.posts == {"accepted": 6, "unknown": 0, "late": 3, "too_large": 0, "store_errors": 0, "body_timeout": 0}
+    # None refused: the carrier sent the run's bearer token and each claim's own URLs.
+    assert run.posts == {"accepted": 6, "unknown": 0, "late": 3, "too_large": 0, "store_errors": 0, "body_timeout": 0,
+                         "forbidden": 0, "unauthorized": 0}
     assert setup.carrier_log_path.read_text().count("-> 404 late: the callback is already timed_out") == 3

@@ -12,7 +12,9 @@ In an async action::
         ...                            # nobody answered within timeout_s
 
 The outside system POSTs to ``resolve_url`` or ``reject_url`` on the callback
-ingress (``flink-agents callbacks serve``); the first completion wins, and
+ingress (``flink-agents callbacks serve``). Each URL carries its own token:
+the resolve URL cannot reject, nor the reject URL resolve, so hand each only
+to whoever may take that decision. The first completion wins, and
 anything later is answered 404 and counted. The wait holds no thread and no
 run slot, and survives failovers: the callback, its deadline and its outcome
 are durable, so a replayed run gets the same id and the same outcome.

@@ -357,6 +357,12 @@ class RuntimeOptions:
         description="Base URL of the callback ingress in callback URLs; default the "
         "CALLBACK_BASE_URL environment variable, else http://127.0.0.1:8089.",
     )
+    CALLBACKS_SIGNING_KEY_FILE = ConfigOption(
+        "callbacks.signing_key_file", str, None,
+        description="File holding the key callback URLs are signed with (the ingress's "
+        "callbacks.ingress.signing_key_file); default the FLINK_AGENTS_CALLBACK_SIGNING_KEY "
+        "environment variable, else URLs are not signed.",
+    )
     CALLBACKS_POLL_INTERVAL_MS = ConfigOption(
         "callbacks.poll_interval_ms", float, 100.0, check=_positive, requirement="must be > 0",
         description="How often pending callbacks are polled in the store (milliseconds).",

@@ -88,15 +88,29 @@ def _plan_write(check: bool) -> int:
 def _callbacks_serve(args: argparse.Namespace) -> int:
     """``callbacks serve``: open the journal store the flags name (as a job's
     ``journal.*`` keys would) and serve the ingress until a signal."""
+    from flink_agents.ingress.auth import (
+        ALLOW_UNAUTHENTICATED_KEY,
+        AUTH_TOKEN_FILE_KEY,
+        SIGNING_KEY_FILE_KEY,
+        IngressAuth,
+        check_bind,
+    )
     from flink_agents.ingress.options import IngressLimits
     from flink_agents.ingress.server import describe_store, serve_forever
     from flink_agents.stores.factory import open_journal_store
 
-    # The limit flags are the callbacks.ingress.* keys; errors name the key.
+    # The limit and authentication flags are the callbacks.ingress.* keys;
+    # errors name the key. Secrets come from files or the environment only.
     try:
         limits = IngressLimits.from_config(
             {key: getattr(args, name) for key, name in IngressLimits.keys().items()}
         )
+        auth = IngressAuth.from_config({
+            AUTH_TOKEN_FILE_KEY: args.auth_token_file,
+            SIGNING_KEY_FILE_KEY: args.signing_key_file,
+            ALLOW_UNAUTHENTICATED_KEY: args.allow_unauthenticated,
+        })
+        check_bind(args.host, auth)
     except ValueError as exc:
         raise SystemExit(f"flink-agents: {exc}") from None
 
@@ -130,9 +144,10 @@ def _callbacks_serve(args: argparse.Namespace) -> int:
 
     def announce(base_url: str) -> None:
         print(f"serving callbacks on {base_url} (journal: {description})", flush=True)
+        print(f"authentication: {auth.describe()}", file=sys.stderr, flush=True)
 
     try:
-        serve_forever(store, args.host, args.port, on_ready=announce, limits=limits)
+        serve_forever(store, args.host, args.port, on_ready=announce, limits=limits, auth=auth)
     except OSError as exc:  # e.g. the port is taken
         raise SystemExit(f"flink-agents: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
     return 0
@@ -171,7 +186,8 @@ def main(argv: List[str] | None = None) -> int:
         dest="callbacks_command", required=True
     )
     serve = callbacks.add_parser("serve", help="serve the callback ingress until SIGINT/SIGTERM")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; any other needs authentication)")
     serve.add_argument("--port", type=int, default=8089, help="TCP port; 0 picks a free one (default 8089)")
     serve.add_argument(
         "--journal-store", choices=("sqlite", "postgres", "memory"), default="sqlite",
@@ -192,6 +208,17 @@ def main(argv: List[str] | None = None) -> int:
                        help="time a kept-alive connection may wait for its next request (default 30)")
     serve.add_argument("--max-connections", dest="max_connections", metavar="N",
                        help="connections open at once; one more is answered 503 and closed (default 512)")
+    # Authentication (flink_agents/ingress/auth.py): secrets from files or the
+    # environment, never from the command line (it shows in ps).
+    serve.add_argument("--auth-token-file", metavar="PATH",
+                       help="require 'Authorization: Bearer <token>' on every POST, the token read from this "
+                            "file (callbacks.ingress.auth_token_file; default $FLINK_AGENTS_CALLBACK_AUTH_TOKEN)")
+    serve.add_argument("--signing-key-file", metavar="PATH",
+                       help="require URLs signed by the job with the key in this file "
+                            "(callbacks.ingress.signing_key_file; default $FLINK_AGENTS_CALLBACK_SIGNING_KEY)")
+    serve.add_argument("--allow-unauthenticated", action="store_true",
+                       help="listen on an address other than loopback without authentication "
+                            "(callbacks.ingress.allow_unauthenticated)")
     _add_run_yaml(commands)
     args = parser.parse_args(argv)
 

@@ -5,11 +5,18 @@ A run creates a callback (``ctx.create_callback``) and hands its two URLs to
 an outside system; that system POSTs to one of them once, and the run, waiting
 on the callback, gets the body. Routes:
 
-``POST /callbacks/{callback_id}/resolve``
+``POST /callbacks/{callback_id}/resolve/{token}``
     The body (any bytes, any content type) becomes the callback's result;
-    state ``resolved``.
-``POST /callbacks/{callback_id}/reject``
-    The body becomes the reason; state ``rejected``.
+    state ``resolved``. ``token`` is the callback's resolve token.
+``POST /callbacks/{callback_id}/reject/{token}``
+    The body becomes the reason; state ``rejected``; ``token`` is the
+    callback's reject token.
+
+Resolve and reject are separate capabilities: each route has its own token
+(``stores.callbacks``), and a POST whose token is not that route's (the
+other route's, a wrong one, or none) is answered 403 and changes nothing.
+Without ``/{token}`` the routes serve only callbacks written by a release
+before the tokens (``CallbackRecord.legacy``), whose URLs had none.
 ``GET /healthz``
     ``200 {"status": "ok"}`` while the process serves requests (liveness
     only: it does not touch the store).
@@ -24,6 +31,16 @@ Answers to the POSTs (JSON bodies):
   has returned, and the store commits before it returns, so a 202 means the
   completion is stored as durably as the store keeps any write (SQLite with
   ``synchronous=FULL``, PostgreSQL: it survives a crash of either side).
+- ``401 {"error": "authentication required"}`` (``WWW-Authenticate:
+  Bearer``): the ingress requires a bearer token (``ingress.auth``) and the
+  POST has none or another; nothing else was looked at.
+- ``403 {"error": "the URL is not signed" | "the URL's signature does not
+  match" | "the URL has expired"}``: the ingress requires signed URLs and
+  this one is not validly signed, or is past its ``exp`` (the callback's
+  deadline); no store call.
+- ``403 {"error": "this URL does not grant this completion"}``: the token
+  is not the route's (the callback is untouched, and a late POST with a
+  wrong token is not counted on it).
 - ``404 {"error": "unknown callback"}``: no such callback (never created,
   pruned, or an id that cannot be one: ids must match ``CALLBACK_ID_PATTERN``,
   and a malformed one is refused without a store call).
@@ -75,6 +92,7 @@ from typing import Callable, Dict, Optional
 
 from aiohttp import web
 
+from flink_agents.ingress.auth import IngressAuth
 from flink_agents.ingress.options import BODY_TIMEOUT_S, MAX_BODY_BYTES, IngressLimits
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -102,11 +120,20 @@ CALLBACK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
 # The outcomes of a resolve/reject POST, as counted (label ``outcome``).
 # ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback;
 # ``body_timeout`` one whose body did not arrive within ``body_timeout_s``.
-OUTCOMES = ("accepted", "unknown", "late", "too_large", "store_errors", "body_timeout")
+# ``forbidden`` one whose URL does not carry the route's token (or a valid
+# signature, when URLs are signed); ``unauthorized`` one without the bearer
+# token the ingress requires.
+OUTCOMES = (
+    "accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden", "unauthorized"
+)
+# The error of a 403: the URL does not grant what it asks (its token is of
+# the other route, wrong, or missing).
+FORBIDDEN = "this URL does not grant this completion"
 _METRIC = "flink_agents_callback_posts_total"
 _CONNECTIONS_METRIC = "flink_agents_callback_connections_total"
 _OPEN_METRIC = "flink_agents_callback_connections_open"
 _HEADER_TIMEOUTS_METRIC = "flink_agents_callback_header_timeouts_total"
+_MALFORMED_METRIC = "flink_agents_callback_malformed_requests_total"
 _PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The JSON ``state`` of a 202 for each route's final state.
 _ROUTE_STATES = {"resolve": RESOLVED, "reject": REJECTED}
@@ -125,7 +152,9 @@ class CallbackMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = {outcome: 0 for outcome in OUTCOMES}
-        self._connections: Dict[str, int] = {"accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0}
+        self._connections: Dict[str, int] = {
+            "accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0, "malformed": 0
+        }
 
     def count(self, outcome: str) -> None:
         """Add one POST with ``outcome`` (one of ``OUTCOMES``)."""
@@ -155,6 +184,11 @@ class CallbackMetrics:
         with self._lock:
             self._connections["header_timeouts"] += 1
 
+    def malformed_request(self) -> None:
+        """Count a request aiohttp could not parse (answered 400 and closed)."""
+        with self._lock:
+            self._connections["malformed"] += 1
+
     def snapshot(self) -> Dict[str, int]:
         """The POST counts so far, by outcome."""
         with self._lock:
@@ -163,7 +197,8 @@ class CallbackMetrics:
     def connections(self) -> Dict[str, int]:
         """The connection counts so far: ``accepted``, ``refused`` (over
         ``max_connections``), ``header_timeouts`` (closed with a late request
-        head), and ``open`` (admitted and not yet closed, now)."""
+        head), ``malformed`` (requests that could not be parsed), and
+        ``open`` (admitted and not yet closed, now)."""
         with self._lock:
             return dict(self._connections)
 
@@ -190,6 +225,10 @@ class CallbackMetrics:
             "did not arrive within header_timeout_s.",
             f"# TYPE {_HEADER_TIMEOUTS_METRIC} counter",
             f"{_HEADER_TIMEOUTS_METRIC} {connections['header_timeouts']}",
+            f"# HELP {_MALFORMED_METRIC} Requests that could not be parsed as HTTP (answered 400, not logged "
+            "beyond one line each).",
+            f"# TYPE {_MALFORMED_METRIC} counter",
+            f"{_MALFORMED_METRIC} {connections['malformed']}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -203,6 +242,7 @@ def make_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     *,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    auth: Optional[IngressAuth] = None,
 ) -> web.Application:
     """The callback ingress application (routes and answers: module docstring).
 
@@ -215,6 +255,9 @@ def make_app(
         body_timeout_s: Seconds allowed to receive a whole POST body, from
             the end of its headers (default 30); over it, 408 and the
             connection is closed.
+        auth: What a POST must present (bearer token, signed URL;
+            ``ingress.auth``); default nothing. ``clock`` also decides
+            whether a signed URL has expired.
 
     Returns:
         The application, not yet running (serve it with ``CallbackIngress``
@@ -228,7 +271,27 @@ def make_app(
     if not callable(getattr(store, "complete", None)):
         raise TypeError(f"{type(store).__name__} is not a CallbackStore (it has no complete())")
     IngressLimits(max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)  # validates both
+    auth = auth if auth is not None else IngressAuth()
     metrics = CallbackMetrics()
+
+    def refusal(request: web.Request) -> Optional[web.Response]:
+        """The answer to a POST that does not authenticate (401: no or a
+        wrong bearer token; 403: no or a bad URL signature, or expired), or
+        None. Checked before anything else: the id, the body, the store."""
+        if not auth.bearer_ok(request.headers.get("Authorization")):
+            metrics.count("unauthorized")
+            response = web.json_response(
+                {"error": "authentication required"}, status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="flink-agents callbacks"'},
+            )
+        else:
+            problem = auth.signature_problem(request.path, request.query_string, clock())
+            if problem is None:
+                return None
+            metrics.count("forbidden")
+            response = web.json_response({"error": problem}, status=403)
+        response.force_close()  # whatever body follows is not wanted
+        return response
 
     def too_large() -> web.Response:
         metrics.count("too_large")
@@ -243,7 +306,11 @@ def make_app(
 
     async def expect(request: web.Request) -> Optional[web.StreamResponse]:
         # Called for "Expect: 100-continue" before the client sends the body:
-        # refuse an oversized declared body here, so it is never transferred.
+        # refuse an unauthenticated POST or an oversized declared body here,
+        # so the body is never transferred.
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         if request.content_length is not None and request.content_length > max_body_bytes:
             return too_large()
         if request.headers.get("Expect", "").lower() != "100-continue":
@@ -279,18 +346,49 @@ def make_app(
         request.protocol.force_close()
         return response
 
-    async def complete(request: web.Request, route: str) -> web.Response:
+    def forbidden() -> web.Response:
+        metrics.count("forbidden")
+        return web.json_response({"error": FORBIDDEN}, status=403)
+
+    def store_unavailable(what: str, callback_id: str) -> web.Response:
+        metrics.count("store_errors")
+        log.exception("callback store failed to %s callback %s...", what, callback_id[:6])
+        return web.json_response({"error": "callback store unavailable"}, status=503)
+
+    async def not_granted(request: web.Request, state: str) -> Optional[web.Response]:
+        """The answer to a POST that may not complete its callback as
+        ``state`` (malformed or unknown id: 404; a token not the route's:
+        403; the store failing: 503), or None if it may. Decided before the
+        body is read: only the route's own token (or, for a legacy row, the
+        bare id) grants a completion."""
         callback_id = request.match_info["callback_id"]
+        token = request.match_info.get("token")
         if not CALLBACK_ID_PATTERN.fullmatch(callback_id):
             metrics.count("unknown")
             return web.json_response({"error": "unknown callback"}, status=404)
+        if token is not None and not CALLBACK_ID_PATTERN.fullmatch(token):
+            return forbidden()
+        try:
+            found = await asyncio.to_thread(store.get_callback, callback_id)
+        except Exception:
+            return store_unavailable("read", callback_id)
+        if found is None:
+            metrics.count("unknown")
+            return web.json_response({"error": "unknown callback"}, status=404)
+        return None if found.grants(state, token) else forbidden()
+
+    async def complete(request: web.Request, route: str) -> web.Response:
+        state = _ROUTE_STATES[route]
+        refused = refusal(request) or await not_granted(request, state)
+        if refused is not None:
+            return refused
+        callback_id = request.match_info["callback_id"]
         try:
             body = await asyncio.wait_for(read_body(request), body_timeout_s)
         except asyncio.TimeoutError:
             return await body_too_slow(request)
         if body is None:
             return too_large()
-        state = _ROUTE_STATES[route]
         now_ms = int(clock() * 1000)
         try:
             result = await asyncio.to_thread(store.complete, callback_id, state, body, now_ms, count_late=True)
@@ -300,9 +398,7 @@ def make_app(
             if outcome not in (ACCEPTED, FINISHED, UNKNOWN):
                 raise RuntimeError(f"the store returned an unknown outcome {outcome!r}")
         except Exception:
-            metrics.count("store_errors")
-            log.exception("callback store failed to %s callback %s...", route, callback_id[:6])
-            return web.json_response({"error": "callback store unavailable"}, status=503)
+            return store_unavailable(route, callback_id)
         if outcome == ACCEPTED:
             metrics.count("accepted")
             return web.json_response({"callback_id": callback_id, "state": state}, status=202)
@@ -330,8 +426,9 @@ def make_app(
 
     app = web.Application(client_max_size=max_body_bytes)
     app[METRICS_KEY] = metrics
-    app.router.add_post("/callbacks/{callback_id}/resolve", resolve, expect_handler=expect)
-    app.router.add_post("/callbacks/{callback_id}/reject", reject, expect_handler=expect)
+    for suffix in ("", "/{token}"):  # without a token: legacy rows only
+        app.router.add_post("/callbacks/{callback_id}/resolve" + suffix, resolve, expect_handler=expect)
+        app.router.add_post("/callbacks/{callback_id}/reject" + suffix, reject, expect_handler=expect)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_page)
     return app

@@ -20,6 +20,9 @@ key                                    flag                    default    what i
                                                                           answered 503 and closed at once
 =====================================  ======================  =========  ==========================================
 
+The authentication keys (``callbacks.ingress.auth_token_file``,
+``signing_key_file``, ``allow_unauthenticated``) are ``auth.IngressAuth``'s.
+
 The defaults let an honest client send the largest body (1 MiB) at 35 KiB/s
 or faster, and keep a client that trickles or stalls from holding a
 connection for longer than about 30 s per request.
@@ -31,6 +34,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping
+
+from flink_agents.ingress.auth import AUTH_KEYS
 
 __all__ = [
     "BODY_TIMEOUT_S",
@@ -128,8 +133,12 @@ class IngressLimits:
             if not key.startswith(KEY_PREFIX):
                 continue
             name = known.get(key)
+            if name is None and key in AUTH_KEYS:  # IngressAuth's, read by IngressAuth.from_config
+                continue
             if name is None:
-                raise ValueError(f"unknown option {key!r}; the ingress options are " + ", ".join(sorted(known)))
+                raise ValueError(
+                    f"unknown option {key!r}; the ingress options are " + ", ".join(sorted([*known, *AUTH_KEYS]))
+                )
             if raw is None:
                 continue
             values[name] = _number(key, raw, integer=name in _INTEGERS)

@@ -11,7 +11,11 @@ socket is opened with ``loop.create_server`` rather than a ``TCPSite``: a
 site always serves ``runner.server`` itself, with no place for the guard.
 
 Access logging is off: a callback URL is the capability to complete the
-callback, so it must not land in logs.
+callback, so it must not land in logs. For the same reason a request
+aiohttp cannot parse is answered with a short fixed body and logged in one
+line without its bytes (``protocol.QuietRequestHandler``). Beyond loopback
+the ingress serves only with authentication (``auth``: a bearer token,
+signed URLs) or when told explicitly to do without.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
+from flink_agents.ingress.auth import IngressAuth, check_bind
 from flink_agents.ingress.callback_app import METRICS_KEY, make_app
 from flink_agents.ingress.connections import ConnectionGuard
 from flink_agents.ingress.options import IngressLimits
+from flink_agents.ingress.protocol import protocol_factory
 from flink_agents.stores.callbacks import CallbackStore
 
 __all__ = ["CallbackIngress", "describe_store", "serve_forever"]
@@ -39,6 +45,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8089
 # The listen backlog (aiohttp's TCPSite default).
 _BACKLOG = 128
+# aiohttp's own log lines (premature disconnects at DEBUG); errors are
+# logged by protocol.QuietRequestHandler, without the request's bytes.
+_AIOHTTP_LOG = logging.getLogger("flink_agents.ingress.http")
 # File descriptors the process needs besides the connections (store, logs, ...).
 _SPARE_FDS = 64
 
@@ -47,8 +56,12 @@ def _base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _app_for(store: CallbackStore, clock: Callable[[], float], limits: IngressLimits) -> web.Application:
-    return make_app(store, clock=clock, max_body_bytes=limits.max_body_bytes, body_timeout_s=limits.body_timeout_s)
+def _app_for(
+    store: CallbackStore, clock: Callable[[], float], limits: IngressLimits, auth: IngressAuth
+) -> web.Application:
+    return make_app(
+        store, clock=clock, max_body_bytes=limits.max_body_bytes, body_timeout_s=limits.body_timeout_s, auth=auth
+    )
 
 
 def _limits(limits: Optional[IngressLimits], max_body_bytes: Optional[int]) -> IngressLimits:
@@ -93,14 +106,17 @@ async def _serve(
         app[METRICS_KEY], max_connections=limits.max_connections, header_timeout_s=limits.header_timeout_s
     )
     app.middlewares.append(guard.middleware)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s)
+    # Passed to aiohttp's RequestHandler, one per connection (protocol.py).
+    handler_kwargs = {"access_log": None, "keepalive_timeout": limits.idle_timeout_s, "logger": _AIOHTTP_LOG}
+    runner = web.AppRunner(app, **handler_kwargs)
     await runner.setup()
     listening: Optional[asyncio.AbstractServer] = None
     try:
         if runner.server is None:  # setup() sets it
             raise RuntimeError("aiohttp's runner has no server after setup()")
         listening = await asyncio.get_running_loop().create_server(
-            guard.protocol_factory(runner.server), host, port, backlog=_BACKLOG
+            guard.protocol_factory(protocol_factory(runner.server, app[METRICS_KEY], handler_kwargs)),
+            host, port, backlog=_BACKLOG,
         )
         # With port 0 the kernel picks one; report the first socket's port (a
         # host name resolving to several addresses may bind several ports).
@@ -126,6 +142,9 @@ class CallbackIngress:
             (``IngressLimits``; its defaults when not given).
         max_body_bytes: The largest POST body accepted, in bytes; when
             given, it replaces ``limits.max_body_bytes``.
+        auth: What a POST must present (``IngressAuth``: bearer token,
+            signed URLs); default nothing, which only a loopback ``host``
+            accepts unless ``auth.allow_unauthenticated``.
         start_timeout_s: How long ``start`` waits for the socket, in seconds.
 
     Attributes:
@@ -134,7 +153,8 @@ class CallbackIngress:
 
     Raises:
         ValueError: ``max_body_bytes`` out of range (``IngressLimits``
-            validates the rest when it is built).
+            validates the rest when it is built), or ``host`` is not
+            loopback and ``auth`` requires nothing (``auth.check_bind``).
 
     Single use: once stopped, make a new one to serve again. Usable as a
     context manager (``with CallbackIngress(store, port=0) as
@@ -150,13 +170,16 @@ class CallbackIngress:
         clock: Callable[[], float] = time.time,
         limits: Optional[IngressLimits] = None,
         max_body_bytes: Optional[int] = None,
+        auth: Optional[IngressAuth] = None,
         start_timeout_s: float = 10.0,
     ) -> None:
+        self.auth = auth if auth is not None else IngressAuth()
+        check_bind(host, self.auth)
         self.store = store
         self.host = host
         self._requested_port = int(port)
         self.limits = _limits(limits, max_body_bytes)
-        self.app = _app_for(store, clock, self.limits)
+        self.app = _app_for(store, clock, self.limits, self.auth)
         self._start_timeout_s = start_timeout_s
         self._port: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
@@ -273,6 +296,7 @@ def serve_forever(
     clock: Callable[[], float] = time.time,
     limits: Optional[IngressLimits] = None,
     max_body_bytes: Optional[int] = None,
+    auth: Optional[IngressAuth] = None,
 ) -> None:
     """Serve the callback ingress in the calling (main) thread until SIGINT or
     SIGTERM, then shut down gracefully and return.
@@ -280,17 +304,20 @@ def serve_forever(
     Args:
         on_ready: Called with the base URL (``http://host:port``, the real
             port when ``port`` is 0) once the socket listens.
-        limits, max_body_bytes: As for ``CallbackIngress``.
+        limits, max_body_bytes, auth: As for ``CallbackIngress``.
 
     Raises:
+        ValueError: ``host`` is not loopback and ``auth`` requires nothing.
         OSError: The address cannot be bound.
         RuntimeError: Not called from the main thread (signal handlers can
             only be installed there).
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve_forever must run in the main thread (it handles SIGINT/SIGTERM)")
+    auth = auth if auth is not None else IngressAuth()
+    check_bind(host, auth)
     chosen = _limits(limits, max_body_bytes)
-    app = _app_for(store, clock, chosen)
+    app = _app_for(store, clock, chosen, auth)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -14,7 +14,9 @@ POSTs the decision as JSON to the claim's ``resolve_url`` (approved) or
 ``reject_url`` (rejected), with ``urllib.request``. Connection errors and 503
 are retried a few times with a growing delay; 404 means the callback is no
 longer pending (the claim's deadline passed, so the answer is late) or
-unknown, and is logged, never retried. One log line per claim, with the
+unknown, and is logged, never retried. When ``$FLINK_AGENTS_CALLBACK_AUTH_TOKEN``
+is set, each POST carries it as ``Authorization: Bearer`` (the job's
+ingress requires it). One log line per claim, with the
 status code; callback URLs are never logged (they are the capability to
 complete the callback).
 
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import logging
 import re
 import signal
@@ -60,6 +63,8 @@ __all__ = ["Claim", "Decision", "InboxTail", "MalformedClaim", "decide", "main",
 log = logging.getLogger("flink_agents.jobs.carrier_claims")
 
 APPROVED, REJECTED = "approved", "rejected"
+# The ingress's bearer token, if it requires one (``flink_agents.ingress.auth``).
+AUTH_TOKEN_ENV = "FLINK_AGENTS_CALLBACK_AUTH_TOKEN"
 PACKAGING_WORDS = frozenset("box boxes package packages packaging parcel carton shipment mailer envelope".split())
 DAMAGE_WORDS = frozenset(
     "crushed torn soaked wet dented damaged smashed ripped punctured squashed broken crumpled destroyed".split()
@@ -160,9 +165,11 @@ def decide(claim: Claim) -> Decision:
 
 def post_json(
     url: str, body: Dict[str, Any], attempts: int = 5, first_delay_s: float = 0.2, timeout_s: float = 10.0,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = time.sleep, token: Optional[str] = None,
 ) -> Tuple[Optional[int], str]:
-    """POST ``body`` as JSON; retries connection errors and 503.
+    """POST ``body`` as JSON; retries connection errors and 503. With
+    ``token``, it goes as ``Authorization: Bearer <token>`` (an ingress that
+    requires one answers 401 without it).
 
     Returns:
         (status code, response text), or (None, the last error) if every
@@ -171,9 +178,10 @@ def post_json(
     data = json.dumps(body).encode("utf-8")
     delay, error = first_delay_s, ""
     for attempt in range(1, attempts + 1):
-        request = urllib.request.Request(
-            url, data=data, method="POST", headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(url, data=data, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return response.status, response.read().decode("utf-8", "replace")
@@ -341,7 +349,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    desk = Desk(args.decide_after_s, frozenset(args.hold_product))
+    token = os.environ.get(AUTH_TOKEN_ENV) or None  # never logged
+    desk = Desk(args.decide_after_s, frozenset(args.hold_product),
+                post=lambda url, body: post_json(url, body, token=token))
     log.info("watching %s", args.inbox)
     tally = run(args.inbox, desk, args.stop_file, args.poll_s, stop_requested=lambda: stop["signal"])
     log.info(

@@ -20,11 +20,13 @@ One JSON line per review::
      the body as text if it is not JSON, or why there is none>}
 
 The review id is ``<product id>-<ts>``. The claim id is a digest of the
-callback id: stable across replays, and safe to log (the callback id is the
-capability to complete the callback; it appears only in the URLs).
+callback id: stable across replays, and safe to log (the URLs, which carry
+the id and each route's token, are the capabilities to complete the
+callback, and appear only in the carrier's private inbox).
 
 ``main`` runs the whole flow in one process: the callback ingress
-(``CallbackIngress`` on the job's SQLite journal, a free port by default),
+(``CallbackIngress`` on the job's SQLite journal, a free port by default,
+requiring a bearer token made for the run, which only the carrier gets),
 the carrier (``python -m flink_agents.jobs.carrier_claims``, a subprocess tailing the
 inbox), and the job on a Flink mini-cluster (or the local runner). See
 docs/callbacks.md.
@@ -38,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -202,7 +205,8 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     """Start the ingress and the carrier; yield the job's configuration in a
     ``ClaimsRun``; on exit (also on failure) stop the carrier (it answers what
     it still holds), then the ingress."""
-    from flink_agents.ingress import METRICS_KEY, CallbackIngress
+    from flink_agents.ingress import METRICS_KEY, CallbackIngress, IngressAuth
+    from flink_agents.jobs.carrier_claims import AUTH_TOKEN_ENV
     from flink_agents.stores.factory import open_journal_store
 
     for path in (setup.journal_path, setup.inbox_path, setup.carrier_log_path):
@@ -210,7 +214,13 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
     # Emptied for this run, readable by its owner only: claims carry the URLs.
     os.close(open_private(setup.inbox_path))
     store = open_journal_store({"journal.store": "sqlite", "journal.sqlite.path": str(setup.journal_path)})
-    ingress = CallbackIngress(store, setup.callback_host, setup.callback_port).start()
+    # The ingress takes POSTs from the carrier only: a bearer token made for
+    # this run, handed to the carrier in its environment (never on its
+    # command line or in a log). A leaked claim URL alone completes nothing.
+    token = secrets.token_urlsafe(24)
+    ingress = CallbackIngress(
+        store, setup.callback_host, setup.callback_port, auth=IngressAuth(bearer_token=token)
+    ).start()
     run = ClaimsRun(ingress.base_url, {
         "journal.store": "sqlite",
         "journal.sqlite.path": str(setup.journal_path.resolve()),
@@ -226,7 +236,7 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
                     [sys.executable, "-m", "flink_agents.jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
                      "--stop-file", str(stop_file), *setup.carrier_args],
                     cwd=REPO_ROOT, stdout=carrier_log, stderr=subprocess.STDOUT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", AUTH_TOKEN_ENV: token},
                 )
                 try:
                     yield run

@@ -3,8 +3,16 @@
 One table, ``callbacks``, one row per callback: the id (primary key), the
 ``CallbackRef`` it belongs to (journal id, key, sequence number, step,
 ordinal; unique), its purpose, creation time and deadline, its state, the
-POSTed body, when it left ``PENDING`` and how many completions came late.
-Times are Unix milliseconds.
+POSTed body, when it left ``PENDING``, how many completions came late, and
+the capability tokens of its two routes (``resolve_token``,
+``reject_token``). Times are Unix milliseconds.
+
+The token columns came after the table: a table written by an older
+release lacks them and gets them on open (``add_missing_columns``, run by
+each dialect's schema check), NULL in its rows: those callbacks are
+``CallbackRecord.legacy`` (their id alone grants both routes, as when their
+URLs were handed out). An older release reading a table with the columns
+ignores them (it names its columns).
 
 Indexes: the unique constraint over the ref starts with (journal id, key,
 sequence number), so it serves ``close_run``; an index over (key, sequence
@@ -23,7 +31,7 @@ the writes, one transaction around the call.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from flink_agents.stores._sql import prune_run, statement
 from flink_agents.stores.callbacks import (
@@ -41,10 +49,12 @@ from flink_agents.stores.callbacks import (
 TABLE = "callbacks"
 
 REF_COLUMNS = ("journal_id", "key", "seq", "step", "ordinal")
+TOKEN_COLUMNS = ("resolve_token", "reject_token")
 COLUMNS = (
     ("callback_id",)
     + REF_COLUMNS
     + ("purpose", "created_ms", "deadline_ms", "state", "body", "completed_ms", "late_completions")
+    + TOKEN_COLUMNS
 )
 _SELECTED = ", ".join(COLUMNS)
 
@@ -84,8 +94,18 @@ def create_table(integer: str, blob: str) -> str:
         f" body {blob},"
         f" completed_ms {integer},"
         f" late_completions {integer} NOT NULL DEFAULT 0,"
+        " resolve_token TEXT,"
+        " reject_token TEXT,"
         f" UNIQUE ({', '.join(REF_COLUMNS)}))"
     )
+
+
+def add_missing_columns(existing: Iterable[str]) -> List[str]:
+    """``ALTER TABLE`` statements adding the ``TOKEN_COLUMNS`` a table with
+    the columns ``existing`` lacks (none when it has them all; the table
+    must exist). Nullable, so old rows read as legacy."""
+    present = {name.lower() for name in existing}
+    return [f"ALTER TABLE {TABLE} ADD COLUMN {name} TEXT" for name in TOKEN_COLUMNS if name not in present]
 
 
 # Every callback of one (key, record), for ``PRUNE``.
@@ -108,8 +128,8 @@ def create_statements(integer: str, blob: str) -> List[str]:
 # the two apart by reading the row of the ref afterwards.
 INSERT = (
     f"INSERT INTO {TABLE} (callback_id, {', '.join(REF_COLUMNS)},"
-    " purpose, created_ms, deadline_ms, state)"
-    " VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+    f" purpose, created_ms, deadline_ms, state, {', '.join(TOKEN_COLUMNS)})"
+    " VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
 )
 
 SELECT_BY_REF = f"SELECT {_SELECTED} FROM {TABLE} WHERE " + " AND ".join(
@@ -151,6 +171,7 @@ def record(row: Sequence[Any]) -> CallbackRecord:
     (
         callback_id, journal_id, key, seq, step, ordinal,
         purpose, created_ms, deadline_ms, state, body, completed_ms, late_completions,
+        resolve_token, reject_token,
     ) = row
     return CallbackRecord(
         callback_id=callback_id,
@@ -162,6 +183,8 @@ def record(row: Sequence[Any]) -> CallbackRecord:
         body=None if body is None else bytes(body),
         completed_ms=None if completed_ms is None else int(completed_ms),
         late_completions=int(late_completions),
+        resolve_token=resolve_token,
+        reject_token=reject_token,
     )
 
 
@@ -189,9 +212,11 @@ def register(
     purpose: str,
     created_ms: int,
     deadline_ms: int,
+    tokens: Tuple[str, str],
 ) -> CallbackRecord:
-    """Insert a pending row unless ``ref`` or ``callback_id`` has one; return
-    the row of ``ref``. Run it in one write transaction.
+    """Insert a pending row with ``tokens`` (resolve, reject) unless ``ref``
+    or ``callback_id`` has one; return the row of ``ref``. Run it in one
+    write transaction.
 
     Raises:
         ValueError: ``callback_id`` belongs to another ref.
@@ -199,7 +224,7 @@ def register(
     ref_values = (ref.journal_id, ref.key, ref.seq, ref.step, ref.ordinal)
     connection.execute(
         statement(INSERT, p),
-        (callback_id, *ref_values, purpose, int(created_ms), int(deadline_ms), PENDING),
+        (callback_id, *ref_values, purpose, int(created_ms), int(deadline_ms), PENDING, *tokens),
     )
     row = connection.execute(statement(SELECT_BY_REF, p), ref_values).fetchone()
     if row is None:  # nothing inserted, and not for this ref: the id is taken

@@ -11,15 +11,28 @@ every process that reads the store afterwards.
 A callback is bound to the call that created it, ``CallbackRef`` (journal id,
 key, record sequence number, step, ordinal): ``register`` returns the callback
 already registered for that ref, so a replayed run gets back the id, deadline
-and outcome of the original one. Rows live beside the journal (the same SQLite
+and outcome of the original one.
+
+Resolve and reject are separate capabilities: ``register`` stores two
+independent tokens with the callback (``capabilities.new_capability_token``:
+192 bits each from ``secrets``; neither can be computed from the other or
+from the id), and the ingress completes a callback only for a URL carrying
+the token of its route (``CallbackRecord.grants``, compared in constant
+time). A
+row written by a release before the tokens existed has none
+(``CallbackRecord.legacy``): its id alone still grants both routes, as it
+did when its URLs were handed out. Rows live beside the journal (the same SQLite
 file or PostgreSQL database), so the ingress finds them with the job's
 journal configuration alone, and they are pruned with their run's journal.
 """
 
 from __future__ import annotations
 
+import hmac
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from flink_agents.stores.capabilities import new_capability_token
 from typing import Dict, Iterable, Optional
 
 __all__ = [
@@ -37,6 +50,7 @@ __all__ = [
     "RESOLVED",
     "TIMED_OUT",
     "UNKNOWN",
+    "new_capability_token",
 ]
 
 # States. PENDING is the only one a callback leaves; the rest are final.
@@ -52,7 +66,6 @@ FINAL_STATES = (RESOLVED, REJECTED, TIMED_OUT, CANCELLED, CLOSED)
 ACCEPTED = "accepted"  # the callback was pending and now has the new state
 FINISHED = "finished"  # it had a final state already: nothing changed
 UNKNOWN = "unknown"  # no such callback (never created, or pruned)
-
 
 @dataclass(frozen=True)
 class CallbackRef:
@@ -91,6 +104,9 @@ class CallbackRecord:
         completed_ms: When it left ``PENDING``, Unix milliseconds, or None.
         late_completions: Resolve/reject POSTs that arrived after it had
             left ``PENDING`` (dropped and counted).
+        resolve_token, reject_token: The capability of each route (in its
+            URL); None for a row an older release wrote (``legacy``). Never
+            in the ``repr``.
     """
 
     callback_id: str
@@ -102,6 +118,25 @@ class CallbackRecord:
     body: Optional[bytes] = None
     completed_ms: Optional[int] = None
     late_completions: int = 0
+    resolve_token: Optional[str] = field(default=None, repr=False)
+    reject_token: Optional[str] = field(default=None, repr=False)
+
+    @property
+    def legacy(self) -> bool:
+        """Written before the routes had tokens: the id alone grants both."""
+        return self.resolve_token is None and self.reject_token is None
+
+    def grants(self, state: str, token: Optional[str]) -> bool:
+        """Whether a POST carrying ``token`` may complete this callback as
+        ``state`` (``RESOLVED`` or ``REJECTED``): ``token`` is that route's
+        token (compared in constant time), or, for a ``legacy`` row only,
+        absent."""
+        if self.legacy:
+            return token is None
+        expected = self.resolve_token if state == RESOLVED else self.reject_token if state == REJECTED else None
+        if expected is None or token is None:
+            return False
+        return hmac.compare_digest(expected.encode("ascii"), token.encode("ascii", "replace"))
 
 
 @dataclass(frozen=True)
@@ -126,9 +161,14 @@ class CallbackStore(ABC):
 
     @abstractmethod
     def register(
-        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
+        resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
     ) -> CallbackRecord:
         """Store a new ``PENDING`` callback, unless ``ref`` has one already.
+
+        Args:
+            resolve_token, reject_token: The routes' capabilities; each one
+                not given is drawn here (``new_capability_token``).
 
         Returns:
             The callback registered for ``ref``: the new one, or on a replay

@@ -24,6 +24,7 @@ from flink_agents.stores.callbacks import (
     CallbackStore,
     CompleteResult,
 )
+from flink_agents.stores.capabilities import new_capability_token
 
 __all__ = ["InMemoryCallbacks", "PRUNE_BATCH_RUNS", "nested_in"]
 
@@ -56,7 +57,8 @@ class InMemoryCallbacks(CallbackStore):
         return index
 
     def register(
-        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
+        resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
     ) -> CallbackRecord:
         with self._lock:
             rows = self._callback_rows()
@@ -65,7 +67,11 @@ class InMemoryCallbacks(CallbackStore):
                     return row
             if callback_id in rows:
                 raise ValueError(f"callback id {callback_id!r} is registered for another call")
-            row = CallbackRecord(callback_id, ref, purpose, int(created_ms), int(deadline_ms), PENDING)
+            row = CallbackRecord(
+                callback_id, ref, purpose, int(created_ms), int(deadline_ms), PENDING,
+                resolve_token=resolve_token or new_capability_token(),
+                reject_token=reject_token or new_capability_token(),
+            )
             rows[callback_id] = row
             self._callbacks_by_record().setdefault((ref.key, ref.seq), set()).add(callback_id)
             return row

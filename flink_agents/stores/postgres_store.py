@@ -45,7 +45,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Type
 
-from flink_agents.stores import _sql
+from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import Dialect
 from flink_agents.stores._postgres_pool import POOLS, PoolSize
 from flink_agents.stores.errors import JournalSchemaError, JournalStoreError, JournalUnavailableError
@@ -296,6 +296,13 @@ class PostgresDialect(Dialect):
                 )
             for statement in self.schema():
                 connection.execute(statement)
+            columns = connection.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = %s",
+                (_sql_callbacks.TABLE,),
+            ).fetchall()
+            for statement in _sql_callbacks.add_missing_columns(name for (name,) in columns):
+                connection.execute(statement)  # a callbacks table an older release wrote
 
 
 def _timeout_s(from_dsn: Any, default_s: int) -> int:

@@ -42,7 +42,14 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import Dialect
-from flink_agents.stores.callbacks import ACCEPTED, CallbackRecord, CallbackRef, CallbackStore, CompleteResult
+from flink_agents.stores.callbacks import (
+    ACCEPTED,
+    CallbackRecord,
+    CallbackRef,
+    CallbackStore,
+    CompleteResult,
+)
+from flink_agents.stores.capabilities import new_capability_token
 from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError, RunIdentity
 from flink_agents.stores.journal import JournalEntry, JournalStore
 from flink_agents.stores.retry import StoreRetry
@@ -184,11 +191,13 @@ class SQLJournalStore(JournalStore, CallbackStore):
     # --- the callback port ---------------------------------------------------------
 
     def register(
-        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int
+        self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
+        resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
     ) -> CallbackRecord:
         """Store a new ``PENDING`` callback for ``ref`` (times in Unix
-        milliseconds), unless ``ref`` has one already; one transaction
-        (idempotent, so retried on a lost connection).
+        milliseconds) with its routes' tokens (each one not given drawn
+        here), unless ``ref`` has one already; one transaction (idempotent,
+        so retried on a lost connection).
 
         Returns:
             The callback of ``ref``: the new one, or the one registered before
@@ -201,9 +210,11 @@ class SQLJournalStore(JournalStore, CallbackStore):
             JournalSchemaError: The database is not a version-1 journal.
             JournalStoreError: The write failed otherwise and was rolled back.
         """
+        tokens = (resolve_token or new_capability_token(), reject_token or new_capability_token())
+
         def write(connection: Any) -> CallbackRecord:
             return _sql_callbacks.register(
-                connection, self._dialect.placeholder, ref, callback_id, purpose, created_ms, deadline_ms
+                connection, self._dialect.placeholder, ref, callback_id, purpose, created_ms, deadline_ms, tokens
             )
 
         return self._call("register", (ref.journal_id, ref.key, ref.seq), write, write=True)

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple, Type, Union
 
 from flink_agents._private_files import UnsafePathError, create_private_file, make_private_dirs, unwritable
-from flink_agents.stores import _sql
+from flink_agents.stores import _sql, _sql_callbacks
 from flink_agents.stores._dialect import SCHEMA_OBJECTS, Dialect
 from flink_agents.stores.errors import (
     JournalCorruptError,
@@ -315,7 +315,11 @@ class SQLiteDialect(Dialect):
             JournalSchemaError: The file has another ``user_version``, or
                 tables but no version (not a flink_agents journal).
         """
-        if self._check_version(connection) and _has_all(connection, SCHEMA_OBJECTS):
+        if (
+            self._check_version(connection)
+            and _has_all(connection, SCHEMA_OBJECTS)
+            and not _sql_callbacks.add_missing_columns(_columns(connection, _sql_callbacks.TABLE))
+        ):
             return
         with self.transaction(connection):  # the write lock: one process creates
             if not self._check_version(connection):
@@ -332,6 +336,8 @@ class SQLiteDialect(Dialect):
                     )
             for statement in self.schema():
                 connection.execute(statement)
+            for statement in _sql_callbacks.add_missing_columns(_columns(connection, _sql_callbacks.TABLE)):
+                connection.execute(statement)  # a callbacks table an older release wrote
             connection.execute(f"PRAGMA user_version = {_sql.SCHEMA_VERSION}")
 
     def _check_version(self, connection: sqlite3.Connection) -> bool:
@@ -397,6 +403,11 @@ def _warn_if_shared(path: Path) -> None:
             "the journal %s has mode %04o: other users can read its prompts, answers and callback ids "
             "(run 'chmod 600 %s'; files this release creates are 0600)", path, mode, path,
         )
+
+
+def _columns(connection: sqlite3.Connection, table: str) -> List[str]:
+    """The column names of ``table`` (none if it does not exist; a read)."""
+    return [str(row[1]) for row in connection.execute(f"PRAGMA table_info({table})")]
 
 
 def _has_all(connection: sqlite3.Connection, names: Tuple[str, ...]) -> bool:

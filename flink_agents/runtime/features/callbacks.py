@@ -12,8 +12,8 @@ Every arrow out of ``PENDING`` is one conditional write to the store, so the
 first one wins everywhere and for good; a completion that loses is dropped
 (the ingress answers 404 and counts it in ``late_completions``).
 
-Identity and replay. ``create`` draws the id from ``secrets`` (192 bits) and
-registers it under the creating call's ``CallbackRef`` (journal id, key,
+Identity and replay. ``create`` draws the id and the two routes' tokens
+from ``secrets`` (192 bits each; ``callback_url``) and registers them under the creating call's ``CallbackRef`` (journal id, key,
 record, step, ordinal of the step's callbacks) before it returns, so the URL
 never leaves the run before the callback is durable. A replayed run
 registers the same ref and gets the original id, deadline and outcome back.
@@ -53,6 +53,7 @@ from flink_agents.api.callbacks import (
 from flink_agents.runtime.errors import NondeterminismError
 from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.execution.run import Clock
+from flink_agents.runtime.features.capability_redaction import remember
 from flink_agents.runtime.scheduling.run_slots import parked
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -66,11 +67,13 @@ from flink_agents.stores.callbacks import (
     CallbackRef,
     CallbackStore,
 )
+from flink_agents.stores.capabilities import SIGNING_KEY_ENV, new_capability_token, read_secret, signed_url
 
 __all__ = [
     "BASE_URL_ENV",
     "CallbackHub",
     "RuntimeCallback",
+    "callback_url",
     "decode_body",
     "validate_timeout",
 ]
@@ -80,6 +83,7 @@ log = logging.getLogger(__name__)
 BASE_URL_ENV = "CALLBACK_BASE_URL"
 DEFAULT_BASE_URL = "http://127.0.0.1:8089"
 _ID_BYTES = 24  # 192 bits from the OS's CSPRNG, URL-safe base64: 32 characters
+_ROUTES = {RESOLVED: "resolve", REJECTED: "reject"}
 
 
 def validate_timeout(timeout_s: Any) -> float:
@@ -112,6 +116,24 @@ def decode_body(body: Optional[bytes]) -> Union[str, bytes]:
         return bytes(body)
 
 
+def callback_url(base_url: str, record: CallbackRecord, state: str, signing_key: Optional[str] = None) -> str:
+    """The URL completing ``record`` as ``state`` (``RESOLVED``: ``.../resolve``,
+    ``REJECTED``: ``.../reject``): ``{base_url}/callbacks/{id}/{route}/{token}``
+    with that route's own token, so the resolve URL cannot reject and the
+    reject URL cannot resolve. A legacy row (no tokens: an older release
+    created it) keeps its old URL, ``{base_url}/callbacks/{id}/{route}``, so a
+    replay hands out what the first run did. With ``signing_key`` the URL is
+    signed to expire at the callback's deadline (``?exp=...&sig=...``,
+    ``stores.capabilities.signed_url``; the ingress checks it when it holds
+    the same key)."""
+    route = _ROUTES[state]
+    token = record.resolve_token if state == RESOLVED else record.reject_token
+    url = f"{base_url}/callbacks/{record.callback_id}/{route}"
+    if token is not None:
+        url = f"{url}/{token}"
+    return url if signing_key is None else signed_url(url, signing_key, record.deadline_ms)
+
+
 def body_as_text(body: Optional[bytes]) -> str:
     """A body for a model: UTF-8 text, or a base64 rendering of binary data."""
     value = decode_body(body)
@@ -125,7 +147,7 @@ class RuntimeCallback(Callback):
 
     def __init__(
         self, hub: "CallbackHub", record: CallbackRecord, base_url: str,
-        before_wait: Optional[Callable[[], Awaitable[None]]] = None,
+        before_wait: Optional[Callable[[], Awaitable[None]]] = None, signing_key: Optional[str] = None,
     ) -> None:
         self._hub = hub
         self._before_wait = before_wait
@@ -135,8 +157,8 @@ class RuntimeCallback(Callback):
         self.created_ms = record.created_ms
         self.deadline_ms = record.deadline_ms
         self.timeout_s = (record.deadline_ms - record.created_ms) / 1000.0
-        self.resolve_url = f"{base_url}/callbacks/{record.callback_id}/resolve"
-        self.reject_url = f"{base_url}/callbacks/{record.callback_id}/reject"
+        self.resolve_url = callback_url(base_url, record, RESOLVED, signing_key)
+        self.reject_url = callback_url(base_url, record, REJECTED, signing_key)
 
     def wait(self) -> Awaitable[Union[str, bytes]]:
         return self._wait()
@@ -189,8 +211,9 @@ class CallbackHub:
         store: Where callbacks live (the journal store).
         config: The job's configuration: ``callbacks.base_url`` (else the
             ``CALLBACK_BASE_URL`` environment variable, else
-            ``http://127.0.0.1:8089``) and ``callbacks.poll_interval_ms``
-            (default 100).
+            ``http://127.0.0.1:8089``), ``callbacks.poll_interval_ms``
+            (default 100) and ``callbacks.signing_key_file`` (else
+            ``$FLINK_AGENTS_CALLBACK_SIGNING_KEY``; neither: URLs unsigned).
         counters: The engine's counters.
         clock: Time (``runtime.execution.run.Clock``, or a callable giving Unix
             seconds); the poller sleeps through it too.
@@ -215,6 +238,11 @@ class CallbackHub:
         options = readable(config)
         base = options.get(RuntimeOptions.CALLBACKS_BASE_URL) or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
+        key_file = options.get(RuntimeOptions.CALLBACKS_SIGNING_KEY_FILE)
+        if key_file:
+            self._signing_key: Optional[str] = read_secret(key_file, RuntimeOptions.CALLBACKS_SIGNING_KEY_FILE.key)
+        else:
+            self._signing_key = (os.environ.get(SIGNING_KEY_ENV) or "").strip() or None
         self._poll_s = options.get(RuntimeOptions.CALLBACKS_POLL_INTERVAL_MS) / 1000.0
         self._counters = counters
         self._clock = Clock.of(clock)
@@ -252,7 +280,8 @@ class CallbackHub:
         timeout_ms = int(round(timeout * 1000))
         candidate = secrets.token_urlsafe(_ID_BYTES)
         record = await self._in_thread(
-            self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms
+            self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms,
+            new_capability_token(), new_capability_token(),
         )
         if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
             raise NondeterminismError(
@@ -260,13 +289,14 @@ class CallbackHub:
                 f"created callback ({purpose!r}, {timeout:g} s), but the journal holds "
                 f"({record.purpose!r}, {(record.deadline_ms - record.created_ms) / 1000:g} s)"
             )
+        remember(record.callback_id, record.resolve_token, record.reject_token)  # redacted wherever logged
         if record.callback_id == candidate:
             self._counters.callbacks_created += 1
         with self._lock:
             self._runs.setdefault((ref.key, ref.seq), []).append(record)
         if self._on_deadline is not None and record.state == PENDING:
             self._on_deadline(key, record.callback_id, record.deadline_ms, ref.seq)
-        return RuntimeCallback(self, record, self.base_url, before_wait)
+        return RuntimeCallback(self, record, self.base_url, before_wait, self._signing_key)
 
     # -- wait ----------------------------------------------------------------
 

@@ -37,7 +37,8 @@ A record::
 
 ``action`` is the action that sent the event (null for the input),
 ``handledBy`` the actions that processed it, ``seq`` the record's sequence
-number within its key.
+number within its key. Callback URLs and ids in the event are redacted at
+every level (``capability_redaction``: ``[callback <fingerprint>]``).
 
 When: an event is logged once it was processed (all its actions finished)
 and the steps that produced and processed it are committed to the journal
@@ -70,6 +71,7 @@ from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel, Log
 from flink_agents.api.event_listener import EventContext, EventListener
 from flink_agents.api.events.event import Event, row_to_json
 from flink_agents.runtime.execution.metrics import BuiltinMetrics
+from flink_agents.runtime.features.capability_redaction import redact
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 
 __all__ = [
@@ -366,7 +368,9 @@ class EventLog:
 
     def _record(self, key: Any, seq: int, entry: "_Entry") -> Dict[str, Any]:
         level = entry.level
-        payload = entry.payload
+        # Callback URLs and ids never reach the log, at any level; before
+        # truncation, which could cut a URL where the pattern misses it.
+        payload = redact(entry.payload)
         if level is EventLogLevel.STANDARD and any(self._limits):
             payload, cut = truncate(payload, *self._limits)
             if cut and self._metrics is not None:

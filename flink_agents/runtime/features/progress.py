@@ -27,6 +27,9 @@ Record shape (JSON-like dict)::
 
     {"key", "seq", "commit", "kind", "step", ...kind fields, ["replayed": true]}
 
+Callback URLs and ids in any field are redacted (``capability_redaction``:
+``[callback <fingerprint>]``): a follower never holds a capability.
+
 ``commit`` numbers the run's commits from 1 (0 for a replay's re-publish).
 Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
 ``tool_calls``: ``[{"id", "name", "arguments"}]``); ``tool_result`` (``tool``,
@@ -46,6 +49,7 @@ import re
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from flink_agents.runtime.durability.codec import plain_json
+from flink_agents.runtime.features.capability_redaction import redact
 from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry
 
 __all__ = ["RunProgress", "records_of"]
@@ -142,7 +146,8 @@ class RunProgress:
     def _send(self, commit: int, records: Iterable[Record], replayed: bool = False) -> None:
         batch = []
         for record in records:
-            record = {"key": self._key, "seq": self._seq, "commit": commit, **record}
+            # A follower never gets a callback's capability (its URL or id).
+            record = redact({"key": self._key, "seq": self._seq, "commit": commit, **record})
             if replayed:
                 record["replayed"] = True
             batch.append(record)
