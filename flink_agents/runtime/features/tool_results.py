@@ -19,9 +19,9 @@ JSON values (dict, list, numbers)  JSON (``json.dumps``: as before)
 ``set`` / ``frozenset``            a list, sorted by each item's JSON text
                                    (the same text on every run)
 ``bytes``                          base64 text
-dataclass instance                 an object of its fields
-pydantic model                     an object: ``model_dump()`` (aliases not
-                                   used, serializers applied)
+dataclass instance, pydantic model  an object, as pydantic dumps it
+                                   (serializers and computed fields applied,
+                                   aliases not used)
 dict key that is not a ``str``      the key's JSON text (``1`` -> ``"1"``)
 anything else                      its ``str()``, as a JSON string
 =================================  ============================================
@@ -34,11 +34,12 @@ that sets nested anywhere are sorted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
+from pydantic import BaseModel, PydanticSchemaGenerationError, PydanticUndefinedAnnotation, TypeAdapter
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 __all__ = ["json_data", "text_for_model"]
 
@@ -62,8 +63,14 @@ def json_data(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted((json_data(item) for item in value), key=_sort_text)
     if isinstance(value, BaseModel):
-        return json_data(value.model_dump())
+        return json_data(value.model_dump(warnings=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        adapter = _adapter(type(value))
+        if adapter is not None:  # as pydantic dumps it: serializers and computed fields applied
+            try:
+                return json_data(adapter.dump_python(value, warnings=False))
+            except PydanticSerializationError:  # a field pydantic cannot dump: walked below
+                pass
         return {field.name: json_data(getattr(value, field.name)) for field in dataclasses.fields(value)}
     return to_jsonable_python(value, bytes_mode="base64", timedelta_mode="iso8601", fallback=str)
 
@@ -76,6 +83,16 @@ def text_for_model(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(json_data(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(cls: type) -> TypeAdapter | None:
+    """pydantic's adapter of dataclass ``cls``; None when pydantic cannot
+    build one (a field of a type it does not know: the fields are walked)."""
+    try:
+        return TypeAdapter(cls)
+    except (PydanticSchemaGenerationError, PydanticUndefinedAnnotation):
+        return None
 
 
 def _key_text(key: Any) -> str:
