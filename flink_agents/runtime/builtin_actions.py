@@ -37,6 +37,16 @@ request fails with ``StructuredOutputError`` (terminal). The validated value
 is in the response's ``extra_args[STRUCTURED_OUTPUT]``, as in Flink Agents
 0.3.1.
 
+Tool results reach the model as JSON text (``runtime.features.tool_results``:
+ISO times, UUIDs and decimals as text, dataclasses and models as objects,
+sets as sorted lists; a str as itself), derived from the journaled, typed
+value; a tool that defines ``result_for_model`` (MCP tools: untrusted data)
+renders its own. A malformed call (arguments not JSON, not fitting the
+tool, a tool not offered) is answered with an error result, and the model
+may correct it; when the rounds reach ``chat.max_tool_rounds`` the request
+fails with ``ToolRoundLimitReached``, naming the limit and the last tool
+error.
+
 Asynchronous operations (``runtime.features.callback_tools``): when the model answers
 without asking for tools while operations it started with the built-in
 ``create_callback`` tool are still open, the action waits for them and sends
@@ -51,8 +61,6 @@ import inspect
 import json
 import logging
 from typing import Any, Awaitable, Callable, Dict, List
-
-from pydantic import BaseModel
 
 from flink_agents.api.agents.agent import STRUCTURED_OUTPUT
 from flink_agents.api.agents.types import OutputSchema, OutputValidationError
@@ -71,9 +79,15 @@ from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.features.structured_output import native_schema, overrides_chat, reask_message, without_reasks
+from flink_agents.runtime.durability.codec import EncodeError, encode
 from flink_agents.runtime.durability.ids import tool_call_id
+from flink_agents.runtime.features.tool_arguments import ToolArgumentsError, check_arguments, parse_arguments
+from flink_agents.runtime.features.tool_results import json_data, text_for_model
 
-__all__ = ["StructuredOutputError", "chat_model_action", "tool_call_action", "ToolNotOffered"]
+__all__ = [
+    "StructuredOutputError", "ToolArgumentsError", "ToolNotOffered", "ToolRoundLimitReached", "chat_model_action",
+    "tool_call_action",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +126,20 @@ async def chat_model_action(event: Event, ctx: RunnerContext) -> None:
             result = event.responses[call_id]
             if names.get(call_id) == CREATE_CALLBACK_TOOL and isinstance(result, dict) and result.get("pending"):
                 conversation.setdefault("operations", []).append(result["operation_id"])
+            error = event.errors.get(call_id)
+            if error is not None:
+                # Named when the round limit ends the request (ToolRoundLimitReached).
+                conversation["last_tool_error"] = {
+                    "round": conversation["round"], "tool": names.get(call_id), "error": error,
+                }
             render = rendered_by.get(names.get(call_id))
             if render is not None:
                 # The tool says how the model sees its result (an MCP tool:
                 # as untrusted data), from the journaled value.
-                content = render(result, event.errors.get(call_id))
+                content = render(result, error)
             else:
-                content = result if isinstance(result, str) else json.dumps(result)
+                # JSON text (a str as itself), from the journaled, typed value.
+                content = text_for_model(result)
             conversation["messages"].append(
                 ChatMessage(
                     role=MessageRole.TOOL,
@@ -195,10 +216,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: 
         return
     # ``round`` tool rounds ran already; refuse one more before running its tools.
     if conversation["round"] >= max_rounds:
-        raise RuntimeError(
-            f"chat model {model!r} asked for tools in more than {max_rounds} rounds "
-            f"({_MAX_TOOL_ROUNDS.key})"
-        )
+        raise ToolRoundLimitReached(model, max_rounds, conversation.get("last_tool_error"))
     calls = []
     for index, call in enumerate(reply.tool_calls):
         function = call.get("function", {})
@@ -331,14 +349,40 @@ def _journaled(ctx: RunnerContext) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-def _json_result(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+def _journal_form(tool: str, value: Any) -> Any:
+    """A tool's value as it is journaled: itself where the codec carries its
+    type (a replay returns it typed), else its JSON data
+    (``tool_results.json_data``: what the model is shown either way)."""
     try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return str(value)
+        encode(value, f"tool {tool!r} result")
+    except EncodeError:
+        return json_data(value)
+    return value
+
+
+class ToolRoundLimitReached(RuntimeError):
+    """The model asked for tools in more rounds than ``chat.max_tool_rounds``
+    allows; the request (so the record) fails.
+
+    Attributes:
+        model: The chat model setup's resource name.
+        limit: The configured limit (rounds).
+        last_error: ``{"round", "tool", "error"}`` of the last tool call of
+            the request that gave the model an error result (a malformed
+            call it kept sending, a failing tool), or None.
+    """
+
+    def __init__(self, model: str, limit: int, last_error: Dict[str, Any] | None = None) -> None:
+        text = f"chat model {model!r} asked for tools in more than {limit} rounds ({_MAX_TOOL_ROUNDS.key})"
+        if last_error is not None:
+            text += (
+                f"; the last tool error (round {last_error['round']}): tool {last_error['tool']!r}: "
+                f"{last_error['error']}"
+            )
+        super().__init__(text)
+        self.model = model
+        self.limit = limit
+        self.last_error = last_error
 
 
 class ToolNotOffered(LookupError):
@@ -389,10 +433,22 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
     lists the offered tools only. The refusal is journaled like a tool's
     result (``tool:<name>``), so a replay refuses the same call.
 
+    A call whose arguments are not JSON, not an object, or do not fit the
+    tool's parameters (a required one missing, a wrong type: pydantic's
+    check of the function's signature) is refused with
+    ``ToolArgumentsError`` before the tool runs (``features.tool_arguments``),
+    journaled the same way.
+
     A tool that raises, or a refused call, gives the model an error text as
     its result (``"Error: <type>: <message>"``, one result per call id, as
     providers expect) and is listed in ``ToolResponseEvent.errors``; the
-    model decides what to do next.
+    model decides what to do next (it may correct the call; the chat action
+    bounds the rounds, ``chat.max_tool_rounds``).
+
+    A result is journaled, and put in ``ToolResponseEvent.responses``, as
+    itself (typed: a ``datetime``, a dataclass, a pydantic model) where the
+    codec carries its type, else as its JSON data; the chat action shows it
+    to the model as JSON text (``features.tool_results.text_for_model``).
 
     Raises:
         ValueError: The request has no ``offered_tools`` and names no chat
@@ -403,16 +459,22 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
 
     async def run(call: Dict[str, Any]) -> Any:
         name = call["function"]["name"]
-        arguments = call["function"].get("arguments") or {}
-        if name not in offered:  # a list: a name the model made up may not be hashable
-            async def refuse() -> Any:
-                raise ToolNotOffered(name, offered)
+        sent = call["function"].get("arguments") or {}
 
-            # Decided before the arguments are read or any resource looked
-            # up; journaled like a result, so a replay refuses it too.
-            return await _journaled(ctx)(f"tool:{name}", [arguments], refuse)
-        if isinstance(arguments, str):
-            arguments = json.loads(arguments or "{}")
+        async def refuse(error: Exception) -> Any:
+            async def raise_it() -> Any:
+                raise error
+
+            # Journaled like a result, so a replay refuses the same call.
+            return await _journaled(ctx)(f"tool:{name}", [sent], raise_it)
+
+        if name not in offered:  # a list: a name the model made up may not be hashable
+            # Decided before the arguments are read or any resource looked up.
+            return await refuse(ToolNotOffered(name, offered))
+        try:
+            arguments = parse_arguments(name, sent)
+        except ToolArgumentsError as malformed:
+            return await refuse(malformed)
         tool = ctx.get_resource(name, ResourceType.TOOL)
         if isinstance(tool, BuiltinCallbackTool):
             # Not journaled here: the callback's registration is its journal.
@@ -420,6 +482,10 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         if not isinstance(tool, Tool):
             raise TypeError(f"resource {name!r} is not a tool")
         fn = getattr(tool, "func", None)
+        try:
+            check_arguments(name, fn if callable(fn) else None, arguments)
+        except ToolArgumentsError as unfit:
+            return await refuse(unfit)
         # Arguments as a list are positional (``Tool.call(*args)``, as 0.3.1 allows).
         args, kwargs = (list(arguments), {}) if isinstance(arguments, list) else ((), arguments)
 
@@ -428,12 +494,12 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             ctx.agent_metric_group.get_counter("numOfToolCalls").inc()
             ctx.action_metric_group.get_sub_group("tool", name).get_counter("numOfToolCalls").inc()
             if fn is not None and inspect.iscoroutinefunction(fn):
-                return _json_result(await fn(*args, **kwargs))
+                return _journal_form(name, await fn(*args, **kwargs))
             acall = getattr(tool, "acall", None)
             if acall is not None and inspect.iscoroutinefunction(acall):
                 # A tool with its own coroutine (an MCP tool): no thread per call.
-                return _json_result(await acall(*args, **kwargs))
-            return _json_result(await asyncio.to_thread(tool.call, *args, **kwargs))
+                return _journal_form(name, await acall(*args, **kwargs))
+            return _journal_form(name, await asyncio.to_thread(tool.call, *args, **kwargs))
 
         # Journaled: a tool with side effects does not run twice after a failover.
         return await _journaled(ctx)(f"tool:{name}", [arguments], invoke)
@@ -457,7 +523,7 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             errors[call_id] = text
             responses[call_id] = f"Error: {text}"
         else:
-            responses[call_id] = _json_result(outcome)
+            responses[call_id] = outcome  # as journaled: typed (the chat action shows it as JSON)
     ctx.send_event(
         ToolResponseEvent(request_id=request.id, responses=responses, external_ids=external, errors=errors)
     )

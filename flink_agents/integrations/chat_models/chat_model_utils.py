@@ -10,7 +10,6 @@ import json
 import re
 from typing import Any, Dict
 
-from flink_agents.api.chat_models.errors import ModelResponseError
 from flink_agents.api.tools.tool import ToolMetadata
 
 __all__ = ["MAX_TOOL_DESCRIPTION_CHARS", "parse_tool_arguments", "split_reasoning", "to_openai_tool"]
@@ -73,37 +72,30 @@ def split_reasoning(text: str) -> tuple[str, str]:
     return answer.strip(), "\n\n".join(p for p in parts if p)
 
 
-_MAX_SHOWN_ARGUMENTS = 500
-
-
-def parse_tool_arguments(tool_name: str, text: Any, provider: str) -> Dict[str, Any]:
+def parse_tool_arguments(tool_name: str, text: Any, provider: str) -> Dict[str, Any] | str:
     """A tool call's arguments, sent as JSON text (OpenAI-style APIs), as a dict.
 
-    Args:
-        tool_name: The called tool, for the message.
-        text: The arguments' JSON text (a dict is taken as is; None or blank: no arguments).
-        provider: The provider, for the error.
+    Arguments that are not a JSON object come back as the text the model
+    sent: a malformed call is the model's to correct, so the built-in tool
+    action answers it with an error result naming the tool and the JSON
+    error (``runtime.features.tool_arguments``) instead of failing the
+    reply, and the text goes back to the provider as it was sent.
 
-    Raises:
-        ModelResponseError: The text is not JSON, or not a JSON object; the
-            message names the tool and shows the text (first 500 characters).
+    Args:
+        tool_name: The called tool (kept for callers; unused).
+        text: The arguments' JSON text (a dict is taken as is; None or blank: no arguments).
+        provider: The provider (kept for callers; unused).
+
+    Returns:
+        The object as a dict, or ``text`` itself when it is not a JSON object.
     """
     if isinstance(text, dict):
         return text
     if text is None or not str(text).strip():
         return {}
     text = str(text)
-    shown = text if len(text) <= _MAX_SHOWN_ARGUMENTS else text[:_MAX_SHOWN_ARGUMENTS] + "..."
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not valid JSON "
-            f"({exc.msg} at char {exc.pos}): {shown!r}",
-            provider,
-        ) from exc
-    if not isinstance(value, dict):
-        raise ModelResponseError(
-            f"the model called tool {tool_name!r} with arguments that are not a JSON object: {shown!r}", provider
-        )
-    return value
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, dict) else text

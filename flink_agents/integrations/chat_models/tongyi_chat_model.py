@@ -196,13 +196,14 @@ def from_dashscope_response(response: Any, model: str, extract_reasoning: bool =
     Returns:
         ``ChatMessage(role=ASSISTANT)``: the text (``""`` if none), tool calls
         as ``{"id", "type": "function", "function": {"name", "arguments":
-        dict}, "original_id"}``, ``extra_args`` with ``usage``
+        dict (the model's text when it is not a JSON object: the tool action
+        answers it with an error result)}, "original_id"}``, ``extra_args`` with ``usage``
         (``prompt_tokens``/``completion_tokens``), ``model_name`` and
         ``stop_reason`` (DashScope's ``finish_reason``).
 
     Raises:
-        ModelResponseError: No choice came back, or a tool call's arguments
-            are not a JSON object (the message names the tool).
+        ModelResponseError: No choice came back, or a tool call is not a
+            function call.
     """
     output = response.output or {}
     choices = output.get("choices") or []

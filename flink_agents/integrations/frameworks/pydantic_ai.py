@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pydantic_ai import Agent
-from pydantic_core import to_jsonable_python
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
@@ -69,6 +68,7 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 
 from flink_agents.runtime.durability.codec_classes import trust_package
+from flink_agents.runtime.features.tool_results import json_data
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
@@ -355,5 +355,7 @@ def _expect_layout(cache_key: Tuple[object, ...], size: int, what: str) -> None:
 
 
 def _json(value: Any) -> Any:
-    """``value`` as JSON data (pydantic and dataclass values included)."""
-    return to_jsonable_python(value, fallback=str)
+    """``value`` as JSON data (pydantic and dataclass values included, sets
+    sorted): the rule the built-in tool action shows tool results by
+    (``runtime.features.tool_results.json_data``)."""
+    return json_data(value)

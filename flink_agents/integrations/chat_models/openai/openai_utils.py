@@ -140,12 +140,12 @@ def convert_from_openai_message(message: Any, extra_args: Dict[str, Any], *, pro
         ``ChatMessage(role=ASSISTANT)`` with the text (``""`` if none) and the
         tool calls as ``{"id", "type": "function", "function": {"name",
         "arguments": dict}, "original_id"}`` (both ids the provider's; the
-        runtime assigns its own).
+        runtime assigns its own); arguments that are not a JSON object stay
+        the text the model sent (``parse_tool_arguments``: the tool action
+        answers them with an error result the model can correct).
 
     Raises:
-        ModelResponseError: A tool call is not a function call, or its
-            arguments are not a JSON object (the message names the tool and
-            shows the text).
+        ModelResponseError: A tool call is not a function call.
     """
     calls = []
     for call in message.tool_calls or []:
@@ -181,7 +181,7 @@ def from_openai_completion(completion: Any, *, provider: str = "openai", model_n
         ``"model_name"`` and ``"stop_reason"`` (the choice's ``finish_reason``).
 
     Raises:
-        ModelResponseError: No choice came back, or a tool call is malformed.
+        ModelResponseError: No choice came back, or a tool call is not a function call.
     """
     if not completion.choices:
         raise ModelResponseError(f"chat completion {getattr(completion, 'id', '?')!r} has no choices", provider)
