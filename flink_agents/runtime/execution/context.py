@@ -68,6 +68,7 @@ class ActionContext(RunnerContext):
         self._sub_agents = run.services.sub_agents
         self._callbacks = run.services.callbacks
         self._steering = run.services.steering
+        self._session_turns: Dict[str, asyncio.Lock] = {}  # explicit session id -> one call at a time
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
         self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
@@ -322,7 +323,23 @@ class ActionContext(RunnerContext):
                 self.short_term_memory.set(session_path(session), outcome["session_memory"])
             return outcome["result"]
 
-        return call()
+        if not explicit:
+            return call()  # a fresh session: no other call shares its memory
+        return self._one_at_a_time(session, call)
+
+    async def _one_at_a_time(self, session: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``call`` (a sub-agent call on the explicit ``session``) when
+        no other call of this action on the session runs: calls on one
+        session take turns, in the order they start (a ``gather`` starts
+        them in argument order), each reading the session's memory as the
+        previous one left it. So no write is lost, and a replay, whose
+        journaled calls return in the same order, reads and leaves the
+        same memory (docs/durability.md, "Same-session calls")."""
+        turn = self._session_turns.get(session)
+        if turn is None:
+            turn = self._session_turns[session] = asyncio.Lock()  # FIFO: waiters wake in arrival order
+        async with turn:
+            return await call()
 
     def create_callback(self, purpose: str, timeout_s: float) -> Awaitable[Callback]:  # type: ignore[override]
         """A callback bound to this call (see ``flink_agents.api.callbacks``).
