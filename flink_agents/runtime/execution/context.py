@@ -211,10 +211,27 @@ class ActionContext(RunnerContext):
 
         return AsyncExecutionResult.deferred(journaled)
 
-    async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Runtime-internal: journal a built-in call (model, tool)."""
+    async def journaled_call(
+        self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
+        count: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Runtime-internal: journal a built-in call (model, tool).
+
+        Args:
+            count: Counts the call's usage in the metrics from its result
+                (the chat action's token counters): called once per call
+                per run of the record in this engine, whether the result
+                came from the call or from the journal, so a replay after
+                a restart counts what the restarted engine's metrics would
+                otherwise miss, and a retried action, replaying what its
+                failed attempt counted, counts nothing twice.
+        """
         step, ordinal = self._next_position()
-        return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
+        result = await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
+        if count is not None and (step, ordinal) not in self.runtime_run.counted:
+            self.runtime_run.counted.add((step, ordinal))
+            count(result)
+        return result
 
     @property
     def is_async(self) -> bool:
