@@ -81,6 +81,7 @@ from flink_agents.runtime.features.conversation import TURN_START, begin_turn, e
 from flink_agents.runtime.features.structured_output import native_schema, overrides_chat, reask_message, without_reasks
 from flink_agents.runtime.durability.codec import EncodeError, encode
 from flink_agents.runtime.durability.ids import tool_call_id
+from flink_agents.runtime.execution.token_usage import count_tokens
 from flink_agents.runtime.features.tool_arguments import ToolArgumentsError, check_arguments, parse_arguments
 from flink_agents.runtime.features.tool_results import json_data, text_for_model
 
@@ -268,14 +269,15 @@ async def _ask(
             messages = with_system_message(messages, output_schema_instruction(schema))
 
     async def ask() -> Any:
-        answer = await setup.achat(messages, prompt_args=conversation["prompt_args"], **extra)
-        _count_tokens(ctx, setup, model, answer)  # here: a replayed reply is not counted again
-        return answer
+        return await setup.achat(messages, prompt_args=conversation["prompt_args"], **extra)
 
     digest: List[Any] = [conversation["messages"], conversation["prompt_args"]]
     if schema is not None:  # only then: journals written without schemas keep their digests
         digest.append(schema.model_dump())
-    reply = await _journaled(ctx)(f"chat:{model}", digest, ask)
+    # Tokens counted from the journaled reply, once per call in this engine
+    # (a replay after a restart too; ActionContext.journaled_call).
+    reply = await _journaled(ctx)(f"chat:{model}", digest, ask,
+                                  count=lambda answer: _count_tokens(ctx, setup, model, answer))
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
     return reply
@@ -283,22 +285,10 @@ async def _ask(
 
 def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> None:
     """Built-in metrics ``action.<action>.model.<model>.promptTokens`` and
-    ``.completionTokens`` (Flink Agents 0.3.1's names) of a model call that
-    ran, from the usage the provider reported in the reply's ``extra_args``:
-    ``usage: {prompt_tokens, completion_tokens}`` (this runtime's providers)
-    or 0.3.1's ``promptTokens``/``completionTokens``/``model_name``. The
-    model is the provider's model name, else the setup's resource name.
-    Nothing is counted when the provider reported no usage."""
-    extra = getattr(reply, "extra_args", None) or {}
-    usage = extra.get("usage") if isinstance(extra.get("usage"), dict) else {}
-    prompt = usage.get("prompt_tokens", extra.get("promptTokens"))
-    completion = usage.get("completion_tokens", extra.get("completionTokens"))
-    if prompt is None and completion is None:
-        return
-    name = extra.get("model_name") or getattr(setup, "model", None) or resource
-    group = ctx.action_metric_group.get_sub_group("model", str(name))
-    group.get_counter("promptTokens").inc(int(prompt or 0))
-    group.get_counter("completionTokens").inc(int(completion or 0))
+    ``.completionTokens`` (Flink Agents 0.3.1's names) of a model call whose
+    reply reached the action, run or replayed, once per call and engine
+    (``runtime.execution.token_usage``)."""
+    count_tokens(ctx.action_metric_group, getattr(setup, "model", None), resource, reply)
 
 
 def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any, str | None], str]]:

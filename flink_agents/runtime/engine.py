@@ -32,6 +32,7 @@ from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.features.progress import RunProgress
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
+from flink_agents.runtime.execution.token_usage import count_replayed
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, SteeringMailbox, SteeringQueueFull
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
@@ -273,12 +274,13 @@ class AgentEngine:
         self.counters.in_flight += 1
         self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
         try:
-            await run_record(Run(
+            completed = Run(
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
                 RunServices(self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None),
                 self.clock, run_log,
-            ), record)
+            )
+            await run_record(completed, record)
         except RecordSkipped as skipped:
             failure = skipped.failure
             self.counters.records_skipped += 1
@@ -310,6 +312,7 @@ class AgentEngine:
                 progress.failed(failure)
             raise
         else:
+            count_replayed(completed)  # the tokens of steps replayed from their completion
             await journal.finish_async("ok", force=await self._close_callbacks(run))
             if run_log is not None:
                 run_log.finished()

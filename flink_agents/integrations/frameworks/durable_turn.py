@@ -32,6 +32,15 @@ model request and tool call then goes through a ``DurableTurn``:
   agent) ``current_turn()`` is None: the outer call is the journaled unit,
   and what runs inside it is not journaled again.
 
+- **Usage.** A tool call can add to a usage object of the framework's run
+  (a Pydantic AI tool delegating to another agent with ``usage=ctx.usage``).
+  Given a ``UsageLedger``, ``tool_call`` journals what the call added with
+  its result (``{USAGE_KEY: added, "unit": result}``, in the entry written
+  anyway: no write of its own) and adds it again when a replay returns the
+  result without running the call, so a run's usage after a replay is the
+  usage of an uninterrupted run. Entries without it (nothing added, or
+  written by an earlier release) replay as they are.
+
 Errors raised by a wrapped call are journaled (type, message) and re-raised
 on a replay, as for ``durable_execute``.
 """
@@ -47,12 +56,13 @@ import random
 import re
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from flink_agents.runtime.durability.ids import framework_tool_call_id, framework_turn_id
 
 __all__ = [
-    "DurableTurn", "ToolCallView", "current_turn", "in_journaled_body", "require_action_context", "steering_texts",
+    "USAGE_KEY", "DurableTurn", "ToolCallView", "UsageLedger", "current_turn", "in_journaled_body",
+    "require_action_context", "steering_texts",
 ]
 
 # (id, name, arguments as JSON text) of one tool call in a model response.
@@ -63,6 +73,43 @@ _CURRENT: contextvars.ContextVar[Optional["DurableTurn"]] = contextvars.ContextV
 )
 _IN_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar("flink_agents_framework_body", default=False)
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+
+# The key under which a journaled unit's result carries the usage it added.
+USAGE_KEY = "flink_agents_usage"
+
+
+class UsageLedger(Protocol):
+    """A framework run's usage object, as ``DurableTurn.tool_call`` reads
+    and re-applies it (one per integration: ``pydantic_ai``'s ``RunUsage``,
+    ...)."""
+
+    def snapshot(self) -> Any:
+        """The usage now (an opaque copy)."""
+
+    def added_since(self, before: Any) -> Any:
+        """What was added since ``snapshot()`` gave ``before``, as JSON data;
+        None (or empty) when nothing was."""
+
+    def add(self, added: Any) -> None:
+        """Add ``added`` (what ``added_since`` gave, read back) to the usage.
+
+        Raises:
+            ValueError: ``added`` is not usage this ledger wrote.
+        """
+
+
+def with_usage(result: Any, added: Any) -> Any:
+    """``result`` as journaled with the usage its unit ``added``
+    (``{USAGE_KEY: added, "unit": result}``; ``result`` itself when nothing was)."""
+    return {USAGE_KEY: added, "unit": result} if added else result
+
+
+def split_usage(stored: Any) -> Tuple[Any, Any]:
+    """``(result, added usage or None)`` of what ``with_usage`` journaled;
+    an entry without usage (written before, or nothing added) as is."""
+    if isinstance(stored, dict) and len(stored) == 2 and USAGE_KEY in stored and "unit" in stored:
+        return stored["unit"], stored[USAGE_KEY]
+    return stored, None
 
 
 def current_turn() -> Optional["DurableTurn"]:
@@ -266,7 +313,10 @@ class DurableTurn:
         stored = await self._ctx.journaled_call_at(f"{self.anchor}/m{index}", self.chat_function_id, digest, run)
         return stored["response"]
 
-    async def tool_call(self, call_id: str, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def tool_call(
+        self, call_id: str, name: str, arguments: Any, call: Callable[[], Awaitable[Any]],
+        usage: Optional[UsageLedger] = None,
+    ) -> Any:
         """Journal one tool call (function ``tool:<name>``).
 
         Args:
@@ -275,6 +325,9 @@ class DurableTurn:
             name: The tool's name.
             arguments: Its arguments as JSON (in the digest).
             call: Runs the tool; returns its result as JSON.
+            usage: The run's usage object the tool may add to (an agent it
+                delegates to): what the call added is journaled with its
+                result and added again on a replay (module docstring).
 
         Raises:
             RuntimeError: ``call_id`` was already used in this turn.
@@ -288,11 +341,26 @@ class DurableTurn:
             )
         self._tool_steps.add(step)
 
-        async def run() -> Any:
-            with _journaled_body():
-                return await call()
+        ran = False
 
-        return await self._ctx.journaled_call_at(step, f"tool:{name}", [name, arguments], run)
+        async def run() -> Any:
+            nonlocal ran
+            ran = True
+            before = usage.snapshot() if usage is not None else None
+            with _journaled_body():
+                result = await call()
+            return with_usage(result, usage.added_since(before)) if usage is not None else result
+
+        stored = await self._ctx.journaled_call_at(step, f"tool:{name}", [name, arguments], run)
+        result, added = split_usage(stored)
+        if added and not ran:
+            if usage is None:
+                raise RuntimeError(
+                    f"{self.framework} turn of {self.agent!r}: the journaled tool call {name!r} added usage, "
+                    "but the integration gives no usage object to add it to on this replay"
+                )
+            usage.add(added)  # a replay: the usage the call added the first time
+        return result
 
 
 @contextlib.contextmanager

@@ -27,7 +27,12 @@ and validates it back outside it, on a first run and on a replay alike.
   journaled at ``<anchor>/t/<rewritten call id>`` as ``tool:<name>``, the
   result the framework's ``CallToolResult`` JSON (``{"result", "kind"}``;
   ``ModelRetry``/``CallDeferred`` are wrapped as values by the framework, so
-  they replay as such).
+  they replay as such). What the call added to the run's ``RunUsage`` (a
+  tool delegating to another agent with ``usage=ctx.usage``) is journaled
+  with its result and added again on a replay (``RunUsageLedger``), so
+  ``result.usage`` after a replay is that of an uninterrupted run. Model
+  requests need none of this: their usage is in the journaled
+  ``ModelResponse``, which the framework adds to the run's usage itself.
 - **Steering**: a capability's ``before_model_request`` hook takes the
   key's steering messages (journaled) and appends them as
   ``UserPromptPart``s to the last ``ModelRequest`` of the run: they reach
@@ -48,11 +53,13 @@ methods, tool-argument validators, message compaction, workspaces), and a
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
+from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import (
@@ -66,6 +73,7 @@ from pydantic_ai.durable_exec import (
     ToolsetCallToolId,
 )
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+from pydantic_ai.usage import RunUsage
 
 from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.features.tool_results import json_data
@@ -80,7 +88,7 @@ for _package in ("pydantic_ai", "pydantic_graph"):
     trust_package(_package)
 
 
-__all__ = ["FRAMEWORK", "FlinkDurability", "conversation_id", "request_digest", "run_durably"]
+__all__ = ["FRAMEWORK", "FlinkDurability", "RunUsageLedger", "conversation_id", "request_digest", "run_durably"]
 
 FRAMEWORK = "pydantic_ai"
 PROVIDER_ID_KEY = "flink_agents_provider_id"
@@ -140,12 +148,49 @@ class _JournalBackend(CallableOperationBackend):
             call_id = getattr(run_context, "tool_call_id", None)
             if not call_id:
                 raise RuntimeError(f"pydantic_ai agent {turn.agent!r}: tool {tool_name!r} was called without a tool call id")
-            return await turn.tool_call(call_id, str(tool_name), _json(tool_args), body)
+            usage = getattr(run_context, "usage", None)
+            ledger = RunUsageLedger(usage) if isinstance(usage, RunUsage) else None
+            return await turn.tool_call(call_id, str(tool_name), _json(tool_args), body, usage=ledger)
         raise NotImplementedError(
             f"pydantic_ai agent {turn.agent!r}: the durable unit {name!r} ({type(operation_id).__name__}) is not "
             "supported by flink_agents (model requests and tool calls only): remove the capability method, "
             "args validator, compaction or workspace that asks for it"
         )
+
+
+_RUN_USAGE = TypeAdapter(RunUsage)
+
+
+class RunUsageLedger:
+    """The run's ``RunUsage`` as a ``durable_turn.UsageLedger``: what a unit
+    added is ``usage - before`` (``RunUsage.__sub__``, as the framework's
+    own durable operations measure it), journaled as ``RunUsage`` JSON and
+    added back with ``RunUsage.incr``.
+
+    Limit (the framework's own, ``pydantic_ai._usage_attribution``): tools
+    of one round that run at once and delegate with the same ``ctx.usage``
+    each see what the others added meanwhile, so their journaled shares
+    overlap and a replay of more than one of them adds the overlap twice.
+    """
+
+    def __init__(self, usage: RunUsage) -> None:
+        self._usage = usage
+
+    def snapshot(self) -> RunUsage:
+        return copy.deepcopy(self._usage)  # ``details`` is a dict updated in place
+
+    def added_since(self, before: RunUsage) -> Dict[str, Any] | None:
+        added = self._usage - before
+        if not added.has_values() and not getattr(added, "unmeasured_requests", 0):
+            return None
+        return _RUN_USAGE.dump_python(added, mode="json")
+
+    def add(self, added: Any) -> None:
+        try:
+            usage = _RUN_USAGE.validate_python(added)
+        except ValueError as bad:
+            raise ValueError(f"journaled pydantic_ai usage is not a RunUsage: {bad}") from bad
+        self._usage.incr(usage)
 
 
 class FlinkDurability(BaseDurabilityCapability):

@@ -68,6 +68,7 @@ class ActionContext(RunnerContext):
         self._sub_agents = run.services.sub_agents
         self._callbacks = run.services.callbacks
         self._steering = run.services.steering
+        self._session_turns: Dict[str, asyncio.Lock] = {}  # explicit session id -> one call at a time
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
         self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
@@ -210,10 +211,27 @@ class ActionContext(RunnerContext):
 
         return AsyncExecutionResult.deferred(journaled)
 
-    async def journaled_call(self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Runtime-internal: journal a built-in call (model, tool)."""
+    async def journaled_call(
+        self, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
+        count: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Runtime-internal: journal a built-in call (model, tool).
+
+        Args:
+            count: Counts the call's usage in the metrics from its result
+                (the chat action's token counters): called once per call
+                per run of the record in this engine, whether the result
+                came from the call or from the journal, so a replay after
+                a restart counts what the restarted engine's metrics would
+                otherwise miss, and a retried action, replaying what its
+                failed attempt counted, counts nothing twice.
+        """
         step, ordinal = self._next_position()
-        return await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
+        result = await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
+        if count is not None and (step, ordinal) not in self.runtime_run.counted:
+            self.runtime_run.counted.add((step, ordinal))
+            count(result)
+        return result
 
     @property
     def is_async(self) -> bool:
@@ -322,7 +340,23 @@ class ActionContext(RunnerContext):
                 self.short_term_memory.set(session_path(session), outcome["session_memory"])
             return outcome["result"]
 
-        return call()
+        if not explicit:
+            return call()  # a fresh session: no other call shares its memory
+        return self._one_at_a_time(session, call)
+
+    async def _one_at_a_time(self, session: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``call`` (a sub-agent call on the explicit ``session``) when
+        no other call of this action on the session runs: calls on one
+        session take turns, in the order they start (a ``gather`` starts
+        them in argument order), each reading the session's memory as the
+        previous one left it. So no write is lost, and a replay, whose
+        journaled calls return in the same order, reads and leaves the
+        same memory (docs/durability.md, "Same-session calls")."""
+        turn = self._session_turns.get(session)
+        if turn is None:
+            turn = self._session_turns[session] = asyncio.Lock()  # FIFO: waiters wake in arrival order
+        async with turn:
+            return await call()
 
     def create_callback(self, purpose: str, timeout_s: float) -> Awaitable[Callback]:  # type: ignore[override]
         """A callback bound to this call (see ``flink_agents.api.callbacks``).

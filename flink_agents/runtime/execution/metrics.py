@@ -18,11 +18,15 @@ Built-in metric names follow Flink Agents 0.3.1 where it has them
     numOfActionsExecuted, numOfActionsExecutedPerSec        actions that ran (not replayed steps)
     action.<a>.numOfActionsExecuted, ...PerSec              the same, per action
     action.<a>.actionExecutionTimeMs                        histogram, ms per executed step
-    action.<a>.model.<m>.promptTokens, .completionTokens    model calls that ran (not replays)
+    action.<a>.model.<m>.promptTokens, .completionTokens    model calls of the records run, once each
     numOfToolCalls, action.<a>.tool.<t>.numOfToolCalls      tool calls that ran (not replays)
 
 (token and tool counters are counted by ``runtime.builtin_actions`` through
-``ctx.action_metric_group``, inside the journaled call, so only when it runs)
+``ctx.action_metric_group``; tool calls inside the journaled call, so only
+when it runs; tokens from the journaled reply, once per call per run of the
+record in this engine, whether it ran or was replayed: an engine restarted
+after a crash counts the tokens of the calls its replay returns, as an
+uninterrupted engine would have, and an action retry counts none twice)
     eventLogTruncatedEvents                                 event log records truncated
 """
 

@@ -99,6 +99,10 @@ class Run:
         clock: Time (``now``, ``sleep``).
         event_log: The run's ``RunEventLog`` (``runtime.features.event_log``),
             None when the job logs no events (and for sub-agent runs).
+        counted: Positions ``(step, ordinal)`` of journaled calls whose
+            usage this run counted in the metrics already
+            (``ActionContext.journaled_call``'s ``count``): a retried
+            action replays them without counting them again.
     """
 
     plan: "AgentPlan"
@@ -112,3 +116,4 @@ class Run:
     services: RunServices = NO_SERVICES
     clock: Clock = field(default=SYSTEM_CLOCK)
     event_log: Any = None
+    counted: set = field(default_factory=set)

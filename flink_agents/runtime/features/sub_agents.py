@@ -19,6 +19,10 @@ its own short-term memory (empty for a fresh session; an explicit
 ``session_id`` keeps it in the parent key's state under the reserved path
 ``_flink_agents.sessions``), its own resources, and its events never reach the
 parent. A failing child gives ``SubAgentResult(success=False)``.
+
+Same session. Calls of one action on one explicit ``session_id`` run one at
+a time, in the order they start (``ActionContext.submit_sub_agent``): each
+reads the session's memory here as the previous call left it.
 """
 
 from __future__ import annotations
