@@ -33,7 +33,10 @@ with (``decode(encode(result))``), so both see the same value.
 Retries (``prepare_retry``) replay what the failed attempt completed: its
 successful results, and errors it caught and went on from (committed by a
 later call); the error that failed the attempt, still buffered, is dropped
-and that call runs again.
+and that call runs again. The retry's write also journals how many attempts
+of the step failed (``failed_attempts``), so a run after a crash continues
+the count instead of starting the retry budget again: one write per retry,
+none on the success path.
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.durability.values import encode_value
-from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
+from flink_agents.stores.journal import (
+    COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry, JournalStore,
+)
 
 __all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of"]
 
@@ -530,11 +535,22 @@ class RunJournal:
             self._buffer = [e for e in self._buffer if (e.step, e.ordinal) not in dropped]
             self._buffered_errors -= dropped
 
-    async def prepare_retry(self, step: str) -> None:
+    def failed_attempts(self, step: str) -> int:
+        """How many attempts of ``step`` failed and were retried, as journaled
+        (by this run, or by one a crash cut off); 0 when none was."""
+        entry = self._journaled.get((step, FAILED_ATTEMPTS))
+        return 0 if entry is None else int(json.loads(entry.payload)["failed"])
+
+    async def prepare_retry(self, step: str, failed_attempts: int) -> None:
         """Before ``step`` runs again: drop its uncommitted errors
-        (``discard_failed``) and commit what its attempt completed, so the
-        next attempt replays those results instead of calling again."""
+        (``discard_failed``) and commit what its attempt completed together
+        with ``failed_attempts`` (how many attempts of the step failed so
+        far, 1-based), so the next attempt replays those results instead of
+        calling again, and a run after a crash continues the count. Always
+        one write."""
         self.discard_failed(step)
+        self._buffer.append(
+            JournalEntry(step, FAILED_ATTEMPTS, "", "", json.dumps({"failed": failed_attempts})))
         await self.commit_async()
 
     async def settle_async(self) -> None:
