@@ -150,3 +150,29 @@ def test_a_timed_out_sync_tool_is_not_run_again_by_the_retry() -> None:
     assert box.sent == ["a@b"]
     assert outputs == ["done: ['sent to a@b (#1)']"]
     assert counters["action_retries"] == 1
+
+
+FLAKY = {"left": 0}
+
+
+def flaky_lookup(q: str) -> str:
+    if FLAKY["left"]:
+        FLAKY["left"] -= 1
+        raise ConnectionError("connection reset by peer")
+    return f"found {q}"
+
+
+async def look_up(event: InputEvent, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=await ctx.durable_execute_async(flaky_lookup, event.input)))
+
+
+def test_a_follower_sees_each_retry_once_its_count_is_journaled() -> None:
+    FLAKY["left"] = 2
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    builder = env.from_list([{"key": "k", "value": "q"}]).apply(
+        Agent().add_action("look_up", [InputEvent], look_up, **RETRY))
+    outputs, progress = builder.to_list(), builder.to_progress_list()
+    env.execute()
+    assert outputs == [{"k": "found q"}]
+    retries = [(r["step"], r["failed_attempts"], r["commit"]) for r in progress if r["kind"] == "attempt_failed"]
+    assert retries == [("look_up@0", 1, 1), ("look_up@0", 2, 2)]
