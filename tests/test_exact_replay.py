@@ -443,7 +443,9 @@ def test_a_crash_at_every_journal_write_of_a_retried_action_never_sends_the_emai
     reference = InMemoryJournalStore()
     expected = _process(email_then_fetch_async, reference, **RETRY).outputs
     writes = reference.writes
-    assert writes == 2  # the email's result before the fetch starts; the run's end
+    # The email's result before the fetch starts; the retry's (the failed
+    # attempt's count), between the attempts; the run's end.
+    assert writes == 3
 
     for k in range(1, writes + 1):
         CALLS.clear()
@@ -466,6 +468,51 @@ def test_a_crash_at_every_journal_write_of_a_retried_action_never_sends_the_emai
         # may be sent once more.
         sent = CALLS[("email", "ops@example.com")]
         assert sent == 1 if email_durable_at_crash[0] else sent <= 2, f"crash {mode} {k}: sent {sent} times"
+        # The fetch failed once and then succeeded: twice in all, once more
+        # if the crash cut off the attempt that would have succeeded.
+        assert 2 <= CALLS[("fetch", "r")] <= 3, f"crash {mode} {k}: fetched {CALLS[('fetch', 'r')]} times"
+
+
+def always_failing_fetch(x: str) -> str:
+    CALLS[("fetch", x)] += 1
+    raise ConnectionError("connection reset by peer")
+
+
+async def fetch_forever(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=await ctx.durable_execute_async(always_failing_fetch, event.input)))
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_journal_write_between_retries_keeps_the_retry_budget(mode: str) -> None:
+    """An action under retry with 3 attempts whose call always fails; a
+    crash at each write, the ones between its attempts included. Recovery
+    goes on counting the attempts: 3 in all when the crash came after a
+    retry's write, one more when it cut that write off, never a fresh
+    budget (issue 28.1)."""
+    reference = InMemoryJournalStore()
+    with pytest.raises(ActionFailed):
+        _process(fetch_forever, reference, **RETRY)
+    assert CALLS[("fetch", "r")] == 3
+    writes = reference.writes
+    assert writes == 2  # one per retry (the failed attempts' count); a failed record's end writes nothing new
+
+    for k in range(1, writes + 1):
+        CALLS.clear()
+        store = InMemoryJournalStore()
+
+        def crash(entries: Any, k: int = k, store: InMemoryJournalStore = store) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                raise Crash(f"crash {mode} {k}")
+
+        setattr(store, "after_append" if mode == "after_write" else "before_append", crash)
+        with pytest.raises(Crash):
+            _process(fetch_forever, store, **RETRY)
+        assert CALLS[("fetch", "r")] == k
+        setattr(store, "after_append" if mode == "after_write" else "before_append", None)
+        with pytest.raises(ActionFailed):
+            _process(fetch_forever, store, **RETRY)
+        fetched = CALLS[("fetch", "r")]
+        assert fetched == (3 if mode == "after_write" else 4), f"crash {mode} {k}: fetched {fetched} times"
 
 
 # ---- found by a fresh-user review ------------------------------------------------------------

@@ -79,6 +79,7 @@ from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.features.structured_output import native_schema, overrides_chat, reask_message, without_reasks
+from flink_agents.runtime.durability.call_threads import run_in_thread
 from flink_agents.runtime.durability.codec import EncodeError, encode
 from flink_agents.runtime.durability.ids import tool_call_id
 from flink_agents.runtime.execution.token_usage import count_tokens
@@ -489,7 +490,8 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             if acall is not None and inspect.iscoroutinefunction(acall):
                 # A tool with its own coroutine (an MCP tool): no thread per call.
                 return _journal_form(name, await acall(*args, **kwargs))
-            return _journal_form(name, await asyncio.to_thread(tool.call, *args, **kwargs))
+            # A thread outlives a timeout: its result is kept for the retry (call_threads).
+            return _journal_form(name, await run_in_thread(tool.call, *args, **kwargs))
 
         # Journaled: a tool with side effects does not run twice after a failover.
         return await _journaled(ctx)(f"tool:{name}", [arguments], invoke)

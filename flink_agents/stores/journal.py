@@ -4,8 +4,9 @@ writes durable call results. Stores implement it and nothing else.
 An entry is keyed by (journal id, key, record sequence number, step,
 ordinal). ``step`` names an action invocation within a record's run
 (``"<action>@<event index>"``); ``ordinal`` counts the journaled calls within
-that step from 0, and ``COMPLETION`` marks the step's completion (its sent
-events and memory writes). ``RUN_END`` under step ``"_run"`` marks a finished
+that step from 0, ``COMPLETION`` marks the step's completion (its sent
+events and memory writes), and ``FAILED_ATTEMPTS`` counts the step's
+attempts that failed and were retried. ``RUN_END`` under step ``"_run"`` marks a finished
 run; pruning keys off it.
 
 Values are JSON text written by the runtime; stores treat them as opaque.
@@ -17,10 +18,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-__all__ = ["COMPLETION", "JournalEntry", "JournalStore", "RUN_END", "RUN_STEP"]
+__all__ = ["COMPLETION", "FAILED_ATTEMPTS", "JournalEntry", "JournalStore", "RUN_END", "RUN_STEP"]
 
 COMPLETION = -1  # ordinal of a step's completion entry
 RUN_END = -2  # ordinal of the run-end marker (under RUN_STEP)
+FAILED_ATTEMPTS = -3  # ordinal of a step's count of failed attempts that were retried
 RUN_STEP = "_run"
 
 
@@ -30,12 +32,14 @@ class JournalEntry:
 
     Attributes:
         step: The action invocation (``"<action>@<event index>"``) or ``RUN_STEP``.
-        ordinal: Call ordinal within the step (0, 1, ...), ``COMPLETION`` or ``RUN_END``.
+        ordinal: Call ordinal within the step (0, 1, ...), ``COMPLETION``,
+            ``FAILED_ATTEMPTS`` or ``RUN_END``.
         function_id: What was called (``module:qualname``, ``chat:<model>``,
             ``tool:<name>``), or ``""`` for completions and run ends.
         args_digest: SHA-256 hex of the call's canonical arguments, or ``""``.
         payload: JSON text: the call's result or exception, or the step's
-            completion, or the run's outcome.
+            completion, or its failed attempts (``{"failed": n}``), or the
+            run's outcome.
     """
 
     step: str

@@ -33,7 +33,17 @@ with (``decode(encode(result))``), so both see the same value.
 Retries (``prepare_retry``) replay what the failed attempt completed: its
 successful results, and errors it caught and went on from (committed by a
 later call); the error that failed the attempt, still buffered, is dropped
-and that call runs again.
+and that call runs again. The retry's write also journals how many attempts
+of the step failed (``failed_attempts``), so a run after a crash continues
+the count instead of starting the retry budget again: one write per retry,
+none on the success path.
+
+A call's body runs as a task of its own (``call_threads.CallExecution``).
+When the task awaiting it is cancelled (an action timeout) while the body
+waits for a worker thread, which nothing can stop, the execution is kept
+for its position and counts as in flight: the retry waits for it
+(``settle_in_flight``), and its result is committed with the retry's write
+and replayed, so one call never has two executions at once.
 """
 
 from __future__ import annotations
@@ -49,11 +59,14 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 from pydantic import BaseModel
 
 from flink_agents.runtime.durability.call_position import call_body, is_under
+from flink_agents.runtime.durability.call_threads import CallExecution
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.durability.values import encode_value
-from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry, JournalStore
+from flink_agents.stores.journal import (
+    COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry, JournalStore,
+)
 
 __all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of"]
 
@@ -169,7 +182,10 @@ class RunJournal:
         )
         self._buffer: List[JournalEntry] = []
         self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
-        self._in_flight = 0  # calls of this run running now
+        self._in_flight = 0  # calls of this run running now (cut-off executions included)
+        # Executions whose awaiting task was cancelled while they ran (a timeout),
+        # by position: running on (a worker thread), or ended and not yet taken.
+        self._cut_off: Dict[Tuple[str, int], Tuple["asyncio.Task[Any]", str, str]] = {}
         self._settled: List["asyncio.Future[None]"] = []  # waiting for _in_flight == 0
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
@@ -424,6 +440,9 @@ class RunJournal:
                 flight) is journaled all the same: its position is the
                 attempt's, and a retry replays it (``settle_in_flight``);
                 its failure is not (it failed nothing the action saw).
+                Cancelled while the body runs on a worker thread, the call
+                raises the cancellation at once and the thread's outcome is
+                kept for the position (``_cut``).
 
         Raises:
             RuntimeError: The action's attempt has ended.
@@ -431,14 +450,28 @@ class RunJournal:
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return decode_outcome(entry.payload)
+        if (step, ordinal) in self._cut_off:
+            taken = await self._take_cut_off(step, ordinal, function_id, digest)
+            if taken is not None:
+                return taken[0]
         if not alive():
             raise RuntimeError(f"call {_call_name(function_id, step, ordinal)} started after its action ended")
         await self._commit_through(self._buffer[-1] if self._buffer else None)
         self.calls_executed += 1
         self._call_started()
+        # The body runs as a task of its own, so that one still running on a
+        # worker thread when this task is cancelled stays tracked (call_threads).
+        execution = CallExecution()
+        with call_body():
+            body = execution.start(run)
         try:
-            with call_body():
-                result = await run()
+            result = await asyncio.shield(body)
+        except asyncio.CancelledError:
+            if body.cancelled():  # the body's own cancellation
+                self._call_ended()
+                raise
+            await self._cut((step, ordinal), (body, function_id, str(digest)), execution)  # this task was cancelled
+            raise
         except Exception as exc:
             self._call_ended()
             if alive():
@@ -461,6 +494,65 @@ class RunJournal:
             if self._in_flight:
                 await self.commit_async()
         return value
+
+    async def _cut(
+        self, position: Tuple[str, int], cut: Tuple["asyncio.Task[Any]", str, str], execution: CallExecution,
+    ) -> None:
+        """The task awaiting ``body`` was cancelled while it ran: cancel the
+        body and wait until it ended, or until a thread of it outlived the
+        cancellation (then it ends when the thread returns). Either way it is
+        kept for the position: a retry's call there waits for it and takes
+        its result (``_take_cut_off``); it counts as in flight until it ended."""
+        body = cut[0]
+        if not body.done():
+            body.cancel()
+        self._cut_off[position] = cut
+        body.add_done_callback(self._cut_off_ended)
+        while not (body.done() or execution.outlived.done()):
+            try:
+                await asyncio.wait([body, execution.outlived], return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                continue  # this task is being cancelled already: it re-raises once the body let go
+
+    def _cut_off_ended(self, body: "asyncio.Task[Any]") -> None:
+        if not body.cancelled() and body.exception() is not None:
+            log.info("a call of run %s cut off by a cancellation failed afterwards (not journaled): %r",
+                     self._run, body.exception())
+        self._call_ended()
+
+    async def _take_cut_off(self, step: str, ordinal: int, function_id: str, digest: str) -> Tuple[Any] | None:
+        """The call at ``(step, ordinal)`` was cut off earlier in this run
+        (its attempt timed out): wait until that execution ended (never two
+        executions of one call at once) and take its result as this call's,
+        journaled as it would have been; None if it failed or was cancelled
+        (the call runs again). Cancelled while waiting, it stays kept."""
+        cut = self._cut_off.pop((step, ordinal))
+        body = cut[0]
+        try:
+            while not body.done():
+                await asyncio.wait([body])
+        except asyncio.CancelledError:
+            self._cut_off.setdefault((step, ordinal), cut)
+            raise
+        if body.cancelled() or body.exception() is not None:
+            return None
+        return (self._buffer_result(step, ordinal, function_id, digest, body.result()),)
+
+    def _cut_off_settled(self, step: str) -> None:
+        """Before a retry of ``step`` (its calls settled): buffer the results
+        of its cut-off executions, so the retry's write makes them durable
+        and the retry replays them; forget those that failed or were
+        cancelled (those calls run again). A result the codec refuses stays
+        for the retry's call, which raises the refusal (``_take_cut_off``)."""
+        for position, (body, function_id, digest) in list(self._cut_off.items()):
+            if not is_under(position[0], step) or not body.done():
+                continue
+            if not body.cancelled() and body.exception() is None:
+                try:
+                    self._buffer_result(*position, function_id, digest, body.result())
+                except TypeError:
+                    continue
+            del self._cut_off[position]
 
     def _call_started(self) -> None:
         self._in_flight += 1
@@ -530,11 +622,23 @@ class RunJournal:
             self._buffer = [e for e in self._buffer if (e.step, e.ordinal) not in dropped]
             self._buffered_errors -= dropped
 
-    async def prepare_retry(self, step: str) -> None:
+    def failed_attempts(self, step: str) -> int:
+        """How many attempts of ``step`` failed and were retried, as journaled
+        (by this run, or by one a crash cut off); 0 when none was."""
+        entry = self._journaled.get((step, FAILED_ATTEMPTS))
+        return 0 if entry is None else int(json.loads(entry.payload)["failed"])
+
+    async def prepare_retry(self, step: str, failed_attempts: int) -> None:
         """Before ``step`` runs again: drop its uncommitted errors
-        (``discard_failed``) and commit what its attempt completed, so the
-        next attempt replays those results instead of calling again."""
+        (``discard_failed``) and commit what its attempt completed together
+        with ``failed_attempts`` (how many attempts of the step failed so
+        far, 1-based), so the next attempt replays those results instead of
+        calling again, and a run after a crash continues the count. Always
+        one write."""
         self.discard_failed(step)
+        self._cut_off_settled(step)
+        self._buffer.append(
+            JournalEntry(step, FAILED_ATTEMPTS, "", "", json.dumps({"failed": failed_attempts})))
         await self.commit_async()
 
     async def settle_async(self) -> None:

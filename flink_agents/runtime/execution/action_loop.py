@@ -17,7 +17,9 @@ A retried action (``error_strategy: retry``) runs again under the same step:
 the calls its failed attempt completed are replayed from the journal, and
 only the calls that failed, and what follows them, run again
 (``RunJournal.prepare_retry``). An attempt that takes another path than the
-journal recorded gets ``NondeterminismError``, as a replay does.
+journal recorded gets ``NondeterminismError``, as a replay does. The count of
+failed attempts is journaled with each retry, so a run after a crash goes on
+counting: at most the configured attempts, plus the one a crash cut off.
 
 An action returns ``None``: anything else is an error naming the action
 (an output must be sent with ``ctx.send_event``, or it would be lost).
@@ -135,7 +137,9 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
     finished context (staged writes and events not yet applied)."""
     identity = run.identity
     policy = _policy(spec, run.config)
-    attempt = 0
+    # Attempts that failed before a crash count: the budget is the record's,
+    # not the process's (RunJournal.prepare_retry journals the count).
+    attempt = run.journal.failed_attempts(step)
     started = time.perf_counter()
     while True:
         attempt += 1
@@ -176,7 +180,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             # branches) finish and are journaled; its completed calls become
             # durable and replay into the next attempt; its failed calls run again.
             await run.journal.settle_in_flight()
-            await run.journal.prepare_retry(step)
+            await run.journal.prepare_retry(step, attempt)
             delay_s = policy.backoff_s(attempt)
             run.counters.action_retries += 1
             log.warning(

@@ -17,6 +17,7 @@ from flink_agents.api.vector_stores.vector_store import BaseVectorStore
 from flink_agents.api.runner_context import AsyncExecutionResult, RunnerContext
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import TaskScope, position
+from flink_agents.runtime.durability.call_threads import run_in_thread
 from flink_agents.runtime.durability.ids import (
     RunIdentity,
     callback_ref,
@@ -193,7 +194,9 @@ class ActionContext(RunnerContext):
         self, func: Callable[..., Any], *args: Any, reconciler: Callable[[], Any] | None = None, **kwargs: Any
     ) -> AsyncExecutionResult:
         """Async ``durable_execute``: a coroutine function is awaited, a plain
-        one runs on a worker thread. Nothing happens until the returned
+        one runs on a worker thread (``call_threads.run_in_thread``: if the
+        action is cancelled meanwhile, the thread's outcome is kept for the
+        retry). Nothing happens until the returned
         ``AsyncExecutionResult`` is awaited (as in Flink Agents 0.3.1); the
         journal position is taken then."""
         _refuse_reconciler(reconciler, func)
@@ -201,7 +204,7 @@ class ActionContext(RunnerContext):
         async def run() -> Any:
             if inspect.iscoroutinefunction(func):
                 return await func(*args, **kwargs)
-            return await asyncio.to_thread(func, *args, **kwargs)
+            return await run_in_thread(func, *args, **kwargs)  # outlives a timeout: the retry waits for it
 
         async def journaled() -> Any:
             step, ordinal = self._next_position()

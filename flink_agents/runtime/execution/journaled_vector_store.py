@@ -20,7 +20,7 @@ the first one's documents instead of duplicating them. ``update`` and
 ``delete`` are idempotent by nature.
 
 The store's own calls are blocking; the async variants run them on a
-worker thread (``asyncio.to_thread``) so an async action's event loop keeps
+worker thread (``call_threads.run_in_thread``) so an async action's event loop keeps
 running. In an ``async def`` action use the ``a``-methods.
 
 Every other attribute is the store's own (``collection``,
@@ -30,7 +30,6 @@ Valid only while its action runs, like the context it came from.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import Any, Awaitable, Callable, Dict, List
 
@@ -41,6 +40,7 @@ from flink_agents.api.vector_stores.vector_store import (
     VectorStoreQuery,
     VectorStoreQueryResult,
 )
+from flink_agents.runtime.durability.call_threads import run_in_thread
 
 __all__ = ["JournaledVectorStore"]
 
@@ -86,7 +86,7 @@ class JournaledVectorStore:
         return self._call_sync(self._function_id(method), digest, run)
 
     async def _async(self, method: str, digest: Any, run: Callable[[], Any]) -> Any:
-        return await self._call_async(self._function_id(method), digest, lambda: asyncio.to_thread(run))
+        return await self._call_async(self._function_id(method), digest, lambda: run_in_thread(run))
 
     def _manageable(self, method: str) -> CollectionManageableVectorStore:
         if not isinstance(self.store, CollectionManageableVectorStore):

@@ -36,7 +36,8 @@ Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
 ``result`` or ``error``); ``call_result`` (``function``, ``result`` or
 ``error``: ``durable_execute``); ``sub_agent_result`` (``agent``,
 ``result``); ``turn_started`` (``framework``, ``agent``, ``prompt``: an
-agent framework's turn, ``integrations.frameworks``); ``steering_consumed`` (``messages``); ``step_completed``
+agent framework's turn, ``integrations.frameworks``); ``steering_consumed`` (``messages``); ``attempt_failed``
+(``failed_attempts``: a retry of the step began); ``step_completed``
 (``events``: the event types the step sent); ``output`` (``output``);
 ``run_finished`` (``outcome``: ``ok`` or ``skipped``); ``run_failed``
 (``error``).
@@ -50,7 +51,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.runtime.features.capability_redaction import redact
-from flink_agents.stores.journal import COMPLETION, RUN_END, RUN_STEP, JournalEntry
+from flink_agents.stores.journal import COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry
 
 __all__ = ["RunProgress", "records_of"]
 
@@ -77,6 +78,9 @@ def records_of(entry: JournalEntry) -> List[Record]:
     """The progress records of one journal entry (without key/seq/commit)."""
     if entry.step == RUN_STEP and entry.ordinal == RUN_END:
         return [{"kind": "run_finished", "step": None, "outcome": json.loads(entry.payload).get("outcome")}]
+    if entry.ordinal == FAILED_ATTEMPTS:  # a retry of the step began (runtime.execution.action_loop)
+        return [{"kind": "attempt_failed", "step": entry.step,
+                 "failed_attempts": json.loads(entry.payload).get("failed")}]
     if entry.ordinal == COMPLETION:
         completion = json.loads(entry.payload)
         events = completion.get("events", [])
