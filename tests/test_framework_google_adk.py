@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -29,8 +30,8 @@ from flink_agents.integrations.frameworks.google_adk import run_durably  # noqa:
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, THREE_TOOLS_COMMITS, check_one_request_turn, crash_and_recover, engine_for, first_model_reply,
-    kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+    CRASH_MODES, THREE_TOOLS_COMMITS, Crash, check_one_request_turn, crash_and_recover, engine_for,
+    first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
 
@@ -54,10 +55,11 @@ class Calculator(BaseToolset):
         return [FunctionTool(double)]
 
 
-def _adk_agent(base_url: str, after_model_callback: Any = None, toolset: bool = False) -> LlmAgent:
+def _adk_agent(base_url: str, after_model_callback: Any = None, toolset: bool = False,
+               tools: Any = None) -> LlmAgent:
     llm = AnthropicLlm(model="claude-test", max_tokens=256,
                        client=AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0))
-    tools = [Calculator(tool_name_prefix="calc")] if toolset else [double]
+    tools = [Calculator(tool_name_prefix="calc")] if toolset else (tools or [double])
     return LlmAgent(name="reviewer", model=llm, instruction="Rate the review.", tools=tools,
                     after_model_callback=after_model_callback)
 
@@ -280,3 +282,37 @@ def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) ->
     with pytest.raises(TypeError, match="needs the ctx an action of this runtime gets, got object"):
         asyncio.run(run_durably(object(), agent, "go", conversation="per_key"))
     assert not server.requests
+
+
+class AdkUsageAgent(Agent):
+    """Answers with the usage each event of the run carries (``usage_metadata``)."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        events = await run_durably(ctx, _adk_agent(_SETTINGS["url"], tools=[crashing_double]), event.input)
+        ctx.send_event(OutputEvent(output=[
+            e.usage_metadata.model_dump(mode="json", exclude_none=True) for e in events if e.usage_metadata]))
+
+
+async def crashing_double(n: int) -> int:
+    """Double n."""
+    if _SETTINGS.pop("crash", False):
+        raise Crash("the process dies in the tool, the model's first reply journaled")
+    return 2 * n
+
+
+def test_the_usage_of_replayed_model_responses_is_the_same_after_a_crash_and_replay(
+    server: AnthropicScriptedServer, tmp_path: Path,
+) -> None:
+    _SETTINGS.update(tools=1, tool="crashing_double")
+    uninterrupted = run_local(AdkUsageAgent(), tmp_path / "uninterrupted.db", "adk-usage")
+    assert len(uninterrupted) == 2 and all(u.get("prompt_token_count") for u in uninterrupted)
+
+    _SETTINGS["crash"] = True
+    journal = tmp_path / "journal.db"
+    with pytest.raises(Crash):
+        run_local(AdkUsageAgent(), journal, "adk-usage")
+    asked = len(server.requests)
+    assert run_local(AdkUsageAgent(), journal, "adk-usage") == uninterrupted
+    assert len(server.requests) == asked + 1, "the journaled first reply was asked again"

@@ -10,6 +10,7 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -18,7 +19,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 import httpx  # noqa: E402
-from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
+from langchain_core.callbacks import BaseCallbackHandler, get_usage_metadata_callback  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
@@ -41,8 +42,8 @@ from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, check_one_request_turn, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
-    process, progress_engine, recoveries, refuse_writes, run_records, without_langsmith,
+    CRASH_MODES, Crash, check_one_request_turn, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
+    process, progress_engine, recoveries, refuse_writes, run_local, run_records, without_langsmith,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
@@ -400,3 +401,77 @@ def test_a_graph_whose_model_and_tools_bypass_the_journal_is_refused(server: Ope
     with pytest.raises(ActionFailed, match="input state has no 'messages'"):
         asyncio.run(_refused_in_a_turn(graph.compile(), value={"topic": "x"}))
 
+
+
+def _delegation_reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """The expert (``gpt-4o``) answers; the lead asks the expert, then
+    ``record``, then answers."""
+    if request["model"] == "gpt-4o":
+        return {"content": "physics"}
+    results = sum(1 for m in request["messages"] if m["role"] == "tool")
+    if results == 2:
+        return {"content": "because"}
+    name, args = [("ask_expert", {"question": "why is the sky blue?"}), ("record", {"note": "asked"})][results]
+    return {"content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+class DelegatingGraphAgent(Agent):
+    """A lead graph whose tool ``ask_expert`` runs an expert graph; answers
+    with the usage ``get_usage_metadata_callback()`` saw and the tokens of
+    the lead's replies (``usage_metadata``). Its second tool ``record``
+    crashes the process when ``_SETTINGS["crash"]`` is set: the expert's
+    answer is journaled by then."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        expert = durable_react_graph(_usage_model("gpt-4o"), [], name="expert")
+
+        @tool
+        async def ask_expert(question: str) -> str:
+            """Ask the expert."""
+            CALLS["expert"] += 1
+            state = await expert.ainvoke({"messages": [HumanMessage(question)]})
+            return state["messages"][-1].content
+
+        @tool
+        async def record(note: str) -> str:
+            """Record a note."""
+            if _SETTINGS.pop("crash", False):
+                raise Crash("the process dies in the second tool, the expert's answer journaled")
+            return "noted"
+
+        graph = durable_react_graph(_usage_model("gpt-4o-mini"), [ask_expert, record], name="lead")
+        with get_usage_metadata_callback() as usage:
+            state = await run_durably(ctx, graph, event.input)
+        replies = [m.usage_metadata["total_tokens"] for m in state["messages"] if isinstance(m, AIMessage)]
+        ctx.send_event(OutputEvent(output={
+            "answer": state["messages"][-1].content, "usage": usage.usage_metadata, "reply_tokens": replies,
+        }))
+
+
+def _usage_model(name: str) -> ChatOpenAI:
+    return ChatOpenAI(model=name, base_url=_SETTINGS["url"], api_key="k", use_responses_api=False,
+                      streaming=False, max_retries=0, http_async_client=httpx.AsyncClient())
+
+
+def test_the_usage_a_delegated_graph_added_to_the_usage_callback_is_the_same_after_a_crash_and_replay(
+    server: OpenAIScriptedServer, tmp_path: Path,
+) -> None:
+    server.set_reply_fn(_delegation_reply)
+    uninterrupted = run_local(DelegatingGraphAgent(), tmp_path / "uninterrupted.db", "langgraph-usage")
+    assert uninterrupted["answer"] == "because"
+    assert set(uninterrupted["usage"]) == {"gpt-4o-mini", "gpt-4o"}  # the lead's three requests, the expert's one
+    assert len(uninterrupted["reply_tokens"]) == 3 and all(uninterrupted["reply_tokens"])
+    # Each reply counted once by the callback (not by the wrapped model too).
+    assert uninterrupted["usage"]["gpt-4o-mini"]["total_tokens"] == sum(uninterrupted["reply_tokens"])
+    assert CALLS["expert"] == 1
+
+    CALLS.clear()
+    journal = tmp_path / "journal.db"
+    _SETTINGS["crash"] = True
+    with pytest.raises(Crash):
+        run_local(DelegatingGraphAgent(), journal, "langgraph-usage")
+    assert run_local(DelegatingGraphAgent(), journal, "langgraph-usage") == uninterrupted
+    assert CALLS["expert"] == 1, "the journaled tool ran again"

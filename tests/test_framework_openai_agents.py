@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import httpx
 import pytest
 
 pytest.importorskip("agents")
@@ -33,7 +35,7 @@ from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
     CRASH_MODES, Crash, check_one_request_turn, crash_and_recover, crash_at_write, disarm, first_model_reply,
-    kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+    kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
@@ -414,3 +416,56 @@ def test_a_tools_value_reaches_the_sdk_as_itself_so_the_model_sees_what_it_would
         refuse_writes(store)
         _process(store)
         assert len(server.requests) == 2
+
+
+class UsageAgent(FlinkAgent):
+    """Answers with the run's usage (``result.context_wrapper.usage``)."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        result = await run_durably(ctx, SETTINGS["agent"](), event.input)
+        usage = result.context_wrapper.usage
+        ctx.send_event(OutputEvent(output={
+            "answer": result.final_output, "requests": usage.requests, "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens, "per_request": len(usage.request_usage_entries),
+        }))
+
+
+def _delegating_agent(server: OpenAIScriptedServer, crash_at: Optional[int] = None) -> Agent:
+    """A lead whose tool ``expert`` is another agent (``as_tool``: its run
+    adds to the lead's usage); the client's ``crash_at``-th request crashes
+    the process before it is sent."""
+
+    async def on_request(request: httpx.Request) -> None:
+        TOOL_CALLS["request"] += 1
+        if TOOL_CALLS["request"] == crash_at:
+            raise Crash("the process dies at the lead's second request, the expert's answer journaled")
+
+    def model() -> OpenAIChatCompletionsModel:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0,
+                             http_client=httpx.AsyncClient(event_hooks={"request": [on_request]}))
+        return OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=client)
+
+    expert = Agent(name="expert", instructions="You know physics.", model=model())
+    return Agent(name="lead", instructions="You delegate.", model=model(),
+                 tools=[expert.as_tool(tool_name="expert", tool_description="Asks the expert.")])
+
+
+def test_the_usage_a_delegated_agent_added_is_the_same_after_a_crash_and_replay(tmp_path: Path) -> None:
+    script = [_tool_calls(("expert", {"input": "why is the sky blue?"})), _answer("physics"), _answer("because")]
+    with OpenAIScriptedServer(list(script)) as server:
+        SETTINGS["agent"] = lambda: _delegating_agent(server)
+        uninterrupted = run_local(UsageAgent(), tmp_path / "uninterrupted.db", "agents-usage")
+    assert uninterrupted["answer"] == "because" and uninterrupted["requests"] == 3  # lead twice, expert once
+    assert uninterrupted["per_request"] == 3 and uninterrupted["input_tokens"] > 0
+
+    TOOL_CALLS.clear()
+    with OpenAIScriptedServer(list(script)) as server:
+        journal = tmp_path / "journal.db"
+        SETTINGS["agent"] = lambda: _delegating_agent(server, crash_at=3)
+        with pytest.raises(Crash):
+            run_local(UsageAgent(), journal, "agents-usage")
+        SETTINGS["agent"] = lambda: _delegating_agent(server)
+        assert run_local(UsageAgent(), journal, "agents-usage") == uninterrupted
+        assert len(server.requests) == 3, "the journaled expert was asked again"

@@ -284,12 +284,12 @@ async def _ask(
     return reply
 
 
-def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> None:
+def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> Any:
     """Built-in metrics ``action.<action>.model.<model>.promptTokens`` and
     ``.completionTokens`` (Flink Agents 0.3.1's names) of a model call whose
     reply reached the action, run or replayed, once per call and engine
     (``runtime.execution.token_usage``)."""
-    count_tokens(ctx.action_metric_group, getattr(setup, "model", None), resource, reply)
+    return count_tokens(ctx.action_metric_group, getattr(setup, "model", None), resource, reply)
 
 
 def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any, str | None], str]]:

@@ -282,6 +282,7 @@ class AgentEngine:
             )
             await run_record(completed, record)
         except RecordSkipped as skipped:
+            count_replayed(completed)  # the tokens of steps replayed from their completion
             failure = skipped.failure
             self.counters.records_skipped += 1
             log.warning("skipped %s", failure)
@@ -298,6 +299,7 @@ class AgentEngine:
             if run_log is not None:
                 run_log.finished()
         except ActionFailed as failure:
+            count_replayed(completed)
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
             try:

@@ -99,6 +99,22 @@ def kinds_by_commit(records: List[Dict[str, Any]]) -> Dict[int, List[str]]:
     return commits
 
 
+def run_local(agent: Agent, journal: Path, job_id: str, value: Any = "go", key: Any = "k") -> Any:
+    """Run one record through the local runner (``AgentsExecutionEnvironment
+    .get_execution_environment()``) over a SQLite journal at ``journal``;
+    its output. A second call with the same ``journal`` and ``job_id``
+    replays what the first journaled, as a restart does. Raises what the
+    run raises (a ``Crash`` included)."""
+    from flink_agents.api.execution_environment import AgentsExecutionEnvironment
+
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    env.get_config().update({"job-identifier": job_id, "journal.store": "sqlite", "journal.sqlite.path": str(journal)})
+    outputs = env.from_list([{"key": key, "value": value}]).apply(agent).to_list()
+    env.execute()
+    (output,) = outputs
+    return output[key]
+
+
 def _no_writes(entries: Any) -> None:
     raise AssertionError("a replay wrote to the journal")
 

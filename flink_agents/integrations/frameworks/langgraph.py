@@ -13,7 +13,11 @@ the graph's ``ainvoke`` under one ``DurableTurn`` (``durable_turn.py``):
   and on a replay. ``bind_tools`` keeps the inner model's tool formatting.
 - ``durable_tool_node(tools)``: a ``langgraph.prebuilt.ToolNode`` whose
   ``awrap_tool_call`` (``tool_call_wrapper``) journals each call's
-  ``ToolMessage`` (``message_to_dict``) through ``turn.tool_call``.
+  ``ToolMessage`` (``message_to_dict``) through ``turn.tool_call``. What
+  the call added to the run's usage callbacks (``UsageMetadataCallbackHandler``
+  among the run's callbacks, ``get_usage_metadata_callback()`` included: a
+  tool running another graph adds its model calls there) is journaled with
+  the result and added again on a replay (``CallbackUsageLedger``).
 - ``steering_node``: a graph node that takes the key's steering messages and
   adds them to the state as ``HumanMessage``s (persisted: later requests and
   the conversation keep them). Put it right before the model node.
@@ -40,11 +44,13 @@ thread pool) and tool results that are ``Command``s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 try:
+    from langchain_core.callbacks import BaseCallbackManager, UsageMetadataCallbackHandler
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
@@ -57,7 +63,9 @@ try:
         messages_from_dict,
         messages_to_dict,
     )
+    from langchain_core.messages.ai import add_usage, subtract_usage
     from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tracers import context as langchain_context
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
     from pydantic import BaseModel
@@ -79,6 +87,7 @@ for _package in ("langchain_core", "langgraph"):
 
 
 __all__ = [
+    "CallbackUsageLedger",
     "DurableChatModel",
     "durable_chat_model",
     "durable_react_graph",
@@ -192,8 +201,10 @@ class DurableChatModel(BaseChatModel):
     inner model is called as is.
 
     The inner model is called through its public ``agenerate`` without the
-    graph's callbacks (so a graph streamed with ``stream_mode="messages"``
-    gets whole replies, never an unjournaled token stream).
+    graph's callbacks, those set in the context included (so a graph
+    streamed with ``stream_mode="messages"`` gets whole replies, never an
+    unjournaled token stream, and a usage callback counts each reply once,
+    from this model, on the first run and on a replay alike).
 
     Attributes:
         inner: The user's chat model (e.g. ``ChatOpenAI``).
@@ -242,11 +253,31 @@ class DurableChatModel(BaseChatModel):
         )
 
     async def _ask(self, messages: List[BaseMessage], stop: Optional[List[str]], kwargs: Dict[str, Any]) -> ChatResult:
-        result = await self.inner.agenerate([messages], stop=stop, callbacks=None, **kwargs)
+        with _without_context_callbacks():
+            result = await self.inner.agenerate([messages], stop=stop, callbacks=None, **kwargs)
         generation = result.generations[0][0]
         if not isinstance(generation, ChatGeneration):
             raise TypeError(f"{type(self.inner).__name__} returned a {type(generation).__name__}, not a chat reply")
         return ChatResult(generations=[generation], llm_output=result.llm_output)
+
+
+@contextlib.contextmanager
+def _without_context_callbacks() -> Iterator[None]:
+    """The callbacks set in the context (``get_usage_metadata_callback()``
+    and the other handlers of LangChain's configure hooks, which join every
+    callback manager made under them, ``callbacks=None`` or not) cleared
+    while the inner model runs, so they see each reply once: from this
+    model, on the first run and on a replay alike (else a usage callback
+    counts a first run's request twice and its replay once). The hooks'
+    registry is private to ``langchain_core.tracers.context``; without it
+    nothing is cleared."""
+    hooks = getattr(langchain_context, "_configure_hooks", [])
+    tokens = [(hook[0], hook[0].set(None)) for hook in hooks if hook[0].get() is not None]
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
 
 
 def durable_chat_model(model: BaseChatModel) -> DurableChatModel:
@@ -294,8 +325,70 @@ async def tool_call_wrapper(request: Any, execute: Callable[[Any], Any]) -> Tool
         result = result.model_copy(update={"id": _message_id(turn, f"tool:{call['id']}")})
         return json.loads(json.dumps(message_to_dict(result), default=str))
 
-    data = await turn.tool_call(call["id"], call["name"], _jsonable(call["args"]), run)
+    ledger = CallbackUsageLedger.of(getattr(request, "runtime", None))
+    data = await turn.tool_call(call["id"], call["name"], _jsonable(call["args"]), run, usage=ledger)
     return messages_from_dict([data])[0]
+
+
+class CallbackUsageLedger:
+    """The usage callbacks of a tool call's run (the handlers of its config
+    that are ``UsageMetadataCallbackHandler``, in order) as a
+    ``durable_turn.UsageLedger``: what a unit added is, per handler, each
+    model's ``usage_metadata`` minus what it was before
+    (``subtract_usage``), journaled as a list (one ``{model: usage}`` per
+    handler) and added back with ``add_usage``.
+
+    The usage of the graph's own model requests needs none of this: it is in
+    the journaled reply (``AIMessage.usage_metadata``), which reaches the
+    callbacks on a replay as on the first run. Limit: tools of one round
+    that run at once report to the same handlers, so each sees what the
+    others added meanwhile; a replay of more than one of them adds the
+    overlap twice.
+    """
+
+    def __init__(self, handlers: Sequence[UsageMetadataCallbackHandler]) -> None:
+        self._handlers = list(handlers)
+
+    @classmethod
+    def of(cls, runtime: Any) -> "CallbackUsageLedger":
+        """The ledger of the handlers in ``runtime.config["callbacks"]``
+        (a list or a callback manager; none outside a graph)."""
+        callbacks = (getattr(runtime, "config", None) or {}).get("callbacks")
+        if isinstance(callbacks, BaseCallbackManager):
+            callbacks = callbacks.handlers
+        handlers = [h for h in callbacks or [] if isinstance(h, UsageMetadataCallbackHandler)]
+        return cls(handlers)
+
+    def snapshot(self) -> List[Dict[str, Any]]:
+        return [json.loads(json.dumps(h.usage_metadata)) for h in self._handlers]
+
+    def added_since(self, before: List[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
+        added = []
+        for handler, then in zip(self._handlers, before):
+            now = json.loads(json.dumps(handler.usage_metadata))
+            added.append({model: subtract_usage(usage, then.get(model)) for model, usage in now.items()
+                          if usage != then.get(model)})
+        return added if any(added) else None
+
+    def add(self, added: Any) -> None:
+        """Add ``added`` to the handlers; nothing when the run has none now
+        (no one counts its usage).
+
+        Raises:
+            ValueError: ``added`` is not one ``{model: usage}`` per handler.
+        """
+        if not self._handlers:
+            return
+        if not isinstance(added, list) or len(added) != len(self._handlers) \
+                or not all(isinstance(usage, dict) for usage in added):
+            raise ValueError(
+                f"journaled langgraph usage is not one {{model: usage}} per usage callback of the run "
+                f"({len(self._handlers)} now): {added!r:.200}"
+            )
+        for handler, usage in zip(self._handlers, added):
+            with getattr(handler, "_lock", None) or contextlib.nullcontext():  # on_llm_end may run on a thread
+                for model, tokens in usage.items():
+                    handler.usage_metadata[model] = add_usage(handler.usage_metadata.get(model), tokens)
 
 
 def _sync_tool_call_refused(request: Any, execute: Callable[[Any], Any]) -> Any:

@@ -25,6 +25,12 @@ Extension points used (all public in ``openai-agents`` 0.24):
   never changed. A tool's value is journaled as itself where the journal's
   codec carries its type (pydantic models, dataclasses, tuples), else as
   ``str()`` of it, which is what the SDK sends the model for such a value.
+  What the call added to the run's ``Usage`` (``tool_context.usage``: an
+  ``Agent.as_tool`` tool's nested run adds its requests there) is journaled
+  with the result and added again on a replay (``UsageLedger``), so
+  ``result.context_wrapper.usage`` after a replay is that of an
+  uninterrupted run. Model requests need none of this: their usage is in
+  the journaled ``ModelResponse``, which the runner adds itself.
 - **Steering**: ``RunConfig.call_model_input_filter`` (``run_config.py``)
   takes the key's steering messages before every model request and adds
   them as user messages. The filter only edits the request (the SDK keeps no
@@ -48,6 +54,7 @@ Streaming is not offered: a wrapped model's ``stream_response`` raises.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -65,6 +72,7 @@ from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.result import RunResult
 from agents.run_config import CallModelData, ModelInputData
 from agents.run_state import RunState
+from agents.usage import Usage, deserialize_usage, serialize_usage
 from agents.tool import (
     ApplyPatchTool,
     CodeInterpreterTool,
@@ -94,7 +102,7 @@ for _package in ("agents", "openai"):
     trust_package(_package)
 
 
-__all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "run_durably"]
+__all__ = ["FRAMEWORK", "JournaledModel", "JournaledModelProvider", "UsageLedger", "run_durably"]
 
 FRAMEWORK = "openai_agents"
 
@@ -389,9 +397,53 @@ def _wrap_tool(agent: str, tool: Any) -> Any:
         async def run() -> Any:
             return _tool_output(await invoke(tool_context, arguments))
 
-        return await turn.tool_call(tool_context.tool_call_id, tool.name, _arguments(arguments), run)
+        usage = getattr(tool_context, "usage", None)
+        ledger = UsageLedger(usage) if isinstance(usage, Usage) else None
+        return await turn.tool_call(tool_context.tool_call_id, tool.name, _arguments(arguments), run, usage=ledger)
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+class UsageLedger:
+    """The run's ``Usage`` as a ``durable_turn.UsageLedger``: what a unit
+    added is the difference of the counts (requests, tokens and their
+    details, as the SDK's ``usage_delta`` measures it) and the per-request
+    entries appended since, journaled as ``serialize_usage`` JSON and added
+    back with ``Usage.add``.
+
+    Limit: tools of one round that run at once share the run's ``Usage``,
+    so each sees what the others added meanwhile; their journaled shares
+    overlap and a replay of more than one of them adds the overlap twice.
+    """
+
+    def __init__(self, usage: Usage) -> None:
+        self._usage = usage
+
+    def snapshot(self) -> Usage:
+        return copy.deepcopy(self._usage)
+
+    def added_since(self, before: Usage) -> Optional[Dict[str, Any]]:
+        now, then = serialize_usage(self._usage), serialize_usage(before)
+        added: Dict[str, Any] = {key: now[key] - then[key] for key in _USAGE_COUNTS}
+        for key in ("input_tokens_details", "output_tokens_details"):
+            added[key] = [_minus(now[key][0], then[key][0])]
+        added["request_usage_entries"] = now["request_usage_entries"][len(then["request_usage_entries"]):]
+        if not any(added[key] for key in _USAGE_COUNTS) and not added["request_usage_entries"]:
+            return None
+        return added
+
+    def add(self, added: Any) -> None:
+        if not isinstance(added, dict) or not isinstance(added.get("requests"), int):
+            raise ValueError(f"journaled openai_agents usage is not a serialized Usage: {added!r:.200}")
+        self._usage.add(deserialize_usage(added))
+
+
+_USAGE_COUNTS = ("requests", "input_tokens", "output_tokens", "total_tokens")
+
+
+def _minus(now: Dict[str, Any], then: Dict[str, Any]) -> Dict[str, Any]:
+    """Token details ``now - then``, field by field (a missing count is 0)."""
+    return {key: (value or 0) - (then.get(key) or 0) for key, value in now.items()}
 
 
 def _tool_output(value: Any) -> Any:

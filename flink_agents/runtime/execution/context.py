@@ -30,6 +30,7 @@ from flink_agents.runtime.execution.event_codec import encode_event
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
 from flink_agents.runtime.execution.run import Run
+from flink_agents.runtime.execution.token_usage import count_sub_agent
 from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = ["ActionContext"]
@@ -233,7 +234,9 @@ class ActionContext(RunnerContext):
         result = await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
         if count is not None and (step, ordinal) not in self.runtime_run.counted:
             self.runtime_run.counted.add((step, ordinal))
-            count(result)
+            counted = count(result)  # (model, prompt, completion) or None
+            if counted:
+                self.runtime_run.tokens.append([self.action_name, *counted])
         return result
 
     @property
@@ -330,12 +333,20 @@ class ActionContext(RunnerContext):
         session = session_id or call_id
         digest = args_digest(prompt, session_id, call_id)
 
+        ran = False
+
+        async def run_child() -> Any:
+            nonlocal ran
+            ran = True
+            return await self._sub_agents.run(self, handle, prompt, session, call_id, explicit)
+
         async def call() -> Any:
             outcome = await self._journal.call(
-                step, ordinal, f"agent:{handle.name}", digest,
-                lambda: self._sub_agents.run(self, handle, prompt, session, call_id, explicit),
-                alive=self._alive,
+                step, ordinal, f"agent:{handle.name}", digest, run_child, alive=self._alive,
             )
+            # The child's tokens: counted by the child as it ran, else (its
+            # result replayed) from the journal; once per run either way.
+            count_sub_agent(self.runtime_run, (step, ordinal), outcome, ran)
             # Journal the child's result now: the child's own journal ends with
             # its run-end marker and may be pruned before the parent's run ends.
             await self._journal.commit_async()

@@ -103,6 +103,10 @@ class Run:
             usage this run counted in the metrics already
             (``ActionContext.journaled_call``'s ``count``): a retried
             action replays them without counting them again.
+        tokens: The tokens this run counted, ``[action, model, prompt,
+            completion]`` per model call (a sub-agent call's child's
+            included): journaled with a sub-agent's result
+            (``runtime.execution.token_usage``).
     """
 
     plan: "AgentPlan"
@@ -117,3 +121,4 @@ class Run:
     clock: Clock = field(default=SYSTEM_CLOCK)
     event_log: Any = None
     counted: set = field(default_factory=set)
+    tokens: list = field(default_factory=list)

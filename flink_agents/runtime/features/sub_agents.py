@@ -36,6 +36,7 @@ from flink_agents.runtime.durability.ids import SESSIONS_PATH, RunIdentity, sess
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import SYSTEM_CLOCK, Run, RunServices
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
+from flink_agents.runtime.execution.token_usage import count_replayed
 
 if TYPE_CHECKING:
     from flink_agents.runtime.execution.context import ActionContext
@@ -105,8 +106,10 @@ class SubAgentRunner:
         """Run the child once; its failures become a failed result.
 
         Returns:
-            ``{"result": SubAgentResult, "session_memory": dict | None}``: what
-            the parent journals (the session memory is re-applied on replay).
+            ``{"result": SubAgentResult, "session_memory": dict | None,
+            "tokens": [[action, model, prompt, completion], ...]}``: what the
+            parent journals (the session memory and the child's tokens are
+            re-applied on replay; ``runtime.execution.token_usage``).
         """
         from flink_agents.runtime.execution.action_loop import run_record
         from flink_agents.runtime.durability.journal import RunJournal
@@ -120,27 +123,31 @@ class SubAgentRunner:
         journal = await RunJournal.open(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
                              executors=self._executors)
         outputs: list = []
+        child = Run(
+            self._root.children[handle.child_key], run, state, journal,
+            self.resources_of(handle.child_key).get, self._config, self._counters, outputs.append,
+            RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
+            self._clock,
+        )
         try:
-            await run_record(Run(
-                self._root.children[handle.child_key], run, state, journal,
-                self.resources_of(handle.child_key).get, self._config, self._counters, outputs.append,
-                RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
-                self._clock,
-            ), PendingRecord(run.seq, prompt))
+            await run_record(child, PendingRecord(run.seq, prompt))
         except (ActionFailed, RecordSkipped) as exc:
             failure = exc.failure if isinstance(exc, RecordSkipped) else exc
             if isinstance(failure.cause, (NondeterminismError, JournalUnavailable)):
                 raise  # not the child's failure: the parent's record fails
             await journal.settle_async()
+            count_replayed(child)
             cause = failure.cause
             result = SubAgentResult(
                 success=False, error_message=f"{type(cause).__name__}: {cause}",
                 session_id=session_id, call_id=call_id,
             )
-            return {"result": result, "session_memory": None}
+            return {"result": result, "session_memory": None, "tokens": child.tokens}
         await journal.settle_async()
+        count_replayed(child)  # the tokens of the child's steps replayed from their completion
         result = SubAgentResult(success=True, result=outputs, session_id=session_id, call_id=call_id)
-        return {"result": result, "session_memory": state.short_term_memory if explicit_session else None}
+        return {"result": result, "session_memory": state.short_term_memory if explicit_session else None,
+                "tokens": child.tokens}
 
     def close(self) -> None:
         for cache in self._resources.values():
