@@ -11,7 +11,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -21,7 +21,7 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.ingress import CallbackIngress
 from flink_agents.stores.callbacks import PENDING, REJECTED, RESOLVED, CallbackRef
 from flink_agents.stores.factory import open_journal_store
-from tests.support.journal_stores import postgres_schema
+from tests.support.journal_stores import journal, store  # noqa: F401 (fixtures)
 
 NOW_MS = 1_700_000_000_000
 DEADLINE_MS = 4_000_000_000_000
@@ -41,21 +41,6 @@ def _post(url: str, body: bytes = b"{}") -> Tuple[int, Dict[str, Any]]:
         return status, {"text": text.decode("utf-8", "replace")}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal(request, tmp_path: Path) -> Iterator[Dict[str, str]]:
-    """The journal settings of a job (and of its ingress) on a real store."""
-    if request.param == "sqlite":
-        yield {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
-        return
-    with postgres_schema() as dsn:
-        yield {"journal.store": "postgres", "journal.postgres.dsn": dsn}
-
-
-@pytest.fixture
-def store(journal):
-    opened = open_journal_store(journal)
-    yield opened
-    opened.close()
 
 
 def callback_url(base_url: str, record, state: str) -> str:

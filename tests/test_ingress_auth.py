@@ -16,7 +16,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -25,9 +25,8 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.ingress import CallbackIngress, IngressAuth, IngressLimits
 from flink_agents.stores.callbacks import PENDING, RESOLVED, CallbackRef
-from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
-from tests.support.journal_stores import postgres_schema
+from tests.support.journal_stores import journal, store  # noqa: F401 (fixtures)
 from tests.support.serve_command import serve_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,20 +47,6 @@ def _resolve_url(base_url: str, record) -> str:
     return f"{base_url}/callbacks/{record.callback_id}/resolve/{record.resolve_token}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal(request, tmp_path: Path) -> Iterator[Dict[str, str]]:
-    if request.param == "sqlite":
-        yield {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
-        return
-    with postgres_schema() as dsn:
-        yield {"journal.store": "postgres", "journal.postgres.dsn": dsn}
-
-
-@pytest.fixture
-def store(journal):
-    opened = open_journal_store(journal)
-    yield opened
-    opened.close()
 
 
 def _register(store, deadline_ms: int = 4_000_000_000_000, seq: int = 0):

@@ -130,3 +130,25 @@ class FakeTime:
 
     def monotonic(self) -> float:
         return self.now
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict]:
+    """The journal settings of a job (and of its ingress) on a real store:
+    a SQLite file under ``tmp_path``, then a fresh PostgreSQL schema.
+    Import it (and ``store``) into a test module to use it."""
+    if request.param == "sqlite":
+        yield {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+        return
+    with postgres_schema() as dsn:
+        yield {"journal.store": "postgres", "journal.postgres.dsn": dsn}
+
+
+@pytest.fixture
+def store(journal: dict) -> Iterator[JournalStore]:
+    """The store ``journal`` names, opened as a job opens it."""
+    from flink_agents.stores import open_journal_store
+
+    opened = open_journal_store(journal)
+    yield opened
+    opened.close()
