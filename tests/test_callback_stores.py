@@ -499,8 +499,8 @@ def test_prune_deletes_the_callbacks_of_runs_that_ended_before_the_cutoff(backen
     store.append(*ended, [JournalEntry(RUN_STEP, RUN_END, "", "", '{"outcome": "ok"}')])
     ended_at = time.time()
 
-    assert store.prune_callbacks(ended_at - 3600) == 0  # the run ended after the cutoff
-    assert store.prune_callbacks(ended_at + 1) == 3
+    assert store.prune_callbacks(ended_at - 3600, "job") == 0  # the run ended after the cutoff
+    assert store.prune_callbacks(ended_at + 1, "job") == 3
     gone = {
         callback_id
         for callback_id in ("ended-final-0000", "ended-pending-00", "ended-nested-000", "other-journal-00", "running-final-00")
@@ -508,4 +508,4 @@ def test_prune_deletes_the_callbacks_of_runs_that_ended_before_the_cutoff(backen
     }
     assert gone == {"ended-final-0000", "ended-pending-00", "ended-nested-000"}
     assert store.complete("ended-final-0000", TIMED_OUT, None, NOW).outcome == UNKNOWN
-    assert store.prune_callbacks(ended_at + 1) == 0
+    assert store.prune_callbacks(ended_at + 1, "job") == 0

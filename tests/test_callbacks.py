@@ -427,9 +427,9 @@ def test_a_run_with_callbacks_writes_its_run_end_and_is_pruned_with_it() -> None
     callback_id = CREATED[0].callback_id
     assert (RUN_STEP, RUN_END) in store.load_run("job", '"k"', 0)
     assert engine.callbacks is not None
-    assert engine.callbacks.prune(time.time() - 3600) == 0
+    assert engine.callbacks.prune(time.time() - 3600, "job") == 0
     assert store.get_callback(callback_id) is not None
-    assert engine.callbacks.prune(time.time() + 1) == 1
+    assert engine.callbacks.prune(time.time() + 1, "job") == 1
     assert store.get_callback(callback_id) is None
 
 

@@ -104,7 +104,7 @@ def test_failed_child_journal_is_pruned_with_its_run():
     parent.add_resource("child", ResourceType.AGENT, child)
     out, _, _ = _run_one(parent, store)
     assert out == [False]
-    pruned = store.prune(10_000.0)  # everything finished long ago
+    pruned = store.prune(10_000.0, "job")  # everything finished long ago
     assert store.count_entries() == 0, f"{store.count_entries()} entries survive prune (pruned {pruned}): {store._runs.keys()}"
 
 

@@ -122,11 +122,11 @@ def test_prune_deletes_runs_that_ended_before_the_cutoff(make_store: MakeStore) 
     clock.now = 50.0  # an unfinished run, older than both: never pruned
     store.append("job", "open", 0, [entry("a@0", 0), entry("a@0", COMPLETION)])
 
-    assert store.prune(finished_before_s=100.0) == 0  # strictly before
-    assert store.prune(finished_before_s=150.0) == 3
+    assert store.prune(finished_before_s=100.0, journal_id="job") == 0  # strictly before
+    assert store.prune(finished_before_s=150.0, journal_id="job") == 3
     assert store.load_run("job", "old", 0) == {}
     assert len(store.load_run("job", "new", 0)) == 2
-    assert store.prune(finished_before_s=1e12) == 2
+    assert store.prune(finished_before_s=1e12, journal_id="job") == 2
     assert store.load_run("job", "open", 0) == {
         ("a@0", 0): entry("a@0", 0),
         ("a@0", COMPLETION): entry("a@0", COMPLETION),
@@ -140,8 +140,8 @@ def test_prune_uses_the_run_end_commit_time(make_store: MakeStore) -> None:
     store.append("job", "k", 0, [entry("a@0", 0)])
     clock.now = 300.0
     store.append("job", "k", 0, [run_end()])  # the run ended at 300, began at 100
-    assert store.prune(finished_before_s=200.0) == 0
-    assert store.prune(finished_before_s=301.0) == 2
+    assert store.prune(finished_before_s=200.0, journal_id="job") == 0
+    assert store.prune(finished_before_s=301.0, journal_id="job") == 2
 
 
 def test_threads_share_one_store(make_store: MakeStore) -> None:

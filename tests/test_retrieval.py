@@ -257,13 +257,20 @@ def test_derived_ids_differ_per_record_and_per_add(tmp_path: Path) -> None:
     assert len(ChromaVectorStore(persist_directory=str(tmp_path / "db"), collection="reviews").get(limit=None)) == 5
 
 
+async def write_and_read_other_texts(event: Event, ctx: Any) -> None:
+    """``write_and_read_async`` changed: it writes other text for the same record."""
+    event.input = ["other", "texts"]
+    await write_and_read_async(event, ctx)
+
+
 def test_a_replay_that_queries_other_text_is_refused(tmp_path: Path) -> None:
     store = InMemoryJournalStore()
     CRASH["after"] = True
     with pytest.raises(Crash):
         run_record(_agent(tmp_path / "db", ("write", [InputEvent], write_and_read_async)), store, TEXTS)
+    # The same record (another one fails earlier, on its input digest: tests/test_journal_isolation.py).
     with pytest.raises(ActionFailed, match="vector_store:reviews.add"):
-        run_record(_agent(tmp_path / "db", ("write", [InputEvent], write_and_read_async)), store, ["other", "texts"])
+        run_record(_agent(tmp_path / "db", ("write", [InputEvent], write_and_read_other_texts)), store, TEXTS)
 
 
 async def manage(event: Event, ctx: Any) -> None:

@@ -323,7 +323,7 @@ def test_the_journal_keeps_finished_runs_thirty_minutes_and_prunes_at_most_once_
 
 
 class _FailingPruneStore(InMemoryJournalStore):
-    def prune(self, finished_before_s: float) -> int:
+    def prune(self, finished_before_s: float, journal_id: str) -> int:
         raise OSError(5, "Input/output error")
 
 

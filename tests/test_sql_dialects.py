@@ -106,7 +106,7 @@ def test_each_write_is_one_transaction_and_reads_take_none(dialect: Recording) -
         store.append("job", "k", 0, [run_end()])
         store.close_run("job", "k", 0, 4)
         store.count_entries()
-        assert store.prune_callbacks(1e12) == 1 and store.prune(1e12) == 3
+        assert store.prune_callbacks(1e12, "job") == 1 and store.prune(1e12, "job") == 3
         assert dialect.log == ["connect"] + ["begin", "commit"] * 7
         assert store.writes == 2
     finally:
@@ -202,8 +202,8 @@ def test_prune_in_batches_keeps_whole_runs_and_ties(make_store: MakeStore) -> No
     clock.now = 200.0
     store.append("job", "late", 0, [entry("a@0", 0), run_end()])
     store.register(CallbackRef("job", "late", 0, "w@0", 0), "cb-late", "p", 1, 2)
-    assert store.prune_callbacks(150.0) == runs
-    assert store.prune(150.0) == 3 * runs
+    assert store.prune_callbacks(150.0, "job") == runs
+    assert store.prune(150.0, "job") == 3 * runs
     assert store.count_entries() == 2 and store.get_callback("cb-late") is not None
     assert store.get_callback("cb-0") is None and store.load_run("job/call-1", "k1", 1) == {}
 
@@ -214,7 +214,7 @@ def test_each_prune_batch_is_its_own_transaction(dialect: Recording) -> None:
         for seq in range(_sql.PRUNE_BATCH_RUNS + 1):
             store.append("job", "k", seq, [run_end()])
         dialect.log.clear()
-        assert store.prune(150.0) == _sql.PRUNE_BATCH_RUNS + 1
+        assert store.prune(150.0, "job") == _sql.PRUNE_BATCH_RUNS + 1
         assert dialect.log == ["begin", "commit"] * 2  # the lock is free in between
     finally:
         store.close()
@@ -253,7 +253,7 @@ def test_prune_pages_past_one_window_of_finished_runs(tmp_path: Path) -> None:
         store.append("job/call-1", "k1", 1, [entry("c@0", 0)])
         clock.now = 200.0
         store.append("job", "late", 0, [run_end()])
-        assert store.prune(150.0) == 2 * runs + 1
+        assert store.prune(150.0, "job") == 2 * runs + 1
         assert store.count_entries() == 1 and store.load_run("job/call-1", "k1", 1) == {}
     finally:
         store.close()

@@ -228,7 +228,7 @@ def test_sqlite_file_removed_or_replaced_fails_the_next_write(tmp_path: Path, ho
             store.append("job", "k", 0, [entry("a@0", 1)])
         assert raised.value.operation == "append" and raised.value.run == ("job", "k", 0)
         with pytest.raises(JournalReplacedError):  # and every write after it
-            store.prune(1e12)
+            store.prune(1e12, "job")
     finally:
         store.close()
 

@@ -32,7 +32,7 @@ def c1_action(event, ctx):
 async def long_call():
     CLOCK[0] += 3600  # the second child runs for an hour
     if PRUNE[0]:
-        STORE[0].prune(CLOCK[0] - 1800)  # another key's run triggers the engine's prune
+        STORE[0].prune(CLOCK[0] - 1800, "job")  # another key's run triggers the engine's prune
     raise Crash()  # the TaskManager dies
 
 

@@ -141,9 +141,11 @@ class AgentConfigOptions:
     JOB_IDENTIFIER = ConfigOption(
         "job-identifier", str, None,
         aliases=("job_id",),
+        check=lambda value: "/" not in value,
+        requirement="must not contain '/' (it separates a sub-agent's journal id from its parent's)",
         description="Journal namespace of the job: keep it across restarts and savepoints so a "
-        "restored job finds its journal. Default: a fresh id per job ('local' for the in-memory "
-        "journal of the local runner).",
+        "restored job finds its journal; give every job sharing a journal store its own. Default: "
+        "a fresh id per job ('local' for the in-memory journal of the local runner).",
     )
     EVENT_LOG_LEVEL = ConfigOption(
         "event-log.level", EventLogLevel, EventLogLevel.STANDARD,

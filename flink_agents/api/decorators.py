@@ -31,6 +31,7 @@ __all__ = [
 ACTION_ATTR = "_flink_agents_listen_events"
 ACTION_CONFIG_ATTR = "_flink_agents_action_config"
 RESOURCE_ATTR = "_flink_agents_resource_type"
+TOOL_UNTRUSTED_ATTR = "_flink_agents_tool_untrusted"
 
 
 def _function_of(obj: Any) -> Callable[..., Any]:
@@ -69,8 +70,26 @@ def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
     return mark
 
 
-tool = _resource_marker(ResourceType.TOOL)
-tool.__doc__ = "Mark a function as a tool; its schema comes from its signature and docstring."
+def tool(func: Any = None, *, untrusted: bool = False) -> Any:
+    """Mark a function as a tool; its schema comes from its signature and docstring.
+
+    ``@tool`` as in Flink Agents 0.3, or ``@tool(untrusted=True)`` for a tool
+    whose results carry text from outside (a web page, an e-mail, a ticket,
+    another service's answer): its results and errors then reach the model
+    as untrusted data, in a block the text cannot close
+    (docs/tools_and_retrieval.md, "Untrusted tool results"). The default,
+    ``False``, hands the model the result as it is, as 0.3 does.
+    """
+
+    def mark(fn: Any) -> Any:
+        setattr(_function_of(fn), RESOURCE_ATTR, ResourceType.TOOL)
+        if untrusted:
+            setattr(_function_of(fn), TOOL_UNTRUSTED_ATTR, True)
+        return fn
+
+    return mark if func is None else mark(func)
+
+
 prompt = _resource_marker(ResourceType.PROMPT)
 prompt.__doc__ = "Mark a function returning a ``Prompt``."
 chat_model_connection = _resource_marker(ResourceType.CHAT_MODEL_CONNECTION)

@@ -346,8 +346,7 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
-        print("(run with --verbose for the full trace)", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)} (--verbose prints the full trace)", file=sys.stderr)
         return 1
     print(
         f"{len(questions)} questions -> {args.output} in {time.monotonic() - started:.1f} s ({args.runner} runner)",

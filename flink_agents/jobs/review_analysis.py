@@ -271,8 +271,12 @@ def run_on_flink(
     outputs come back to this process as they are produced.
 
     Args:
-        journal_path: SQLite journal file (default: the runtime's default,
-            ``flink_agents_journal.db`` in the working directory).
+        journal_path: SQLite journal file of this run (default: the
+            runtime's default, ``flink_agents_journal.db`` in the working
+            directory). A file a previous run left there is removed first:
+            this run is a new job (a new job id, fresh keyed state), so it
+            could never replay that journal, and no job prunes another
+            job's runs (docs/durability.md, "Sharing a store").
         restart_attempts: Restarts after a failure before the job fails.
         key_of: The key selector (any JSON records, keyed by product id by default).
         job_name: The Flink job's name, also the prefix of its source's operator uids.
@@ -287,13 +291,26 @@ def run_on_flink(
 
     env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode, restart_attempts)
     # Absolute: on a cluster a relative path would name another file on each host.
-    options = {"journal.sqlite.path": str(Path(journal_path).resolve())} if journal_path else {}
+    options = {"journal.sqlite.path": str(_fresh_journal(Path(journal_path)))} if journal_path else {}
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
     with tempfile.TemporaryDirectory(prefix="review-analysis-") as directory:
         outputs = agents_env.from_datastream(
             _checkpointed_source(env, reviews, Path(directory), job_name), key_of, key_type=Types.STRING()
         ).apply(agent).to_datastream()
         return _collect(outputs, on_output, job_name)
+
+
+def _fresh_journal(path: Path) -> Path:
+    """``path``, absolute, with a previous run's SQLite journal (and its
+    ``-wal`` and ``-shm`` files) removed; anything there that is not a file
+    (a directory) is left for the store to report. A symbolic link is
+    removed itself, never what it points to."""
+    path = Path(os.path.abspath(path))
+    for suffix in ("", "-wal", "-shm"):
+        left = Path(f"{path}{suffix}")
+        if left.is_symlink() or left.is_file():
+            left.unlink()
+    return path
 
 
 def _checkpointed_source(env: Any, reviews: List[Dict[str, Any]], directory: Path, job_name: str) -> Any:
@@ -458,8 +475,8 @@ def run_review_job(
         if args.verbose:
             raise
         endpoint = f" (model {args.model} at {args.base_url})" if args.base_url else ""
-        print(f"error: the job failed{endpoint}: {failure_summary(exc)}", file=sys.stderr)
-        print("(run with --verbose for the full trace)", file=sys.stderr)
+        print(f"error: the job failed{endpoint}: {failure_summary(exc)} (--verbose prints the full trace)",
+              file=sys.stderr)
         return 1
     elapsed = time.monotonic() - started
     print(

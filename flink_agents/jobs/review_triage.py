@@ -160,8 +160,7 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
-        print("(run with --verbose for the full trace)", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)} (--verbose prints the full trace)", file=sys.stderr)
         return 1
     with replace_when_done(args.output) as sink:  # private: the outputs hold the model's answers
         sink.write("".join(json.dumps(o) + "\n" for o in outputs))

@@ -409,8 +409,8 @@ def main(argv: List[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"error: the job failed: {failure_summary(exc)}", file=sys.stderr)
-        print(f"(run with --verbose for the full trace; carrier log: {setup.carrier_log_path})", file=sys.stderr)
+        print(f"error: the job failed: {failure_summary(exc)} (--verbose prints the full trace; carrier log: "
+              f"{setup.carrier_log_path})", file=sys.stderr)
         return 1
     elapsed = time.monotonic() - started
     counts = summarize(outputs)

@@ -56,9 +56,14 @@ class ResourceKind(str, Enum):
 
     DESCRIPTOR = "descriptor"  # ResourceDescriptor: class + constructor arguments
     PROMPT = "prompt"  # a Prompt's fields
-    FUNCTION_TOOL = "function_tool"  # a function wrapped as a FunctionTool
+    FUNCTION_TOOL = "function_tool"  # a function wrapped as a FunctionTool (value: its metadata)
     SERIALIZED = "serialized"  # another SerializableResource's fields + its class
     AGENT = "agent"  # a sub-agent: ``child`` names its plan in the root's ``children``
+
+
+# In a FUNCTION_TOOL's ``value``, beside its metadata, only when set:
+# the tool's results reach models as untrusted data (``@tool(untrusted=True)``).
+UNTRUSTED_TOOL_KEY = "untrusted"
 
 
 class ResourceSpec(BaseModel):

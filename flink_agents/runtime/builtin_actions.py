@@ -57,6 +57,7 @@ data, and the loop goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -78,6 +79,7 @@ from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
 from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
+from flink_agents.runtime.features.untrusted import untrusted_tool_result
 from flink_agents.runtime.features.structured_output import native_schema, overrides_chat, reask_message, without_reasks
 from flink_agents.runtime.durability.call_threads import run_in_thread
 from flink_agents.runtime.durability.codec import EncodeError, encode
@@ -295,7 +297,8 @@ def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> 
 def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any, str | None], str]]:
     """Tool name -> ``result_for_model(value, error)`` of the tools the
     setup ``model`` offers that define one (MCP tools: their results reach
-    the model wrapped as untrusted data)."""
+    the model wrapped as untrusted data), or that are marked untrusted
+    (``@tool(untrusted=True)``: wrapped the same way, from ``tool:<name>``)."""
     setup = ctx.get_resource(model, ResourceType.CHAT_MODEL)
     if not isinstance(setup, BaseChatModelSetup):
         raise TypeError(f"resource {model!r} is a {type(setup).__name__}, not a chat model setup")
@@ -304,6 +307,8 @@ def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any
         render = getattr(tool, "result_for_model", None)
         if callable(render):
             renderers[tool.name] = render
+        elif getattr(tool, "untrusted", False) is True:
+            renderers[tool.name] = functools.partial(untrusted_tool_result, source=f"tool:{tool.name}")
     return renderers
 
 

@@ -27,7 +27,9 @@ from flink_agents.runtime.scheduling.executors import Executors
 from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_reachable import register_plan_classes
 from flink_agents.runtime.durability.ids import RunIdentity
+from flink_agents.runtime.durability.input_digest import input_digest
 from flink_agents.runtime.durability.journal import RunJournal
+from flink_agents.runtime.durability.shared_store import report_other_journals
 from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.features.progress import RunProgress
 from flink_agents.runtime.execution.resources import ResourceCache
@@ -44,7 +46,6 @@ from flink_agents.stores.journal import JournalStore
 __all__ = ["AgentEngine"]
 
 log = logging.getLogger(__name__)
-
 
 
 class AgentEngine:
@@ -66,7 +67,8 @@ class AgentEngine:
         deadline_timers: The host's ``KeyedDriver.arm_deadline``, for a
             host whose timers survive a restore (the Flink operator).
         task: ``(task name, subtask index)`` of the host, for the file
-            event logger's file name (``runtime.features.event_log``).
+            event logger's file name (``runtime.features.event_log``); only
+            subtask 0 reports a shared store (``report_shared_store``).
     """
 
     def __init__(
@@ -100,6 +102,10 @@ class AgentEngine:
         self._retention_s = self.config.get(RuntimeOptions.JOURNAL_RETENTION_S)
         self._prune_interval_s = self.config.get(RuntimeOptions.JOURNAL_PRUNE_INTERVAL_S)
         self._last_prune = self.clock.now()
+        # The journals this engine's runs use: its own id, and the ids that
+        # restored keys carry (``KeyState.journal_id``). Pruning deletes
+        # their finished runs and never another journal's.
+        self._journal_ids: set[str] = {job_id}
         self._resources = ResourceCache(plan)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
@@ -123,6 +129,17 @@ class AgentEngine:
         self._mailboxes: Dict[Any, SteeringMailbox] = {}
         # None unless something would be logged or told: no cost per event then.
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
+        self._task = task
+
+    def report_shared_store(self) -> List[str]:
+        """At a job's start (each host calls it once; on Flink only subtask
+        0 reports): warn, in one line, if the journal store holds other
+        jobs' journals (``runtime.durability.shared_store``).
+
+        Returns:
+            The other journal ids found.
+        """
+        return report_other_journals(self.store, self.job_id) if self._task[1] == 0 else []
 
     def is_running(self, key: Any) -> bool:
         """Whether a run of ``key`` is in progress."""
@@ -263,11 +280,13 @@ class AgentEngine:
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
         run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
+        self._journal_ids.add(run.journal_id)
         journal = await RunJournal.open(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
             on_commit=_both(None if progress is None else progress.committed,
                             None if run_log is None else run_log.committed),
             executors=self.executors,
+            input_digest=lambda: input_digest(record.value),
         )
         if progress is not None and journal.is_replay:
             progress.replayed(journal.journaled_entries())
@@ -361,17 +380,21 @@ class AgentEngine:
             return
         self._last_prune = now
         try:
-            await self.executors.io(self._prune, now - self._retention_s)
+            await self.executors.io(self._prune, now - self._retention_s, sorted(self._journal_ids))
         except Exception as error:
             self.counters.prune_failures += 1
             log.warning("pruning the journal failed (tried again in %.0f s): %r", self._prune_interval_s, error)
 
-    def _prune(self, finished_before_s: float) -> None:
-        if self.callbacks is not None:  # first: it finds runs by their run-end markers
-            self.callbacks.prune(finished_before_s)
-        deleted = self.store.prune(finished_before_s)
-        if deleted:
-            log.info("pruned %d journal entries of runs finished over %.0f s ago", deleted, self._retention_s)
+    def _prune(self, finished_before_s: float, journal_ids: List[str]) -> None:
+        """Prune the finished runs of each of ``journal_ids`` (the engine's
+        own journals), callbacks first: they are found by the run-end markers."""
+        for journal_id in journal_ids:
+            if self.callbacks is not None:
+                self.callbacks.prune(finished_before_s, journal_id)
+            deleted = self.store.prune(finished_before_s, journal_id)
+            if deleted:
+                log.info("pruned %d journal entries of journal %r of runs finished over %.0f s ago",
+                         deleted, journal_id, self._retention_s)
 
     def close(self) -> None:
         """Close the agent's resources, and the journal store if the engine

@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = [
     "ActionFailed", "ActionReturnedValue", "INTERNAL", "InputRecordError", "JournalUnavailable", "NondeterminismError",
-    "RETRYABLE", "RecordSkipped", "ReplayedError", "StateSchemaError", "TERMINAL", "classify",
+    "RETRYABLE", "RecordSkipped", "ReplayedError", "StateSchemaError", "TERMINAL", "classify", "job_failure",
 ]
 
 RETRYABLE = "retryable"
@@ -129,13 +129,55 @@ class JournalUnavailable(BaseException):
     record emit outputs, on results a failover could lose. The store's own
     error is the ``__cause__``.
 
+    Internal to the runtime: a job whose record fails with it fails with
+    the store's own error instead (``job_failure``), an ``Exception``.
+
     Attributes:
         run: ``(journal id, key text, record seq)`` of the run.
+        store: The store, as its ``repr`` names it (never a password), or None.
     """
 
-    def __init__(self, run: Any, cause: BaseException) -> None:
+    def __init__(self, run: Any, cause: BaseException, store: str | None = None) -> None:
         super().__init__(f"journal write of run {run} failed: {type(cause).__name__}: {cause}")
         self.run = run
+        self.store = store
+
+
+def job_failure(error: BaseException) -> BaseException:
+    """What a job raises for a record that failed with ``error`` (every host
+    raises a failed record through ``completion.Applied.raise_failure``).
+
+    ``JournalUnavailable`` is a ``BaseException`` only so that no action can
+    swallow it; past the actions, a job's caller must be able to catch it
+    with ``except Exception``. So it becomes the store's own error
+    (``flink_agents.stores.errors``: ``JournalUnavailableError``,
+    ``JournalStoreError``, ...) with a one-line message naming the store and
+    the cause (``append of run (...) on /path/journal.db failed:
+    sqlite3.OperationalError: disk I/O error``). Anything else is returned
+    as it is.
+    """
+    if not isinstance(error, JournalUnavailable):
+        return error
+    from flink_agents.stores.errors import JournalStoreError  # runtime.errors imports nothing else of ours
+
+    cause = error.__cause__
+    if isinstance(cause, JournalStoreError):
+        kind: Any = type(cause)
+        message = str(cause)
+        if cause.location is None and error.store is not None:
+            message = f"{message} (store {error.store})"
+    else:
+        kind = JournalStoreError
+        store = error.store or "the journal store"
+        message = f"journal write of run {error.run} to {store} failed: {type(cause).__name__}: {cause}"
+    notes = getattr(cause, "__notes__", None)  # the retries given up after, say
+    if notes:
+        message = "; ".join([message, *notes])
+    failure = kind(" ".join(message.split()))
+    failure.operation = getattr(cause, "operation", None)
+    failure.location = getattr(cause, "location", None)
+    failure.run = error.run
+    return failure
 
 
 def classify(error: BaseException) -> str:

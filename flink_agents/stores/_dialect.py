@@ -40,6 +40,9 @@ class Dialect(ABC):
         real: The column type of ``committed_at``, Unix seconds (``REAL``,
             ``DOUBLE PRECISION``).
         blob: The column type of callback bodies (``BLOB``, ``BYTEA``).
+        indexed_by: A clause after the table name that makes the journal-id
+            scan (``_sql.select_journal_ids``) read the run-end index, for a
+            planner that would otherwise walk the primary key; ``""``: none.
     """
 
     placeholder: str
@@ -47,6 +50,7 @@ class Dialect(ABC):
     integer: str
     real: str
     blob: str
+    indexed_by: str = ""
 
     def sql(self, statement: str) -> str:
         """``statement`` with each ``{p}`` replaced by ``placeholder``."""
@@ -60,7 +64,7 @@ class Dialect(ABC):
         database up to date; run them in one write transaction."""
         return [
             _sql.create_table(self.integer, self.real),
-            _sql.DROP_OLD_RUN_END_INDEX,
+            *_sql.DROP_OLD_RUN_END_INDEXES,
             _sql.CREATE_RUN_END_INDEX,
             _sql.CREATE_RUN_INDEX,
             *_sql_callbacks.create_statements(self.integer, self.blob),

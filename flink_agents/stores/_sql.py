@@ -2,10 +2,12 @@
 
 One table, ``journal``, one row per entry, keyed by (journal id, key, record
 sequence number, step, ordinal). Pruning costs what it deletes, not what the
-table holds: a partial index over the run-end markers, ordered by commit
-time, pages through the finished runs (``SELECT_ENDED``), and an index over
-(key, sequence number) finds each run's entries and its nested sub-agent
-runs' (``PRUNE``). Statements here use ``{p}`` where a driver's parameter
+table holds, and touches one journal only: a partial index over the run-end
+markers, ordered by journal id, then commit time, pages through one
+journal's finished runs (``SELECT_ENDED``), and an index over (key, sequence
+number) finds each run's entries and its nested sub-agent runs' (``PRUNE``).
+The same index lists the journal ids a store holds
+(``select_journal_ids``), one index seek per id. Statements here use ``{p}`` where a driver's parameter
 placeholder goes (``?`` for sqlite3, ``%s`` for psycopg); ``statement(sql,
 p)`` fills it in.
 """
@@ -55,17 +57,20 @@ def create_table(integer: str, real: str) -> str:
     )
 
 
-# Finished runs by commit time, covering what ``SELECT_ENDED`` reads. Schema
-# version 1 first had a one-column index (``OLD_RUN_END_INDEX``); opening such
-# a database replaces it.
-RUN_END_INDEX = f"{TABLE}_run_ends"
-ENDED_COLUMNS = ("committed_at", "journal_id", "key", "seq")
+# Finished runs by journal, then commit time, covering what ``SELECT_ENDED``
+# reads: a prune reads its own journal's finished runs and no other's, however
+# many another job keeps. Schema version 1 first had a one-column index, then
+# one led by commit time (``OLD_RUN_END_INDEXES``); opening such a database
+# replaces them. Only top-level runs write a run end (a sub-agent's nested
+# journal writes none), so the index holds no nested journal id.
+RUN_END_INDEX = f"{TABLE}_journal_run_ends"
+ENDED_COLUMNS = ("journal_id", "committed_at", "key", "seq")
 CREATE_RUN_END_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {RUN_END_INDEX} ON {TABLE} ({', '.join(ENDED_COLUMNS)})"
     f" WHERE {RUN_END_PREDICATE}"
 )
-OLD_RUN_END_INDEX = f"{TABLE}_run_end"
-DROP_OLD_RUN_END_INDEX = f"DROP INDEX IF EXISTS {OLD_RUN_END_INDEX}"
+OLD_RUN_END_INDEXES = (f"{TABLE}_run_end", f"{TABLE}_run_ends")
+DROP_OLD_RUN_END_INDEXES = [f"DROP INDEX IF EXISTS {name}" for name in OLD_RUN_END_INDEXES]
 
 # Every run of one (key, record): the record's run in each journal and the
 # sub-agent runs nested under them.
@@ -105,16 +110,42 @@ POSTGRES_UPSERT = (
     + ", ".join(f"{column} = EXCLUDED.{column}" for column in VALUE_COLUMNS)
 )
 
-# One page of finished runs, (committed_at, journal_id, key, seq), in index
-# order after the given row value: runs whose run-end marker is older than
-# the first parameter. Row values compare column by column.
+# One page of one journal's finished runs, (committed_at, key, seq), in index
+# order after the given row value: runs of the journal (first parameter) whose
+# run-end marker is older than the second. Row values compare column by
+# column; with the journal id fixed, the index's remaining columns serve the
+# range and the order.
+_PAGED = ", ".join(ENDED_COLUMNS[1:])
 SELECT_ENDED = (
-    f"SELECT {', '.join(ENDED_COLUMNS)} FROM {TABLE}"
-    f" WHERE {RUN_END_PREDICATE} AND committed_at < {{p}}"
-    f" AND ({', '.join(ENDED_COLUMNS)}) > ({{p}}, {{p}}, {{p}}, {{p}})"
-    f" ORDER BY {', '.join(ENDED_COLUMNS)} LIMIT {PRUNE_WINDOW_RUNS}"
+    f"SELECT {_PAGED} FROM {TABLE}"
+    f" WHERE {RUN_END_PREDICATE} AND journal_id = {{p}} AND committed_at < {{p}}"
+    f" AND ({_PAGED}) > ({{p}}, {{p}}, {{p}})"
+    f" ORDER BY {_PAGED} LIMIT {PRUNE_WINDOW_RUNS}"
 )
-BEFORE_ALL_ENDED = (float("-inf"), "", "", -(2**63))  # SELECT_ENDED's first page
+BEFORE_ALL_ENDED = (float("-inf"), "", -(2**63))  # SELECT_ENDED's first page
+
+
+def select_journal_ids(limit: int, indexed_by: str = "") -> str:
+    """The first ``limit`` journal ids with a finished run, in index order:
+    a loose scan of the run-end index (one seek per id, however many runs
+    each holds), written as a recursive query both dialects run.
+
+    Args:
+        limit: At most this many ids.
+        indexed_by: The dialect's clause naming the run-end index, if its
+            planner needs one (``Dialect.indexed_by``).
+    """
+    source = f"{TABLE} {indexed_by}".rstrip()
+    first = f"SELECT journal_id FROM {source} WHERE {RUN_END_PREDICATE} ORDER BY journal_id LIMIT 1"
+    after = (
+        f"SELECT journal_id FROM {source} WHERE {RUN_END_PREDICATE} AND journal_id > ids.journal_id"
+        " ORDER BY journal_id LIMIT 1"
+    )
+    return (
+        f"WITH RECURSIVE ids(journal_id, n) AS (SELECT ({first}), 1"
+        f" UNION ALL SELECT ({after}), n + 1 FROM ids WHERE ids.journal_id IS NOT NULL AND n < {int(limit)})"
+        " SELECT journal_id FROM ids WHERE journal_id IS NOT NULL"
+    )
 
 
 def prune_run(table: str) -> str:
@@ -135,11 +166,11 @@ def prune_run(table: str) -> str:
 PRUNE = prune_run(TABLE)
 
 
-def prune_order(ended: Iterable[Tuple[float, str, str, int]]) -> List[Tuple[str, str, int]]:
-    """``SELECT_ENDED`` rows as (journal id, key, seq) runs, in the order
-    their rows lie in the (key, seq) index (see ``PRUNE_WINDOW_RUNS``)."""
-    return sorted(((journal_id, key, int(seq)) for _, journal_id, key, seq in ended),
-                  key=lambda run: (run[1], run[2], run[0]))
+def prune_order(journal_id: str, ended: Iterable[Tuple[float, str, int]]) -> List[Tuple[str, str, int]]:
+    """``SELECT_ENDED`` rows of ``journal_id`` as (journal id, key, seq)
+    runs, in the order their rows lie in the (key, seq) index (see
+    ``PRUNE_WINDOW_RUNS``)."""
+    return sorted((journal_id, key, int(seq)) for _, key, seq in ended)
 
 
 def run_parameters(journal_id: str, key: str, seq: int) -> Tuple[str, int, str, int, str]:

@@ -208,11 +208,12 @@ class CallbackStore(ABC):
         ``CLOSED``. Returns how many it moved."""
 
     @abstractmethod
-    def prune_callbacks(self, finished_before_s: float) -> int:
-        """Delete the callbacks of runs whose journal ``RUN_END`` was committed
-        before ``finished_before_s`` (Unix seconds), with those of the
-        sub-agent runs nested under them, exactly as ``JournalStore.prune``
-        selects entries; call it before that, which deletes the markers.
+    def prune_callbacks(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete the callbacks of ``journal_id``'s runs whose journal
+        ``RUN_END`` was committed before ``finished_before_s`` (Unix seconds),
+        with those of the sub-agent runs nested under them, exactly as
+        ``JournalStore.prune`` selects entries (never another journal's);
+        call it before that, which deletes the markers.
 
         A callback lives as long as its run: a run still in progress may be
         replayed and must find its callbacks (ids, outcomes), however long ago

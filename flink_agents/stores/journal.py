@@ -92,9 +92,19 @@ class JournalStore(ABC):
         """
 
     @abstractmethod
-    def prune(self, finished_before_s: float) -> int:
-        """Delete every entry of runs whose ``RUN_END`` was committed before
-        ``finished_before_s`` (Unix seconds). Returns the entries deleted."""
+    def prune(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete every entry of ``journal_id``'s runs whose ``RUN_END`` was
+        committed before ``finished_before_s`` (Unix seconds), with the
+        sub-agent runs nested under them (journal ids
+        ``"<journal_id>/<call id>"``). Another journal's runs are never
+        touched, whoever shares the store. Returns the entries deleted."""
+
+    def journal_ids(self, limit: int) -> List[str]:
+        """Up to ``limit`` journal ids that have a finished run in the store,
+        in sorted order (nested sub-agent journals write no run end, so they
+        are not among them). For reporting a store that other jobs share;
+        a store that cannot tell returns ``[]``."""
+        return []
 
     @abstractmethod
     def count_entries(self) -> int:

@@ -116,11 +116,11 @@ class InMemoryCallbacks(CallbackStore):
                     closed += 1
         return closed
 
-    def prune_callbacks(self, finished_before_s: float) -> int:
-        """Delete the callbacks of runs that ended before the cutoff and of
-        the runs nested under them, ``PRUNE_BATCH_RUNS`` runs per hold of
-        the lock; returns how many."""
-        ended = self._runs_ended_before(finished_before_s)
+    def prune_callbacks(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete the callbacks of ``journal_id``'s runs that ended before the
+        cutoff and of the runs nested under them, ``PRUNE_BATCH_RUNS`` runs
+        per hold of the lock; returns how many."""
+        ended = self._runs_ended_before(finished_before_s, journal_id)
         deleted = 0
         for start in range(0, len(ended), PRUNE_BATCH_RUNS):
             with self._lock:
@@ -135,6 +135,7 @@ class InMemoryCallbacks(CallbackStore):
                         index.pop((key, seq), None)
         return deleted
 
-    def _runs_ended_before(self, finished_before_s: float) -> List[Tuple[str, str, int]]:
-        """(journal id, key, seq) of runs whose RUN_END is older than the cutoff."""
+    def _runs_ended_before(self, finished_before_s: float, journal_id: str) -> List[Tuple[str, str, int]]:
+        """(journal id, key, seq) of ``journal_id``'s runs whose RUN_END is
+        older than the cutoff."""
         raise NotImplementedError

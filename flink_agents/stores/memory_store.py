@@ -14,9 +14,11 @@ Crash recovery is tested through two hooks that may raise:
 
 Both run outside the store's lock, so a hook may read the store.
 
-Pruning costs what it deletes: run-end markers sit in a heap by commit time
-and the runs of each (key, record) in an index, so ``prune`` never walks the
-runs it keeps; it deletes ``PRUNE_BATCH_RUNS`` runs per hold of the lock.
+Pruning costs what it deletes and touches one journal: each journal's
+run-end markers sit in a heap of their own by commit time and the runs of
+each (key, record) in an index, so ``prune`` never walks the runs it keeps
+nor another journal's; it deletes ``PRUNE_BATCH_RUNS`` runs per hold of the
+lock.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["InMemoryJournalStore"]
 AppendHook = Callable[[List[JournalEntry]], None]
 _Slot = Tuple[str, int]  # (step, ordinal)
 _RUN_END = (RUN_STEP, RUN_END)
-_RunEnd = Tuple[float, str, str, int]  # (committed_at, journal id, key, seq)
+_RunEnd = Tuple[float, str, int]  # (committed_at, key, seq) in one journal's heap
 
 
 class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
@@ -62,10 +64,13 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
         self._runs: Dict[RunKey, Dict[_Slot, Tuple[JournalEntry, float]]] = {}
         # (key, seq) -> the journal ids holding a run of that record
         self._journals: Dict[Tuple[str, int], Set[str]] = {}
-        # a heap of every run-end write; one a later write replaced is stale
-        self._run_ends: List[_RunEnd] = []
+        # journal id -> a heap of its run-end writes; one a later write replaced is stale
+        self._run_ends: Dict[str, List[_RunEnd]] = {}
         self.before_append: Optional[AppendHook] = None
         self.after_append: Optional[AppendHook] = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(in process memory)"
 
     def load_run(self, journal_id: str, key: str, seq: int) -> Dict[Tuple[str, int], JournalEntry]:
         """Every entry of one record's run, by (step, ordinal); ``{}`` if none.
@@ -101,16 +106,17 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
             for entry in entries:
                 run[(entry.step, entry.ordinal)] = (entry, committed_at)
                 if (entry.step, entry.ordinal) == _RUN_END:
-                    heapq.heappush(self._run_ends, (committed_at, journal_id, key, seq))
+                    heapq.heappush(self._run_ends.setdefault(journal_id, []), (committed_at, key, seq))
             self.writes += 1
         if self.after_append is not None:
             self.after_append(entries)
 
-    def prune(self, finished_before_s: float) -> int:
-        """Delete every entry of runs whose ``RUN_END`` entry was committed
-        before ``finished_before_s`` (Unix seconds), with the sub-agent runs
-        nested under them (see ``_sql.prune_run``); runs without one stay.
-        At most ``PRUNE_BATCH_RUNS`` runs per hold of the lock.
+    def prune(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete every entry of ``journal_id``'s runs whose ``RUN_END``
+        entry was committed before ``finished_before_s`` (Unix seconds), with
+        the sub-agent runs nested under them (see ``_sql.prune_run``); runs
+        without one stay, and so does every other journal's run. At most
+        ``PRUNE_BATCH_RUNS`` runs per hold of the lock.
 
         Returns:
             The number of entries deleted.
@@ -118,17 +124,25 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
         deleted = 0
         while True:
             with self._lock:
+                heap = self._run_ends.get(journal_id, [])
                 for _ in range(PRUNE_BATCH_RUNS):
-                    if not self._run_ends or self._run_ends[0][0] >= finished_before_s:
+                    if not heap or heap[0][0] >= finished_before_s:
+                        if not heap:
+                            self._run_ends.pop(journal_id, None)
                         return deleted
-                    run_end = heapq.heappop(self._run_ends)
-                    if self._is_current(run_end):
-                        deleted += self._delete_runs(*run_end[1:])
+                    run_end = heapq.heappop(heap)
+                    if self._is_current(journal_id, run_end):
+                        deleted += self._delete_runs(journal_id, *run_end[1:])
 
-    def _is_current(self, run_end: _RunEnd) -> bool:
-        """Whether ``run_end`` is its run's marker as it stands (not pruned,
-        not replaced by a later write)."""
-        committed_at, journal_id, key, seq = run_end
+    def journal_ids(self, limit: int) -> List[str]:
+        """Up to ``limit`` journal ids with a finished run, sorted."""
+        with self._lock:
+            return sorted(journal_id for journal_id, heap in self._run_ends.items() if heap)[: max(limit, 0)]
+
+    def _is_current(self, journal_id: str, run_end: _RunEnd) -> bool:
+        """Whether ``run_end`` of ``journal_id`` is its run's marker as it
+        stands (not pruned, not replaced by a later write)."""
+        committed_at, key, seq = run_end
         marker = self._runs.get((journal_id, key, seq), {}).get(_RUN_END)
         return marker is not None and marker[1] == committed_at
 
@@ -144,17 +158,17 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
             self._journals.pop((key, seq), None)
         return deleted
 
-    def _runs_ended_before(self, finished_before_s: float) -> List[RunKey]:
-        """The runs whose ``RUN_END`` is older than the cutoff: a walk of the
-        heap's entries below it, never of the rest."""
+    def _runs_ended_before(self, finished_before_s: float, journal_id: str) -> List[RunKey]:
+        """``journal_id``'s runs whose ``RUN_END`` is older than the cutoff:
+        a walk of that journal's heap entries below it, never of the rest."""
         ended: List[RunKey] = []
         with self._lock:
-            heap, stack = self._run_ends, [0]
+            heap, stack = self._run_ends.get(journal_id, []), [0]
             while stack:
                 index = stack.pop()
                 if index < len(heap) and heap[index][0] < finished_before_s:
-                    if self._is_current(heap[index]):
-                        ended.append(heap[index][1:])
+                    if self._is_current(journal_id, heap[index]):
+                        ended.append((journal_id, *heap[index][1:]))
                     stack += (2 * index + 1, 2 * index + 2)
         return ended
 

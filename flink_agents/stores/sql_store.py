@@ -154,16 +154,18 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
         self._call("append", (journal_id, key, seq), write, write=True, counted=True)
 
-    def prune(self, finished_before_s: float) -> int:
-        """Delete every entry of runs whose ``RUN_END`` entry was committed
-        before ``finished_before_s`` (Unix seconds), with the entries of the
-        sub-agent runs nested under them.
+    def prune(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete every entry of ``journal_id``'s runs whose ``RUN_END``
+        entry was committed before ``finished_before_s`` (Unix seconds),
+        with the entries of the sub-agent runs nested under them. Another
+        journal's runs are never deleted, nor paged through.
 
-        The work is proportional to what it deletes: finished runs are read
-        from the run-end index ``PRUNE_WINDOW_RUNS`` at a time, deleted in
-        key order ``PRUNE_BATCH_RUNS`` at a time, each batch one transaction,
-        and the write lock is released between batches (see ``_sql``). A run and its nested runs go
-        in one batch, so a failure midway leaves whole runs deleted or kept.
+        The work is proportional to what it deletes: the journal's finished
+        runs are read from the run-end index ``PRUNE_WINDOW_RUNS`` at a time,
+        deleted in key order ``PRUNE_BATCH_RUNS`` at a time, each batch one
+        transaction, and the write lock is released between batches (see
+        ``_sql``). A run and its nested runs go in one batch, so a failure
+        midway leaves whole runs deleted or kept.
 
         Returns:
             The number of entries deleted.
@@ -174,7 +176,20 @@ class SQLJournalStore(JournalStore, CallbackStore):
             JournalReplacedError: The SQLite file was removed or replaced.
             JournalStoreError: A batch failed otherwise and was rolled back.
         """
-        return self._prune("prune", _sql.PRUNE, finished_before_s)
+        return self._prune("prune", _sql.PRUNE, finished_before_s, journal_id)
+
+    def journal_ids(self, limit: int) -> List[str]:
+        """Up to ``limit`` journal ids with a finished run, sorted: one seek
+        of the run-end index per id (``_sql.select_journal_ids``).
+
+        Raises:
+            JournalStoreError: As ``load_run``.
+        """
+        def read(connection: Any) -> List[str]:
+            selected = connection.execute(_sql.select_journal_ids(limit, self._dialect.indexed_by)).fetchall()
+            return [row[0] for row in selected]
+
+        return self._call("journal_ids", None, read) if limit > 0 else []
 
     def count_entries(self) -> int:
         """How many entries the journal holds, over all journals and runs.
@@ -308,10 +323,10 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
         return self._call("close_run", (journal_id, key, seq), write, write=True)
 
-    def prune_callbacks(self, finished_before_s: float) -> int:
-        """Delete the callbacks of runs whose ``RUN_END`` was committed before
-        ``finished_before_s`` (Unix seconds), nested runs' included (see
-        ``CallbackStore.prune_callbacks``), in batches as ``prune``.
+    def prune_callbacks(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete the callbacks of ``journal_id``'s runs whose ``RUN_END`` was
+        committed before ``finished_before_s`` (Unix seconds), nested runs'
+        included (see ``CallbackStore.prune_callbacks``), in batches as ``prune``.
 
         Returns:
             How many callbacks it deleted.
@@ -319,12 +334,12 @@ class SQLJournalStore(JournalStore, CallbackStore):
         Raises:
             JournalStoreError: As ``prune``.
         """
-        return self._prune("prune_callbacks", _sql_callbacks.PRUNE, finished_before_s)
+        return self._prune("prune_callbacks", _sql_callbacks.PRUNE, finished_before_s, journal_id)
 
-    def _prune(self, operation: str, delete_run: str, finished_before_s: float) -> int:
-        """Page through the runs that ended before the cutoff in run-end
-        order, ``PRUNE_WINDOW_RUNS`` at a time (a read); delete each page's
-        runs in key order (``_sql.prune_order``) with ``delete_run``,
+    def _prune(self, operation: str, delete_run: str, finished_before_s: float, journal_id: str) -> int:
+        """Page through ``journal_id``'s runs that ended before the cutoff in
+        run-end order, ``PRUNE_WINDOW_RUNS`` at a time (a read); delete each
+        page's runs in key order (``_sql.prune_order``) with ``delete_run``,
         ``PRUNE_BATCH_RUNS`` runs per transaction (and per retried call).
 
         A run found here has ended; deleting it in a later transaction than
@@ -334,12 +349,12 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
         def page(connection: Any) -> List[Any]:
             return connection.execute(
-                self._sql(_sql.SELECT_ENDED), (float(finished_before_s), *after)
+                self._sql(_sql.SELECT_ENDED), (journal_id, float(finished_before_s), *after)
             ).fetchall()
 
         while True:
             ended = self._call(operation, None, page)
-            runs = _sql.prune_order(ended)
+            runs = _sql.prune_order(journal_id, ended)
             for start in range(0, len(runs), _sql.PRUNE_BATCH_RUNS):
                 batch = [_sql.run_parameters(*run) for run in runs[start : start + _sql.PRUNE_BATCH_RUNS]]
                 deleted += self._call(operation, None, _deleting(self._sql(delete_run), batch), write=True)

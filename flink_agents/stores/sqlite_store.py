@@ -146,6 +146,9 @@ class SQLiteDialect(Dialect):
     placeholder = "?"
     upsert = _sql.SQLITE_UPSERT
     integer, real, blob = "INTEGER", "REAL", "BLOB"
+    # Without statistics SQLite walks the primary key for the journal-id
+    # scan, nested sub-agent journals' rows and all.
+    indexed_by = f"INDEXED BY {_sql.RUN_END_INDEX}"
 
     def __init__(self, path: Path, busy_timeout_ms: int = 30000, synchronous: str = "FULL") -> None:
         if busy_timeout_ms < 0:

@@ -12,6 +12,11 @@ prune's pages back from the WAL (a checkpoint), whatever the size. For the SQL s
 in a loop during the prune and the slowest of its appends is printed: a prune
 that holds the write lock throughout shows up there.
 
+``--other-job`` also fills the same number of finished runs of a second job
+(journal id ``other-job``, same keys and sequence numbers, older than the
+cutoff) into the same store: the prune of ``job`` must leave every one of
+them, and cost about the same per pruned run as without them.
+
 PostgreSQL runs when ``FLINK_AGENTS_POSTGRES_DSN`` is set (a fresh schema,
 dropped afterwards). Not a test: run it, read the figures.
 
@@ -58,15 +63,17 @@ def run_entries(n: int) -> List[JournalEntry]:
     ]
 
 
-def fill(store: Any, runs: int, clock: List[float]) -> None:
-    """``runs`` finished runs, one second apart from t=0, through the port."""
+def fill(store: Any, runs: int, clock: List[float], journal_id: str = "job") -> None:
+    """``runs`` finished runs of ``journal_id``, one second apart from t=0,
+    through the port."""
     for n in range(runs):
         clock[0] = float(n)
         key = f"k{n % 997}"
-        store.append("job", key, n, run_entries(n))
+        store.append(journal_id, key, n, run_entries(n))
         if n % 8 == 0:
-            store.append(f"job/call-{n}", key, n, run_entries(n)[:2])
-            store.register(CallbackRef(f"job/call-{n}", key, n, "wait@0", 0), f"cb-{n}", "p", n, n + 1)
+            store.append(f"{journal_id}/call-{n}", key, n, run_entries(n)[:2])
+            store.register(CallbackRef(f"{journal_id}/call-{n}", key, n, "wait@0", 0), f"{journal_id}-cb-{n}",
+                           "p", n, n + 1)
 
 
 @contextmanager
@@ -120,10 +127,12 @@ def checkpoint(store: Any, mode: str) -> None:
             connection.close()
 
 
-def measure(kind: str, make: Callable[[List[float]], Any], runs: int) -> str:
+def measure(kind: str, make: Callable[[List[float]], Any], runs: int, other_job: bool = False) -> str:
     clock = [0.0]
     store = make(clock)
     fill(store, runs, clock)
+    if other_job:
+        fill(store, runs, clock, "other-job")
     before = store.count_entries()
     cutoff = runs * 0.1
     other = (lambda: make([1e9])) if kind != "memory" else None
@@ -131,8 +140,8 @@ def measure(kind: str, make: Callable[[List[float]], Any], runs: int) -> str:
     with concurrent_writer(other) as latencies:
         time.sleep(0.01)
         started, cpu_started = time.perf_counter(), time.thread_time()
-        callbacks = store.prune_callbacks(cutoff)
-        entries = store.prune(cutoff)
+        callbacks = store.prune_callbacks(cutoff, "job")
+        entries = store.prune(cutoff, "job")
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
     # After the writer stopped: one large write-back would stall its appends
     # behind the disk's fsync, where auto-checkpoints come 1,000 pages at a time.
@@ -140,6 +149,10 @@ def measure(kind: str, make: Callable[[List[float]], Any], runs: int) -> str:
     checkpoint(store, "PASSIVE")
     write_back = time.perf_counter() - started
     elapsed, cpu = elapsed + write_back, cpu + time.thread_time() - cpu_started
+    if other_job:  # the other job's runs older than the cutoff are all there, nested ones too
+        for n in range(0, int(cutoff), 8):
+            assert len(store.load_run("other-job", f"k{n % 997}", n)) == len(run_entries(n)), f"other-job lost #{n}"
+            assert len(store.load_run(f"other-job/call-{n}", f"k{n % 997}", n)) == 2, f"other-job lost #{n}'s child"
     store.close()
     pruned_runs = int(cutoff)
     slowest = f"{max(latencies) * 1000:8.1f}" if latencies else "       -"
@@ -174,6 +187,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stores", default="memory,sqlite,postgres")
     parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES))
+    parser.add_argument("--other-job", action="store_true",
+                        help="fill as many runs of a second job into the same store (never pruned)")
     args = parser.parse_args()
     kinds = [kind.strip() for kind in args.stores.split(",") if kind.strip()]
     if "postgres" in kinds and not os.environ.get(DSN_ENV):
@@ -186,7 +201,7 @@ def main() -> None:
         for kind in kinds:
             for runs in (int(size) for size in args.sizes.split(",")):
                 with stores(kind, Path(directory)) as make:
-                    print(measure(kind, make, runs), flush=True)
+                    print(measure(kind, make, runs, args.other_job), flush=True)
 
 
 if __name__ == "__main__":

@@ -77,9 +77,9 @@ class TimedPrune:
         self._prune = store.prune
         store.prune = self  # type: ignore[method-assign]  # this bench's probe only
 
-    def __call__(self, finished_before_s: float) -> int:
+    def __call__(self, finished_before_s: float, journal_id: str) -> int:
         started = time.perf_counter()
-        deleted = self._prune(finished_before_s)
+        deleted = self._prune(finished_before_s, journal_id)
         self.seconds += time.perf_counter() - started
         self.deleted += deleted
         return deleted

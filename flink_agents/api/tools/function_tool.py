@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from pydantic import ConfigDict, Field, model_validator
 
+from flink_agents.api.decorators import TOOL_UNTRUSTED_ATTR
 from flink_agents.api.function import PythonFunction
 from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
 from flink_agents.api.tools.utils import create_schema_from_function, docstring_description, json_schema_of
@@ -40,16 +41,21 @@ class FunctionTool(Tool):
     Built with ``FunctionTool.from_callable(func)`` (or
     ``Tool.from_callable``), or as 0.3.1 builds one,
     ``FunctionTool(func=PythonFunction.from_callable(func))``: a
-    ``PythonFunction`` is resolved to its callable, and ``metadata``, when
-    not given, is derived from the function (``metadata_of``).
+    ``PythonFunction`` is resolved to its callable, ``metadata``, when not
+    given, is derived from the function (``metadata_of``), and
+    ``untrusted``, when not given, is what ``@tool(untrusted=...)`` marked.
 
     Attributes:
         func: The function run by ``call`` (not serialized).
+        untrusted: Whether the tool's results (and errors) reach a model as
+            untrusted data (``@tool(untrusted=True)``); default False: as
+            they are, as in 0.3.1.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     func: Callable[..., Any] = Field(exclude=True)
+    untrusted: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -66,6 +72,8 @@ class FunctionTool(Tool):
             raise TypeError(f"FunctionTool: func must be callable or a PythonFunction, got a {type(func).__name__}")
         if data.get("metadata") is None:
             data["metadata"] = metadata_of(func)
+        if data.get("untrusted") is None:  # as @tool(untrusted=...) marked the function
+            data["untrusted"] = bool(getattr(func, TOOL_UNTRUSTED_ATTR, False))
         return data
 
     @classmethod
@@ -73,12 +81,16 @@ class FunctionTool(Tool):
         return ToolType.FUNCTION
 
     @staticmethod
-    def from_callable(func: Callable[..., Any], name: str | None = None) -> "FunctionTool":
+    def from_callable(
+        func: Callable[..., Any], name: str | None = None, untrusted: bool | None = None
+    ) -> "FunctionTool":
         """Build a tool from ``func``.
 
         Args:
             func: A function or a ``staticmethod``.
             name: The tool's name; defaults to ``func.__name__``.
+            untrusted: See the class; None: as ``@tool(untrusted=...)``
+                marked ``func`` (unmarked: False).
 
         Raises:
             TypeError: ``func`` is not callable, or an annotation has no JSON schema.
@@ -87,7 +99,7 @@ class FunctionTool(Tool):
             func = func.__func__
         if not callable(func):
             raise TypeError(f"tool {name or func!r} is not callable")
-        return FunctionTool(metadata=metadata_of(func, name), func=func)
+        return FunctionTool(metadata=metadata_of(func, name), func=func, untrusted=untrusted)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function with ``args`` mapped onto its parameters in

@@ -44,6 +44,14 @@ waits for a worker thread, which nothing can stop, the execution is kept
 for its position and counts as in flight: the retry waits for it
 (``settle_in_flight``), and its result is committed with the retry's write
 and replayed, so one call never has two executions at once.
+
+The input digest (``runtime.durability.input_digest``): the run's first
+write carries the digest of its record on one of its entries, at no extra
+write or row; a replay over another record (a job that kept its
+``job-identifier`` but got other input at the same key and position) fails
+with ``NondeterminismError`` before anything of the journal is used
+(``check_input``). Journals written before carry no digest: they replay
+unchecked.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from flink_agents.runtime.durability.call_threads import CallExecution
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
+from flink_agents.runtime.durability.input_digest import call_digest, journaled_input, mismatch, stamp
 from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.journal import (
     COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry, JournalStore,
@@ -138,11 +147,12 @@ def _matches(entry: JournalEntry, digest: str) -> bool:
     """Whether ``entry`` was journaled for arguments with ``digest``: the
     same digest, or, for an entry an earlier release wrote (its payload has
     no codec mark), the earlier digest of the same arguments."""
-    if entry.args_digest == digest:
+    journaled = call_digest(entry)
+    if journaled == digest:
         return True
     legacy = getattr(digest, "legacy", None)
     written_before = not entry.payload.startswith('{"c":')
-    return legacy is not None and written_before and entry.args_digest == legacy()
+    return legacy is not None and written_before and journaled == legacy()
 
 
 def function_id_of(fn: Callable[..., Any]) -> str:
@@ -164,6 +174,10 @@ class RunJournal:
             landed (the progress stream, ``runtime.features.progress``).
         executors: Where async writes run (the engine's io pool,
             ``runtime.scheduling.executors``); None: the loop's default executor.
+        input_digest: Gives the ``input_digest`` of the run's record, asked
+            for at the run's first write (stamped on one of its entries) and by
+            ``check_input``; None: a run without a record of its own (a
+            sub-agent's nested run), neither stamped nor checked.
     """
 
     def __init__(
@@ -171,6 +185,7 @@ class RunJournal:
         on_commit: Callable[[List[JournalEntry]], None] | None = None,
         executors: Any = None,
         journaled: Dict[Tuple[str, int], JournalEntry] | None = None,
+        input_digest: Callable[[], str] | None = None,
     ) -> None:
         self._store = store
         self._executors = executors
@@ -180,6 +195,9 @@ class RunJournal:
         self._journaled: Dict[Tuple[str, int], JournalEntry] = (
             store.load_run(journal_id, key_text, seq) if journaled is None else journaled
         )
+        self._input_digest = input_digest
+        # The first write stamps one of its entries with the input digest.
+        self._stamp_input = input_digest is not None and not self._journaled
         self._buffer: List[JournalEntry] = []
         self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
         self._in_flight = 0  # calls of this run running now (cut-off executions included)
@@ -199,6 +217,7 @@ class RunJournal:
         cls, store: JournalStore, journal_id: str, key_text: str, seq: int, on_write: Callable[[], None],
         on_commit: Callable[[List[JournalEntry]], None] | None = None,
         executors: Any = None,
+        input_digest: Callable[[], str] | None = None,
     ) -> "RunJournal":
         """The run's journal, its entries read on the io pool (``executors``),
         not on the loop's thread, when the store's reads wait for I/O
@@ -216,7 +235,7 @@ class RunJournal:
             journaled = await asyncio.to_thread(store.load_run, journal_id, key_text, seq)
         else:
             journaled = await executors.io(store.load_run, journal_id, key_text, seq)
-        return cls(store, journal_id, key_text, seq, on_write, on_commit, executors, journaled)
+        return cls(store, journal_id, key_text, seq, on_write, on_commit, executors, journaled, input_digest)
 
     def journaled_entries(self) -> List[JournalEntry]:
         """The entries this run's journal holds (loaded and committed)."""
@@ -227,11 +246,34 @@ class RunJournal:
         """Whether the journal already held entries of this run."""
         return bool(self._journaled)
 
+    def check_input(self, key: Any) -> None:
+        """Before a replay uses anything of the journal: the journal must
+        have been written for this run's record.
+
+        Raises:
+            NondeterminismError: The journal carries the input digest of
+                another record; names the key, the record's sequence number
+                and both digests. A journal without one (written by an
+                earlier release) passes unchecked.
+        """
+        if self._input_digest is None or not self._journaled:
+            return
+        journaled = journaled_input(self._journaled.values())
+        if journaled is None:
+            return
+        current = self._input_digest()
+        if journaled != current:
+            raise mismatch(key, self._run[2], self._run[0], journaled, current)
+
     def _take(self) -> List[JournalEntry]:
         if self._write_failure is not None:
             raise self._write_failure
         entries, self._buffer = self._buffer, []
         self._buffered_errors.clear()
+        if self._stamp_input and entries:
+            assert self._input_digest is not None  # _stamp_input implies it
+            stamp(entries, self._input_digest())
+            self._stamp_input = False
         return entries
 
     def _landed(self, entries: List[JournalEntry]) -> None:
@@ -382,7 +424,7 @@ class RunJournal:
         (``runtime.errors``); other ``BaseException``s (a simulated crash,
         a cancellation) as they are."""
         if isinstance(error, Exception):
-            failure = JournalUnavailable(self._run, error)
+            failure = JournalUnavailable(self._run, error, repr(self._store))
             failure.__cause__ = error
             return failure
         return error
@@ -394,7 +436,7 @@ class RunJournal:
         if entry.function_id != function_id or not _matches(entry, digest):
             raise NondeterminismError(
                 f"step {step!r} call #{ordinal} replays differently: the journal has "
-                f"{entry.function_id} (args {entry.args_digest[:12]}), the action now calls "
+                f"{entry.function_id} (args {call_digest(entry)[:12]}), the action now calls "
                 f"{function_id} (args {digest[:12]}); the action is not deterministic"
             )
         self.calls_replayed += 1

@@ -70,11 +70,18 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     started.
 
     Raises:
-        ActionFailed: An action failed (after its retries) under ``fail``.
+        ActionFailed: An action failed (after its retries) under ``fail``;
+            or the journal was written for another record (the cause is a
+            ``NondeterminismError``, the action the input's first listener).
         RecordSkipped: An action failed under ``skip``.
     """
     state, journal, counters, identity = run.state, run.journal, run.counters, run.identity
     first = InputEvent(input=record.value)
+    try:
+        journal.check_input(identity.key)
+    except NondeterminismError as exc:  # the replay of the input's first listener would diverge
+        listeners = run.plan.actions_for(first.get_type())
+        raise ActionFailed(identity.key, identity.seq, listeners[0].name if listeners else INPUT_STEP, exc) from exc
     first.id = identity.event_id(INPUT_STEP, 0)
     # Each event with its encoded form (None: not encoded yet), from which
     # every listener after the first gets a copy of its own.

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Tuple
 
+from flink_agents.runtime.errors import job_failure
 from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["Applied", "Completion", "Emission", "apply_completions"]
@@ -61,9 +62,15 @@ class Applied:
     failure: BaseException | None = None
 
     def raise_failure(self) -> None:
-        """Raise ``failure`` if there is one."""
-        if self.failure is not None:
-            raise self.failure
+        """Raise ``failure`` if there is one, as the job's failure: an
+        internal ``JournalUnavailable`` as the store's own error, an
+        ``Exception`` naming store and cause (``errors.job_failure``)."""
+        if self.failure is None:
+            return
+        failure = job_failure(self.failure)
+        if failure is self.failure:
+            raise failure
+        raise failure from self.failure
 
 
 def apply_completions(key: Any, state: KeyState, completions: Iterable[Completion]) -> Applied:

@@ -17,7 +17,7 @@ from flink_agents.api.redaction import find_redacted, resolve_secrets
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
-from flink_agents.plan.agent_plan import AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.plan.agent_plan import UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec
 
 __all__ = ["JournaledEmbeddingModel", "ResourceCache", "ResourceContextImpl"]
 
@@ -201,8 +201,10 @@ class ResourceCache:
             resource = LocalPrompt.model_validate(spec.value)
         elif spec.kind == ResourceKind.FUNCTION_TOOL:
             assert spec.function is not None and spec.value is not None  # compiler sets both
+            described = dict(spec.value)
+            untrusted = bool(described.pop(UNTRUSTED_TOOL_KEY, False))
             resource = FunctionTool(
-                metadata=ToolMetadata.model_validate(spec.value), func=spec.function.resolve()
+                metadata=ToolMetadata.model_validate(described), func=spec.function.resolve(), untrusted=untrusted
             )
         else:
             assert spec.descriptor is not None  # DESCRIPTOR and SERIALIZED carry one

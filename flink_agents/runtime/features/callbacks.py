@@ -429,7 +429,7 @@ class CallbackHub:
         for record in records:
             self._finished.discard(record.callback_id)
 
-    def prune(self, finished_before_s: float) -> int:
-        """Delete the callbacks of runs that ended before ``finished_before_s``
-        (Unix seconds); call it before the journal's prune."""
-        return self._store.prune_callbacks(finished_before_s)
+    def prune(self, finished_before_s: float, journal_id: str) -> int:
+        """Delete the callbacks of ``journal_id``'s runs that ended before
+        ``finished_before_s`` (Unix seconds); call it before the journal's prune."""
+        return self._store.prune_callbacks(finished_before_s, journal_id)

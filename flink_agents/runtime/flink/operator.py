@@ -158,6 +158,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
             self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline,
             task=task_identity(runtime_context),
         )
+        self._engine.report_shared_store()  # subtask 0 only
         max_runs = self._engine.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
         # Thread mode never calls close() on cancel or stop-with-savepoint:
         # a runner whose operator stopped calling starts no new record.

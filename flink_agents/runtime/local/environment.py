@@ -131,6 +131,7 @@ class LocalAgentBuilder(AgentBuilder):
         in_memory = (options.get(RuntimeOptions.JOURNAL_STORE) or "memory").strip().lower() == "memory"
         default_id = "local" if in_memory else uuid.uuid4().hex[:12]
         engine = AgentEngine(self._plan, options, job_id=options.get(AgentConfigOptions.JOB_IDENTIFIER) or default_id)
+        engine.report_shared_store()
         ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
         driver = LocalDriver(
             memory_ttl_s=ttl_ms / 1000.0 if ttl_ms else None,
