@@ -250,6 +250,20 @@ def test_a_first_write_of_calls_only_carries_the_digest_on_its_call(journal: Dic
     assert len(CALLS) == 2
 
 
+def test_the_digest_goes_on_an_entry_written_once() -> None:
+    """A completion or the run end where the write has one, else a call;
+    never a step's count of failed attempts, which each retry writes again."""
+    from flink_agents.runtime.durability.input_digest import stamp
+    from flink_agents.stores import COMPLETION, FAILED_ATTEMPTS, JournalEntry
+
+    call = JournalEntry("go@0", 0, "m:f", "ab" * 32, "{}")
+    failed = JournalEntry("go@0", FAILED_ATTEMPTS, "", "", '{"failed": 1}')
+    done = JournalEntry("go@0", COMPLETION, "", "", "{}")
+    for write, at in (([call, failed], 0), ([failed, call, done], 2), ([call, run_end()], 1)):
+        stamp(write, "d")
+        assert [e.args_digest.endswith("|input:d") for e in write] == [n == at for n in range(len(write))]
+
+
 # --- 3. a store holding other jobs' journal ids is reported at start ----------------------
 
 
