@@ -218,3 +218,57 @@ def test_a_replay_of_a_tampered_journal_row_fails_and_runs_nothing(store: str, t
 
 def test_decode_errors_are_value_errors() -> None:
     assert issubclass(ClassNotAllowed, DecodeError) and issubclass(DecodeError, ValueError)
+
+
+# --- names that reach past the checks (found by a review after the first fix) -------------
+
+
+@pytest.mark.parametrize("data", [
+    # a runtime module's attribute holding another package's module
+    {"$exception": {"type": "flink_agents.api.yaml._source:yaml.YAMLError", "message": "x", "args": ["x"], "attrs": {}}},
+    {"$enum": "flink_agents.runtime.durability.codec_classes:sys.flags", "value": 1},
+])
+def test_a_name_cannot_reach_another_packages_class_through_a_runtime_module(data: Dict[str, Any]) -> None:
+    with pytest.raises(ClassNotAllowed, match=r"reaches through a module|package this job does not use"):
+        decode(data)
+
+
+def _imports_in_a_fresh_interpreter(tmp_path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+    """Decode ``data`` in a new interpreter with its own ``$HOME``; which
+    modules that loaded, and which files appeared in ``$HOME``."""
+    import os
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import json, sys\n"
+        "from flink_agents.runtime.durability.codec import decode\n"
+        "import flink_agents.runtime.engine\n"
+        "before = set(sys.modules)\n"
+        "try:\n"
+        f"    decode(json.loads({json.dumps(json.dumps(data))}))\n"
+        "    outcome = 'decoded'\n"
+        "except Exception as e:\n"
+        "    outcome = type(e).__name__\n"
+        "print(json.dumps({'outcome': outcome, 'new': sorted(set(sys.modules) - before)}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(home)}, check=True)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["home"] = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    return report
+
+
+@pytest.mark.parametrize("data", [
+    {"$enum": "flink_agents.runtime.memory.mem0.adapters:X", "value": 1},          # would import mem0 (writes ~/.mem0)
+    {"$enum": "flink_agents.integrations.frameworks.langgraph:X", "value": 1},     # would trust langchain_core
+    {"$enum": "concurrent.futures:ProcessPoolExecutor", "value": 1},               # a lazy module __getattr__
+    {"$enum": "pyflink.common.types:RowKind", "value": 0},                         # Row's module, not a $row
+    {"$enum": "pydantic.mypy:X", "value": 1},                                      # a submodule of a trusted package
+])
+def test_a_refused_name_imports_nothing_and_writes_nothing(tmp_path: Path, data: Dict[str, Any]) -> None:
+    report = _imports_in_a_fresh_interpreter(tmp_path, data)
+
+    assert report["outcome"] != "decoded"
+    assert report["new"] == [] and report["home"] == [], report

@@ -19,10 +19,15 @@ the jobs that replay it. So a name read back resolves only
   actions, tools and resources reach, found by ``register_plan_classes``, and
   those the framework integrations journal).
 
-Nothing named by data is imported, except modules of ``flink_agents`` itself
-and, for a package already trusted and loaded, its submodules; a module of
-the standard library or of a trusted package must already be loaded (the
-job's code imported it). Anything else fails with ``ClassNotAllowed`` (a
+Nothing named by data is imported (an import runs the module's code and
+what it imports in turn) but the runtime's core modules (``api``, ``plan``,
+``runtime``, ``stores``: the standard library and the runtime's own
+dependencies); every other module, the integrations' included, must already
+be loaded (the runtime or the job's code imported it). The
+name is followed without running code (no module ``__getattr__``, no
+descriptor) and only through classes, and the class found must itself be
+of an allowed package (a ``flink_agents`` module's ``yaml`` attribute does
+not make ``yaml``'s classes nameable). Anything else fails with ``ClassNotAllowed`` (a
 ``DecodeError``, so a ``ValueError``) naming the tag and the name.
 
 Classes that travelled to a Flink Python worker by value (defined in the job's
@@ -43,7 +48,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import sys
+import types
 import threading
 from enum import Enum
 from typing import Any, Callable, Dict, Set, Tuple
@@ -207,26 +214,59 @@ def _is_trusted(module: str) -> bool:
             return False
 
 
+def _allowed_module(module: str) -> bool:
+    """Whether classes of ``module`` are ones stored data may name."""
+    top = module.partition(".")[0]
+    return top == "flink_agents" or top in _STDLIB or _is_trusted(module)
+
+
 def _module_for(module: str, kind: Kind, name: str) -> Any:
-    """The loaded module ``module``, imported only where that is safe.
+    """The loaded module ``module``; nothing is ever imported for data (an
+    import runs code: a package's own, and what it imports in turn).
 
     Raises:
         ClassNotAllowed: The module is not of a package the job uses.
-        ImportError: It is, but it is not loaded (nothing is imported).
+        ImportError: It is, but it is not loaded here.
     """
-    loaded = sys.modules.get(module)
-    top = module.partition(".")[0]
-    if top == "flink_agents" or f"{module}:Row" == _ROW:
-        return loaded if loaded is not None else importlib.import_module(module)
-    stdlib = top in _STDLIB
-    if not stdlib and not _is_trusted(module):
+    if kind is ROW:
+        allowed = f"{module}:Row" == _ROW
+    else:
+        allowed = _allowed_module(module)
+    if not allowed:
         raise ClassNotAllowed(kind.tag, name, f"is not a class of a package this job uses (module {module})")
-    if loaded is not None:
-        return loaded
-    parent = module.rpartition(".")[0]
-    if not stdlib and parent in sys.modules:  # a submodule of a package the job already uses
+    loaded = sys.modules.get(module)
+    if loaded is None and _importable_runtime_module(module):
         return importlib.import_module(module)
-    raise ImportError(f"module {module} is not loaded here, so {name!r} is not read back (nothing is imported)")
+    if loaded is None:
+        raise ImportError(f"module {module} is not loaded here, so {name!r} is not read back (nothing is imported)")
+    return loaded
+
+
+# Parts of the runtime whose import loads other packages (a provider SDK, a
+# framework, mem0, which writes ~/.mem0, PyFlink, aiohttp): never imported
+# for data. The rest imports only the standard library and the runtime's
+# own dependencies.
+_NOT_IMPORTED_FOR_DATA = (
+    "flink_agents.integrations", "flink_agents.ingress", "flink_agents.cli", "flink_agents.jobs",
+    "flink_agents.runtime.flink", "flink_agents.runtime.memory",
+)
+
+
+def _importable_runtime_module(module: str) -> bool:
+    return module.partition(".")[0] == "flink_agents" and not any(
+        module == prefix or module.startswith(prefix + ".") for prefix in _NOT_IMPORTED_FOR_DATA
+    )
+
+
+def _static_attribute(owner: Any, part: str) -> Any:
+    """``owner.part`` read without running code: no module ``__getattr__``
+    (a lazy import), no descriptor, no metaclass hook."""
+    if isinstance(owner, types.ModuleType):
+        return vars(owner).get(part, _MISSING)
+    return inspect.getattr_static(owner, part, _MISSING)
+
+
+_MISSING = object()
 
 
 def resolve_class(name: Any, kind: Kind) -> type:
@@ -249,8 +289,17 @@ def resolve_class(name: Any, kind: Kind) -> type:
     found: Any = _REGISTRY.get(f"{module}:{qualname}")
     if found is None:
         found = _module_for(module, kind, name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
+        for i, part in enumerate(qualname.split(".")):
+            if i and not isinstance(found, type):  # only classes nest: no path through another module
+                raise ClassNotAllowed(kind.tag, name, f"reaches through a {type(found).__name__}, not a class")
+            found = _static_attribute(found, part)
+            if found is _MISSING:
+                raise AttributeError(f"{name!r}: no {part!r} there (the code changed since it was written?)")
+        if isinstance(found, type) and not (
+            _allowed_module(found.__module__) if kind is not ROW else _name_of(found) == _ROW
+        ):
+            raise ClassNotAllowed(kind.tag, name, f"is the class {found.__module__}.{found.__qualname__}, of a "
+                                                  "package this job does not use")
     if not isinstance(found, type) or not kind.accepts(found):
         what = f"the class {found.__qualname__}" if isinstance(found, type) else f"a {type(found).__name__}"
         raise ClassNotAllowed(kind.tag, name, f"is {what}, not {kind.what}")
