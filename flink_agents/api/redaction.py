@@ -39,11 +39,13 @@ from typing import Any, Mapping
 __all__ = [
     "REDACTED",
     "SECRET_REFERENCE",
+    "KEEP_SECRETS",
     "find_redacted",
     "is_secret_name",
     "is_secret_reference",
     "redact",
     "redact_text",
+    "redacted_for_serialization",
     "resolve_secrets",
     "secret_from_env",
 ]
@@ -125,6 +127,17 @@ def redact(value: Any, name: str | None = None) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+# The serialization context that keeps secrets in a model's dump (equality
+# of plans compares the real values); every other dump is redacted.
+KEEP_SECRETS = {"secrets": "keep"}
+
+
+def redacted_for_serialization(value: Any, context: Any) -> Any:
+    """``value`` for a pydantic field serializer: ``redact(value)``, unless
+    the dump's ``context`` is ``KEEP_SECRETS``."""
+    return value if context == KEEP_SECRETS else redact(value)
 
 
 def _pair(match: re.Match) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Callable, ClassVar, Dict, Type
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializationInfo, field_serializer, model_validator
 from pydantic_core import PydanticSerializationError
 
-from flink_agents.api.redaction import redact
+from flink_agents.api.redaction import redact, redacted_for_serialization
 from flink_agents.api.resource_context import ResourceContext
 
 __all__ = [
@@ -188,10 +188,8 @@ class ResourceDescriptor(BaseModel):
     @field_serializer("arguments")
     def _redacted_arguments(self, arguments: Dict[str, Any], info: SerializationInfo) -> Dict[str, Any]:
         # Serialized forms are for people and files: secrets never go there
-        # (``context={"secrets": "keep"}``: equality of plans, tests).
-        if isinstance(info.context, dict) and info.context.get("secrets") == "keep":
-            return arguments
-        return redact(arguments)
+        # (but under KEEP_SECRETS: equality of plans).
+        return redacted_for_serialization(arguments, info.context)
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():

@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 
 from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, field_serializer
 
-from flink_agents.api.redaction import redact
+from flink_agents.api.redaction import KEEP_SECRETS, redact, redacted_for_serialization
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.plan.function_ref import FunctionRef
 
@@ -42,9 +42,7 @@ class ActionSpec(BaseModel):
 
     @field_serializer("config")
     def _redacted_config(self, config: Dict[str, Any], info: SerializationInfo) -> Dict[str, Any]:
-        if isinstance(info.context, dict) and info.context.get("secrets") == "keep":
-            return config
-        return redact(config)
+        return redacted_for_serialization(config, info.context)
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
@@ -99,7 +97,7 @@ class AgentPlan(BaseModel):
         # read back from JSON has none).
         if not isinstance(other, AgentPlan):
             return NotImplemented
-        keep = {"secrets": "keep"}
+        keep = KEEP_SECRETS
         return self.model_dump(context=keep) == other.model_dump(context=keep)
 
     __hash__ = None  # type: ignore[assignment]
