@@ -23,7 +23,9 @@ new Python worker takes seconds on this machine): every key runs until it is
 inside its crash call (after the call's work, before its result is journaled)
 and waits there; once every key waits, no other call is in flight in the
 worker, and every call that ended has its result in the SQLite journal, the
-worker exits with ``os._exit``. So at the kill each key is exactly at its
+worker exits with ``os._exit`` (checked and done under the lock that every
+line of the calls file is written under, so no call starts or ends between
+the check and the kill). So at the kill each key is exactly at its
 crash point, nothing completed is uncommitted, and the restarted job replays
 all keys at once.
 
@@ -52,7 +54,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter, defaultdict
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -89,11 +91,26 @@ RESTART_TIMEOUT_S = 45.0  # no sign of a restarted job this long after the kill:
 # --- the calls and the kill ----------------------------------------------------------------------------
 
 
+@contextmanager
+def _notes_locked(run: Dict[str, Any]) -> Iterator[None]:
+    """Hold the calls file's lock (``flock``: between processes, and between
+    threads of one process, each opening the lock file itself). Every line
+    is noted under it, and the kill decision is taken and carried out under
+    it: no call can start or end between the check that the worker is quiet
+    and the kill (the lock dies with the killed process)."""
+    with open(Path(run["markers"]) / "calls.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _note(run: Dict[str, Any], call: str, event: str, **more: Any) -> None:
-    """Append one line to the calls file (one small O_APPEND write: lines of
-    concurrent processes do not interleave)."""
+    """Append one line to the calls file (one small O_APPEND write, under
+    ``_notes_locked``)."""
     line = {"key": run["key"], "call": call, "event": event, **more, "pid": os.getpid(), "t": time.time()}
-    with open(run["calls"], "a", encoding="utf-8") as out:
+    with _notes_locked(run), open(run["calls"], "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
 
 
@@ -138,14 +155,18 @@ def _quiet(run: Dict[str, Any], arrived: Dict[str, str]) -> bool:
     return all(_journaled_calls(run["journal"], key) == count for key, count in ended.items())
 
 
-def _arrive(run: Dict[str, Any], call: str) -> bool:
-    """This call is its key's crash point: note the arrival. Returns whether
-    the worker is to be killed now: every crash key arrived and the worker
-    is quiet (``_quiet``)."""
+def _arrive(run: Dict[str, Any], call: str, give_up: bool) -> None:
+    """This call is its key's crash point: note the arrival, and kill the
+    worker if every crash key arrived and the worker is quiet (``_quiet``),
+    or if ``give_up`` (the barrier timed out: the test then fails). The
+    check and the kill happen under the calls file's lock, so the worker
+    is still quiet when it dies."""
     markers = Path(run["markers"])
     (markers / f"arrived.{run['key']}").write_text(call, encoding="utf-8")
-    arrived = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8") for p in markers.glob("arrived.*")}
-    return len(arrived) >= run["crash_keys"] and _quiet(run, arrived)
+    with _notes_locked(run):
+        arrived = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8") for p in markers.glob("arrived.*")}
+        if give_up or (len(arrived) >= run["crash_keys"] and _quiet(run, arrived)):
+            _kill(run)
 
 
 def _kill(run: Dict[str, Any]) -> None:
@@ -166,9 +187,9 @@ async def _finished(run: Dict[str, Any], call: str, result: Any) -> Any:
     killed yet; else note the result and return it."""
     if _crashes_here(run, call):
         deadline = time.monotonic() + BARRIER_TIMEOUT_S
-        while not _arrive(run, call) and time.monotonic() < deadline:
+        while True:  # until _arrive kills the worker
+            _arrive(run, call, give_up=time.monotonic() > deadline)
             await asyncio.sleep(0.05)
-        _kill(run)
     _note(run, call, "end", result=result)
     return result
 
@@ -177,9 +198,9 @@ def _finished_in_thread(run: Dict[str, Any], call: str, result: Any) -> Any:
     """``_finished`` of a call running on a worker thread (a plain tool)."""
     if _crashes_here(run, call):
         deadline = time.monotonic() + BARRIER_TIMEOUT_S
-        while not _arrive(run, call) and time.monotonic() < deadline:
+        while True:  # until _arrive kills the worker
+            _arrive(run, call, give_up=time.monotonic() > deadline)
             time.sleep(0.05)
-        _kill(run)
     _note(run, call, "end", result=result)
     return result
 

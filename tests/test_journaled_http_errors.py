@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import aiohttp
+import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 import requests
@@ -92,6 +94,17 @@ def call_openai(url: str) -> str:
     return "ok"
 
 
+def call_anthropic(url: str) -> str:
+    client = anthropic.Anthropic(base_url=url, api_key=API_KEY, max_retries=0)
+    client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    return "ok"
+
+
+def call_ollama(url: str) -> str:
+    ollama.Client(host=url).chat(model="m", messages=[{"role": "user", "content": "hi"}])
+    return "ok"
+
+
 class HttpAgent(Agent):
     @action(InputEvent)
     @staticmethod
@@ -117,6 +130,15 @@ class HttpAgent(Agent):
             await ctx.durable_execute_async(call_openai, url)
         except openai.APIStatusError as e:
             seen["openai"] = [type(e).__name__, e.status_code, e.response.headers["retry-after"], e.body]
+        try:
+            await ctx.durable_execute_async(call_anthropic, url)
+        except anthropic.APIStatusError as e:
+            seen["anthropic"] = [type(e).__name__, e.status_code, e.response.headers["retry-after"],
+                                 e.response.request.url.path]
+        try:
+            await ctx.durable_execute_async(call_ollama, url)
+        except ollama.ResponseError as e:
+            seen["ollama"] = [type(e).__name__, e.status_code, "overloaded, retry later" in str(e.error)]
         ctx.send_event(OutputEvent(output=seen))
 
 
@@ -125,6 +147,8 @@ EXPECTED = {
     "requests": [503, "7", '{"error": ', True, "Service Unavailable"],
     "aiohttp": [503, "7", True, "GET"],
     "openai": ["InternalServerError", 503, "7", {"message": "overloaded, retry later", "type": "server_error"}],
+    "anthropic": ["ServiceUnavailableError", 503, "7", "/v1/messages"],
+    "ollama": ["ResponseError", 503, True],
 }
 
 
@@ -143,12 +167,12 @@ def test_http_client_errors_keep_status_headers_and_body_on_the_first_run_and_on
     journal = tmp_path / "journal.db"
 
     assert _run(server, journal) == [{"k": EXPECTED}]
-    assert len(_Overloaded.hits) == 4
+    assert len(_Overloaded.hits) == 6
 
     with sqlite3.connect(journal) as db:  # as a crash after the calls leaves the run
         db.execute("DELETE FROM journal WHERE function_id = ''")
     assert _run(server, journal) == [{"k": EXPECTED}]
-    assert len(_Overloaded.hits) == 4  # replayed, not called again
+    assert len(_Overloaded.hits) == 6  # replayed, not called again
 
     stored = b"".join(Path(f"{journal}{suffix}").read_bytes() for suffix in ("", "-wal") if Path(f"{journal}{suffix}").exists())
     assert b"503" in stored and b"Retry-After" in stored.replace(b"retry-after", b"Retry-After")
@@ -169,3 +193,25 @@ def test_an_arg_the_codec_cannot_carry_becomes_none_and_is_named() -> None:
 
 class LookupFailed(Exception):
     pass
+
+
+def test_what_an_http_error_journals_is_bounded() -> None:
+    """A 2 MB body and 500 headers: the replayed error keeps the first
+    ``MAX_TEXT_CHARS`` of text and ``MAX_HEADERS`` headers, each cut to
+    ``MAX_HEADER_CHARS``; the status stays."""
+    from flink_agents.runtime.durability.codec import decode, encode
+    from flink_agents.runtime.durability.codec_http import MAX_HEADER_CHARS, MAX_HEADERS, MAX_TEXT_CHARS
+
+    headers = [(f"x-h{i}", "v" * 5000) for i in range(500)]
+    response = httpx.Response(503, headers=headers, text="e" * 2_000_000,
+                              request=httpx.Request("GET", "http://127.0.0.1/big"))
+    error = httpx.HTTPStatusError("overloaded", request=response.request, response=response)
+
+    stored = encode(error)
+    back = decode(stored)
+
+    assert type(back) is httpx.HTTPStatusError and back.response.status_code == 503
+    assert back.response.text == "e" * MAX_TEXT_CHARS
+    assert len([name for name in back.response.headers if name.startswith("x-h")]) == MAX_HEADERS
+    assert all(len(value) == MAX_HEADER_CHARS for name, value in back.response.headers.items() if name.startswith("x-h"))
+    assert len(repr(stored)) < MAX_TEXT_CHARS + MAX_HEADERS * (MAX_HEADER_CHARS + 64) + 4096

@@ -5,7 +5,8 @@
    most the configured attempts, plus the one the crash cut off).
 2. A timed-out call never overlaps its retry: a call running on a worker
    thread outlives the cancellation of the action that awaited it; the
-   retry waits for it and replays its result instead of running it again.
+   retry waits for it and replays its result instead of running it again
+   (a sync model connection's thread: the retry waits, then asks again).
 """
 
 from __future__ import annotations
@@ -149,6 +150,28 @@ def test_a_timed_out_sync_tool_is_not_run_again_by_the_retry() -> None:
     assert box.most_at_once == 1, "the retry ran the tool while the timed-out one still ran"
     assert box.sent == ["a@b"]
     assert outputs == ["done: ['sent to a@b (#1)']"]
+    assert counters["action_retries"] == 1
+
+
+class SlowFirstModel(BaseChatModelConnection):
+    """A sync connection (``chat`` only: the default ``achat`` runs it with
+    ``asyncio.to_thread``) whose first request takes 1 s; counted by the
+    mailbox, so overlapping requests show."""
+
+    def chat(self, messages: Sequence[ChatMessage], tools: List[Tool] | None = None, **kwargs: Any) -> ChatMessage:
+        return ChatMessage(role=MessageRole.ASSISTANT, content=MAILBOX["box"].send("model"))
+
+
+def test_a_timed_out_sync_model_request_is_not_asked_again_while_it_runs() -> None:
+    agent = ChatTurnAgent(SlowFirstModel)
+    outputs, counters = _run(agent, "go", **{"action.timeout_s": 0.5, **RETRY})
+    box = MAILBOX["box"]
+    assert box.most_at_once == 1, "the retry asked the model while the timed-out request still ran"
+    # The cut-off request's reply died with the attempt that awaited it (the
+    # thread is not the journaled call's body): the retry asked again, once
+    # the first request had ended.
+    assert box.sent == ["model", "model"]
+    assert outputs == ["sent to model (#2)"]
     assert counters["action_retries"] == 1
 
 

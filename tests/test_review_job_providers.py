@@ -214,3 +214,21 @@ def test_azure_takes_endpoint_and_api_version_from_azure_environment_variables(m
     monkeypatch.setenv("OPENAI_API_VERSION", "2024-10-21")
     arguments = review_analysis.connection_arguments("azure", None, None, 30.0, 1)
     assert (arguments["azure_endpoint"], arguments["api_version"]) == ("https://127.0.0.1:9", "2024-10-21")
+
+
+def test_a_rerun_of_the_command_starts_with_a_fresh_journal(tmp_path: Path) -> None:
+    """README: "the previous run's journal file is removed when the run
+    starts" (a rerun is a new job id: nothing could replay it)."""
+    journal = tmp_path / "out.jsonl.journal.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{journal}{suffix}").write_text("a previous run's journal")
+    elsewhere = tmp_path / "keep.db"
+    elsewhere.write_text("not the journal")
+    linked = tmp_path / "linked.journal.db"
+    linked.symlink_to(elsewhere)
+
+    assert review_analysis._fresh_journal(journal) == journal.absolute()
+    assert not any(Path(f"{journal}{suffix}").exists() for suffix in ("", "-wal", "-shm"))
+    # A link is removed itself, never what it points to.
+    review_analysis._fresh_journal(linked)
+    assert not linked.is_symlink() and elsewhere.read_text() == "not the journal"

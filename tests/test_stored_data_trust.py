@@ -27,6 +27,7 @@ from flink_agents.api.decorators import action
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.runtime.durability.codec import ClassNotAllowed, DecodeError, decode, encode
+from flink_agents.runtime.durability.codec_classes import ClassGone
 from flink_agents.runtime.durability.codec_exceptions import decode_outcome
 from flink_agents.runtime.errors import ActionFailed, TERMINAL, classify
 from flink_agents.runtime.execution.event_codec import decode_event
@@ -116,8 +117,10 @@ def test_a_module_named_by_data_is_never_imported(tmp_path: Path, monkeypatch: p
 def test_a_standard_library_module_that_is_not_loaded_is_not_imported() -> None:
     assert "antigravity" not in sys.modules  # importing it opens a web browser
 
-    with pytest.raises(ImportError, match=r"not loaded here.*nothing is imported"):
+    with pytest.raises(ClassGone, match=r"'antigravity:Anything' under \$enum.*not loaded.*nothing was imported") as gone:
         decode({"$enum": "antigravity:Anything", "value": 1})
+    # A decode error (terminal: the same row would be read again on a retry).
+    assert isinstance(gone.value, DecodeError) and classify(gone.value) == TERMINAL
 
     assert "antigravity" not in sys.modules
 
@@ -196,24 +199,29 @@ def _tamper_postgres(dsn: str, payload: str) -> int:
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_a_replay_of_a_tampered_journal_row_fails_and_runs_nothing(store: str, tmp_path: Path, marker: Path) -> None:
-    crafted = json.dumps({"c": 2, "ok": {"$enum": "os:system", "value": f"touch {marker}"}})
+    """Every crafted value, as the journaled result of a real store's row."""
+    for i, (case, data) in enumerate(_crafted(marker).items()):
+        tag = next(iter(data))
+        name = data["$exception"]["type"] if tag == "$exception" else data[tag]
+        crafted = json.dumps({"c": 2, "ok": data})
 
-    def replay_tampered(config: Dict[str, Any], tamper: Any) -> None:
-        assert _run(config) == [{"p1": "good"}]  # the first run journals the call's result
-        assert tamper(crafted) == 1
-        with pytest.raises(ActionFailed) as failed:
-            _run(config)  # same job-identifier, same record: replays the journaled call
-        assert isinstance(failed.value.cause, ClassNotAllowed) and failed.value.cause.name == "os:system"
-        assert "'os:system' under $enum" in str(failed.value)
+        def replay_tampered(config: Dict[str, Any], tamper: Any) -> None:
+            assert _run(config) == [{"p1": "good"}], case  # the first run journals the call's result
+            assert tamper(crafted) == 1, case
+            with pytest.raises(ActionFailed) as failed:
+                _run(config)  # same job-identifier, same record: replays the journaled call
+            assert isinstance(failed.value.cause, ClassNotAllowed), case
+            assert failed.value.cause.tag == tag and failed.value.cause.name == name, case
+            assert f"{name!r} under {tag}" in str(failed.value), case
 
-    if store == "sqlite":
-        path = tmp_path / "journal.db"
-        replay_tampered({"journal.store": "sqlite", "journal.sqlite.path": str(path)},
-                        lambda payload: _tamper_sqlite(path, payload))
-    else:
-        with postgres_schema() as dsn:
-            replay_tampered({"journal.store": "postgres", "journal.postgres.dsn": dsn},
-                            lambda payload: _tamper_postgres(dsn, payload))
+        if store == "sqlite":
+            path = tmp_path / f"journal-{i}.db"
+            replay_tampered({"journal.store": "sqlite", "journal.sqlite.path": str(path)},
+                            lambda payload: _tamper_sqlite(path, payload))
+        else:
+            with postgres_schema() as dsn:
+                replay_tampered({"journal.store": "postgres", "journal.postgres.dsn": dsn},
+                                lambda payload: _tamper_postgres(dsn, payload))
 
 
 def test_decode_errors_are_value_errors() -> None:
@@ -272,3 +280,55 @@ def test_a_refused_name_imports_nothing_and_writes_nothing(tmp_path: Path, data:
 
     assert report["outcome"] != "decoded"
     assert report["new"] == [] and report["home"] == [], report
+
+
+# --- journal.trusted_packages: a package the plan does not reach ---------------------------
+
+
+class ParcelAgent(Agent):
+    """Journals a value of a package the plan does not reach: the action
+    imports it only when it runs."""
+
+    @action(InputEvent)
+    @staticmethod
+    def route(event: InputEvent, ctx: Any) -> None:
+        import acme_parcels_5c1e
+
+        carrier = ctx.durable_execute(acme_parcels_5c1e.pick, event.input)
+        ctx.send_event(OutputEvent(output=[type(carrier).__name__, carrier.value]))
+
+
+def test_journal_trusted_packages_lets_a_packages_classes_be_journaled_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flink_agents.runtime.durability import codec_classes
+
+    (tmp_path / "acme_parcels_5c1e.py").write_text(
+        "import enum\nclass Carrier(enum.Enum):\n    DHL = 'dhl'\n"
+        f"def pick(order):\n    open({str(tmp_path / 'picks')!r}, 'a').write('.')\n    return Carrier.DHL\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(codec_classes, "_TRUSTED", set(codec_classes._TRUSTED))  # undone after the test
+    journal = {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+
+    def run(**config: Any) -> list:
+        env = AgentsExecutionEnvironment.get_execution_environment()
+        env.get_config().update({"job-identifier": "parcels", **journal, **config})
+        outputs = env.from_list([{"key": "o1", "value": "order-1"}]).apply(ParcelAgent()).to_list()
+        env.execute()
+        return outputs
+
+    # Not trusted: refused when journaled (a replay could not read it back),
+    # the message naming the option.
+    with pytest.raises(ActionFailed, match=r"journal.trusted_packages option \('acme_parcels_5c1e'\)"):
+        run(**{"job-identifier": "untrusted"})
+
+    # Trusted: journaled, and a replay of the same run reads the enum back.
+    assert run(**{"journal.trusted_packages": ["acme_parcels_5c1e"]}) == [{"o1": ["Carrier", "dhl"]}]
+    with sqlite3.connect(tmp_path / "journal.db") as db:
+        db.execute(_FORGET_STEPS)  # as a crash leaves it: the call journaled, the run not ended
+    assert run(**{"journal.trusted_packages": ["acme_parcels_5c1e"]}) == [{"o1": ["Carrier", "dhl"]}]
+    assert (tmp_path / "picks").read_text() == "..", "the trusted run's call ran once, and the replay ran nothing"
+    with sqlite3.connect(tmp_path / "journal.db") as db:
+        (payload,) = db.execute("SELECT payload FROM journal WHERE function_id != ''").fetchone()
+    assert "acme_parcels_5c1e:Carrier" in payload

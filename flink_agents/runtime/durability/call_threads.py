@@ -23,16 +23,25 @@ So ``RunJournal.call`` runs each body as a task of its own
 Outside a journaled call's execution ``run_in_thread`` holds the
 cancellation back until the thread returned, then raises it: nothing
 overlaps, and the thread's result is dropped.
+
+Threads a body starts another way, through the loop's default executor
+(``asyncio.to_thread`` in a sync chat model connection's ``achat``, in user
+code), are tracked too: the engine's call pool reports each to the running
+execution (``track_thread``). A body cancelled while such a thread runs
+ends only once the thread returned; its outcome is lost (the body that
+would have used it was cancelled), so the retry's call runs again, but
+only after the first execution ended: never two at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-__all__ = ["CallExecution", "run_in_thread"]
+__all__ = ["CallExecution", "run_in_thread", "track_thread"]
 
 T = TypeVar("T")
 
@@ -51,15 +60,33 @@ class CallExecution:
 
     def __init__(self) -> None:
         self.outlived: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        self._threads: "set[concurrent.futures.Future[Any]]" = set()  # default-executor work still running
 
     def start(self, body: Callable[[], Awaitable[T]]) -> "asyncio.Task[T]":
         """Run ``body()`` as a task, in a copy of the caller's context in
-        which this execution is the running one (for ``run_in_thread``)."""
+        which this execution is the running one (for ``run_in_thread`` and
+        ``track_thread``). Cancelled while a tracked thread runs, the task
+        ends (cancelled) only once that thread returned."""
         token = _EXECUTION.set(self)
         try:
-            return asyncio.ensure_future(body())
+            return asyncio.ensure_future(self._run(body))
         finally:
             _EXECUTION.reset(token)
+
+    async def _run(self, body: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await body()
+        except asyncio.CancelledError:
+            running = [thread for thread in list(self._threads) if not thread.done()]
+            if running:
+                self._outlives_cancellation()
+                await _until_done(asyncio.gather(*(asyncio.wrap_future(thread) for thread in running),
+                                                 return_exceptions=True))
+            raise
+
+    def _track(self, thread: "concurrent.futures.Future[Any]") -> None:
+        self._threads.add(thread)
+        thread.add_done_callback(self._threads.discard)  # on the worker thread: a set op under the GIL
 
     def _outlives_cancellation(self) -> None:
         if not self.outlived.done():
@@ -117,6 +144,15 @@ async def run_in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         for _ in range(held + 1):  # the execution goes on: it ends with the thread's outcome
             task.uncancel()
         return thread.result()
+
+
+def track_thread(thread: "concurrent.futures.Future[Any]") -> None:
+    """Report work just submitted to the engine's call pool to the journaled
+    call's execution running in this context, if any (see the module
+    docstring); called by the pool's ``submit`` on the event loop's thread."""
+    execution = _EXECUTION.get()
+    if execution is not None:
+        execution._track(thread)
 
 
 async def _until_done(future: "asyncio.Future[Any]") -> int:

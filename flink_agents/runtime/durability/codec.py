@@ -137,8 +137,9 @@ def decode(data: Any) -> Any:
         ClassNotAllowed: A class name the data may not use (a
             ``DecodeError``, so a ``ValueError``), naming tag and name.
         ValueError: An unknown tag.
-        ImportError, AttributeError: A class the data may name is gone
-            (the code changed since it was written).
+        ClassGone: A class the data may name is not here (its module not
+            loaded, or the code changed since it was written): a
+            ``DecodeError`` and an ``ImportError``, naming tag and name.
     """
     kind = type(data)
     if kind is list:

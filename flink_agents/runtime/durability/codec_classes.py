@@ -60,7 +60,7 @@ from pydantic import BaseModel
 from flink_agents.api.agents import types as _output_schema_types
 
 __all__ = [
-    "ClassNotAllowed", "DATACLASS", "DecodeError", "ENUM", "EVENT", "EXCEPTION", "Kind", "MODEL", "ROW",
+    "ClassGone", "ClassNotAllowed", "DATACLASS", "DecodeError", "ENUM", "EVENT", "EXCEPTION", "Kind", "MODEL", "ROW",
     "class_name", "register_class", "resolve_class", "trust_package", "trusted_packages",
 ]
 
@@ -92,6 +92,25 @@ class DecodeError(ValueError):
             self.path = path
             self.args = (f"{path}: {self.args[0] if self.args else ''}",)
         return self
+
+
+class ClassGone(DecodeError, ImportError):
+    """Stored data names a class it may name, which is not here: its module
+    is not loaded in this process (nothing is imported for data), or holds
+    no such name (the code changed since the data was written). Also an
+    ``ImportError``, so a caller that reads a gone class as "rebuild what
+    you can" (an exception's type) does so; a ``DecodeError``, so it is a
+    terminal error (``runtime.errors.classify``), never retried.
+
+    Attributes:
+        tag: The codec tag (``"$enum"``, ``"$exception"``, ...).
+        name: The name found in the data (``"xml.dom.minidom:Node"``).
+    """
+
+    def __init__(self, tag: str, name: Any, reason: str) -> None:
+        super().__init__(f"stored data names {name!r} under {tag}, which {reason}; nothing was imported or called")
+        self.tag = tag
+        self.name = name
 
 
 class ClassNotAllowed(DecodeError):
@@ -226,7 +245,7 @@ def _module_for(module: str, kind: Kind, name: str) -> Any:
 
     Raises:
         ClassNotAllowed: The module is not of a package the job uses.
-        ImportError: It is, but it is not loaded here.
+        ClassGone: It is, but it is not loaded here.
     """
     if kind is ROW:
         allowed = f"{module}:Row" == _ROW
@@ -238,7 +257,7 @@ def _module_for(module: str, kind: Kind, name: str) -> Any:
     if loaded is None and _importable_runtime_module(module):
         return importlib.import_module(module)
     if loaded is None:
-        raise ImportError(f"module {module} is not loaded here, so {name!r} is not read back (nothing is imported)")
+        raise ClassGone(kind.tag, name, f"is not read back: its module {module} is not loaded in this process")
     return loaded
 
 
@@ -277,8 +296,8 @@ def resolve_class(name: Any, kind: Kind) -> type:
     Raises:
         ClassNotAllowed: The name is not one the data may name (malformed,
             of another kind, of a package the job does not use).
-        ImportError, AttributeError: A class the data may name, but gone
-            (the code changed since it was written).
+        ClassGone: A class the data may name, but not here (its module
+            not loaded, or the code changed since it was written).
     """
     try:
         return _RESOLVED[(name, kind)]
@@ -294,7 +313,7 @@ def resolve_class(name: Any, kind: Kind) -> type:
                 raise ClassNotAllowed(kind.tag, name, f"reaches through a {type(found).__name__}, not a class")
             found = _static_attribute(found, part)
             if found is _MISSING:
-                raise AttributeError(f"{name!r}: no {part!r} there (the code changed since it was written?)")
+                raise ClassGone(kind.tag, name, f"is not there: no {part!r} (the code changed since it was written?)")
         if isinstance(found, type) and not (
             _allowed_module(found.__module__) if kind is not ROW else _name_of(found) == _ROW
         ):

@@ -51,7 +51,7 @@ def decode_event(data: Dict[str, Any]) -> Event:
     """Inverse of ``encode_event``.
 
     Raises:
-        ImportError, AttributeError: The event class cannot be found.
+        ClassGone: The event class is not here (a ``DecodeError``).
     """
     cls: Any = resolve_class(data["type"], EVENT)
     if data.get("c") == _CODEC_VERSION:

@@ -25,10 +25,23 @@ import functools
 import weakref
 from typing import Any, Callable, TypeVar
 
+from flink_agents.runtime.durability.call_threads import track_thread
+
 __all__ = ["Executors", "DEFAULT_IO_THREADS"]
 
 T = TypeVar("T")
 DEFAULT_IO_THREADS = 4
+
+
+class _CallPool(concurrent.futures.ThreadPoolExecutor):
+    """The call pool: each submitted piece of work is reported to the
+    journaled call it runs for, so a cancelled call's execution ends only
+    once its threads did (``runtime.durability.call_threads``)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "concurrent.futures.Future[T]":
+        future = super().submit(fn, *args, **kwargs)
+        track_thread(future)
+        return future
 
 
 class Executors:
@@ -54,7 +67,7 @@ class Executors:
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         """Make the call pool ``loop``'s default executor (once per loop)."""
         if loop not in self._calls:
-            pool = concurrent.futures.ThreadPoolExecutor(self.call_threads, thread_name_prefix="flink-agents-call")
+            pool = _CallPool(self.call_threads, thread_name_prefix="flink-agents-call")
             loop.set_default_executor(pool)
             self._calls[loop] = pool
 
