@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import secrets
+import select
 import socket
 import subprocess
 import sys
@@ -304,6 +305,56 @@ def test_a_smaller_limit_applies(store):
     with CallbackIngress(store, port=0, max_body_bytes=10) as ingress:
         assert _post(ingress.port, callback_id, "resolve", b"x" * 11)[0] == 413
         assert _post(ingress.port, callback_id, "resolve", b"x" * 10)[0] == 202
+
+
+def test_a_chunked_body_far_over_the_limit_is_413_after_reading_at_most_one_byte_past_it(monkeypatch):
+    """A chunked body (no Content-Length) is answered 413 as soon as it passes
+    ``max_body_bytes``: the application has then taken exactly ``limit + 1``
+    bytes from the request's stream, and the answer comes while the client is
+    still sending (it never sends the body's end)."""
+    from aiohttp import streams
+
+    limit, piece = 8 * 1024, 1000
+    # Bytes the application took from each request stream; every read method
+    # of aiohttp's StreamReader takes its bytes through _read_nowait_chunk.
+    taken: Dict[int, int] = {}
+    original = streams.StreamReader._read_nowait_chunk
+
+    def counting(stream, n):
+        data = original(stream, n)
+        taken[id(stream)] = taken.get(id(stream), 0) + len(data)
+        return data
+
+    monkeypatch.setattr(streams.StreamReader, "_read_nowait_chunk", counting)
+    taken_when_answered: List[int] = []
+    spy = SpyStore()
+    callback_id = _register(spy)
+    ingress = CallbackIngress(spy, port=0, max_body_bytes=limit)
+
+    async def on_answer(request, response):  # before the answer's first byte is sent
+        taken_when_answered.append(taken.get(id(request.content), 0))
+
+    ingress.app.on_response_prepare.append(on_answer)  # the production app object
+    with ingress, socket.create_connection(("127.0.0.1", ingress.port), 10) as sock:
+        sock.sendall(
+            f"POST {_path(callback_id, 'resolve')} HTTP/1.1\r\nHost: test\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        sent, answer, waited = 0, b"", False
+        while sent < 50 * limit:  # far over the limit, a chunk at a time
+            sock.sendall(b"%x\r\n%s\r\n" % (piece, b"x" * piece))
+            sent += piece
+            # Once past the limit, give the server time to answer before sending more.
+            wait_s = 0.005 if sent <= limit or waited else 5.0
+            waited = waited or sent > limit
+            if select.select([sock], [], [], wait_s)[0]:
+                answer = sock.recv(65536)
+                break
+
+        assert answer.startswith(b"HTTP/1.1 413 "), (sent, answer[:200])
+        assert sent - piece <= limit < sent  # answered before anything past the first chunk over it
+    assert taken_when_answered == [limit + 1], (taken_when_answered, sent)
+    assert spy.complete_calls == 0 and spy.get_callback(callback_id).state == PENDING
 
 
 # --- store failures -------------------------------------------------------------------

@@ -12,7 +12,7 @@ import uuid
 from collections import Counter, OrderedDict, namedtuple
 from decimal import Decimal
 from enum import Enum, Flag, IntEnum, StrEnum
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple, Type
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -240,6 +240,105 @@ def test_a_class_defined_inside_a_function_is_refused_at_write_time() -> None:
         encode({"v": Local()})
 
 
+# --- time zones: only datetime.timezone and zoneinfo.ZoneInfo ----------------------------------
+
+
+class _CustomZone(dt.tzinfo):
+    """A hand-written tzinfo: a fixed +01:00 that is not a datetime.timezone."""
+
+    def utcoffset(self, when: Any) -> dt.timedelta:
+        return dt.timedelta(hours=1)
+
+    def dst(self, when: Any) -> dt.timedelta:
+        return dt.timedelta(0)
+
+    def tzname(self, when: Any) -> str:
+        return "CUSTOM"
+
+
+def _dateutil() -> Any:
+    return pytest.importorskip("dateutil.tz")
+
+
+def _pytz() -> Any:
+    return pytest.importorskip("pytz")
+
+
+def _other_zones() -> List[Any]:
+    """tzinfo objects the codec cannot carry; pytz / dateutil ones skip when not installed."""
+    return [
+        pytest.param(_CustomZone, id="custom-tzinfo"),
+        pytest.param(lambda: _pytz().timezone("Europe/Berlin"), id="pytz-zone"),
+        pytest.param(lambda: _pytz().utc, id="pytz-utc"),
+        pytest.param(lambda: _pytz().FixedOffset(60), id="pytz-fixed-offset"),
+        pytest.param(lambda: _dateutil().gettz("Europe/Berlin"), id="dateutil-tzfile"),
+        pytest.param(lambda: _dateutil().tzutc(), id="dateutil-tzutc"),
+        pytest.param(lambda: _dateutil().tzoffset("X", 3600), id="dateutil-tzoffset"),
+        pytest.param(lambda: _dateutil().tzlocal(), id="dateutil-tzlocal"),
+    ]
+
+
+def _clocks(zone: Any) -> List[Tuple[Any, str, str]]:
+    """(value, path the refusal names, what it is) for a datetime and a time in
+    ``zone``, alone and nested in a dict and a list."""
+    when = dt.datetime(2024, 10, 27, 2, 30, tzinfo=zone)
+    at = dt.time(2, 30, tzinfo=zone)
+    return [
+        (when, "value", "datetime"),
+        (at, "value", "time"),
+        ({"order": {"placed": [1, when]}}, r"value\.order\.placed\[1\]", "datetime"),
+        ([{"at": at}], r"value\[0\]\.at", "time"),
+        ({"k": (dt.date(2024, 1, 1), {when})}, r"value\.k\[1\]\[0\]", "datetime"),
+    ]
+
+
+@pytest.mark.parametrize("make_zone", _other_zones())
+def test_a_datetime_or_time_in_another_tzinfo_is_refused_naming_path_and_zone_type(make_zone: Any) -> None:
+    """Read back as a fixed offset, such a value would be the same instant in
+    another tzinfo: date arithmetic across DST would differ after a replay."""
+    zone = make_zone()
+    for value, where, what in _clocks(zone):
+        with pytest.raises(EncodeError, match=rf"^{where} is a {what} with time zone .*\({type(zone).__name__}\)"):
+            encode(value)
+        with pytest.raises(EncodeError):
+            dumps(value)
+
+
+@pytest.mark.parametrize(
+    "zone",
+    [
+        pytest.param(BERLIN, id="zoneinfo-berlin"),
+        pytest.param(ZoneInfo("America/New_York"), id="zoneinfo-new-york"),
+        pytest.param(ZoneInfo("UTC"), id="zoneinfo-utc"),
+        pytest.param(dt.timezone.utc, id="timezone-utc"),
+        pytest.param(dt.timezone(dt.timedelta(hours=5, minutes=30)), id="timezone-offset"),
+        pytest.param(dt.timezone(dt.timedelta(hours=-5), "EST"), id="timezone-named"),
+    ],
+)
+def test_a_datetime_or_time_in_a_zoneinfo_or_timezone_reads_back_with_the_same_tzinfo(zone: Any) -> None:
+    when = dt.datetime(2024, 10, 27, 2, 30, tzinfo=zone, fold=1)
+    at = dt.time(2, 30, tzinfo=zone)
+    value = {"when": when, "at": at, "nested": [when, {"at": at}, (when,)]}
+
+    back = loads(dumps(value))
+
+    assert back == value
+    for original, read in [(when, back["when"]), (at, back["at"]), (when, back["nested"][0]),
+                           (at, back["nested"][1]["at"]), (when, back["nested"][2][0])]:
+        assert type(read) is type(original)
+        assert type(read.tzinfo) is type(zone), (read, type(read.tzinfo))
+        assert read.fold == original.fold
+        if isinstance(zone, ZoneInfo):
+            assert read.tzinfo.key == zone.key and read.tzinfo is zone
+        else:
+            assert read.tzinfo.utcoffset(None) == zone.utcoffset(None)
+            assert read.tzinfo.tzname(None) == zone.tzname(None)
+        if isinstance(read, dt.datetime):
+            assert read.utcoffset() == original.utcoffset() and read.dst() == original.dst()
+            # after the DST change, the day's arithmetic follows the zone
+            assert (read + dt.timedelta(days=200)).utcoffset() == (original + dt.timedelta(days=200)).utcoffset()
+
+
 def test_the_earlier_model_form_still_reads() -> None:
     legacy = {"$model": f"{Line.__module__}:Line", "data": {"sku": "a", "extra": None}}
 
@@ -283,8 +382,9 @@ def test_an_event_completion_of_the_earlier_form_still_reads() -> None:
 # --- exceptions and call outcomes -------------------------------------------------------
 
 
-def _raised(payload: str) -> BaseException:
-    with pytest.raises(BaseException) as raised:
+def _raised(payload: str, expected: Type[BaseException]) -> BaseException:
+    """What ``decode_outcome(payload)`` raises, which must be an ``expected``."""
+    with pytest.raises(expected) as raised:
         decode_outcome(payload)
     return raised.value
 
@@ -313,7 +413,7 @@ def _json_error() -> json.JSONDecodeError:
     ids=lambda e: type(e).__name__,
 )
 def test_an_exception_reads_back_as_itself(error: BaseException) -> None:
-    back = _raised(encode_outcome(error=error, call="lookup"))
+    back = _raised(encode_outcome(error=error, call="lookup"), type(error))
 
     assert type(back) is type(error)
     assert str(back) == str(error)
@@ -350,7 +450,7 @@ def test_an_attribute_the_codec_cannot_carry_is_left_out_when_type_args_and_mess
     error.response = Opaque()  # e.g. an HTTP client's response object
     error.status = 503
 
-    back = _raised(encode_outcome(error=error, call="c"))
+    back = _raised(encode_outcome(error=error, call="c"), ConnectionError)
 
     assert str(back) == "reset" and back.status == 503 and not hasattr(back, "response")
 
@@ -363,9 +463,9 @@ def test_a_result_that_cannot_be_kept_is_refused_naming_the_call_and_path() -> N
 def test_earlier_payloads_still_replay() -> None:
     assert decode_outcome(json.dumps({"ok": {"a": [1, 2]}})) == {"a": [1, 2]}
     assert decode_outcome(json.dumps({"ok": {"$model": f"{Line.__module__}:Line", "data": {"sku": "a"}}})) == Line(sku="a")
-    back = _raised(json.dumps({"error": {"type": "builtins:ValueError", "message": "bad"}}))
+    back = _raised(json.dumps({"error": {"type": "builtins:ValueError", "message": "bad"}}), ValueError)
     assert type(back) is ValueError and str(back) == "bad"
-    gone = _raised(json.dumps({"error": {"type": f"{__name__}:Gone", "message": "bad"}}))
+    gone = _raised(json.dumps({"error": {"type": f"{__name__}:Gone", "message": "bad"}}), ReplayedError)
     assert isinstance(gone, ReplayedError) and gone.type_name == f"{__name__}:Gone"
 
 

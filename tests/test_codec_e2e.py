@@ -130,7 +130,9 @@ def test_inputs_with_a_datetime_and_a_set_run_on_flink_as_on_the_local_runner(tm
 def test_a_refused_input_record_fails_the_job_naming_key_record_and_field(tmp_path: Path) -> None:
     records = [DATED[0], {"k": "d1", "op": "dated", "rows": [1, Opaque()]}]
 
-    with pytest.raises(Exception) as failure:
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(Py4JJavaError, match=r"input record #1 of key 'd1'") as failure:
         _on_flink(tmp_path, records)
 
     message = str(failure.value)

@@ -191,7 +191,11 @@ def test_a_crash_at_every_journal_write_of_the_gather_example_recovers_exactly(m
     writes_store = InMemoryJournalStore()
     _process(gather_action, writes_store)
     writes = writes_store.writes
-    assert writes >= 5  # results that land beside running siblings are written as they land
+    # Results that land beside running siblings are written as they land, 60 ms
+    # apart: lookup 2, enrich L2, lookup 1, enrich L1 (4 writes); lookup 0
+    # lands alone, written before enrich L0 starts (1); enrich L0, alone,
+    # before final starts (1); final with the run's end (1).
+    assert writes == 7
 
     for k in range(1, writes + 1):
         CALLS.clear()
@@ -216,6 +220,122 @@ def test_a_crash_at_every_journal_write_of_the_gather_example_recovers_exactly(m
             result = {"lookup": f"L{arg}", "enrich": f"{arg}+e"}.get(name)
             if result is not None and any(f'"{result}"' in payload for payload in journaled_at_crash):
                 assert count == 1, f"{name}({arg}) was journaled, yet ran again: crash {mode} {k}"
+
+
+async def outer(i: int) -> str:
+    await asyncio.sleep((2 - i) * 0.1)  # branch 1's call lands first, 100 ms apart
+    CALLS[("outer", i)] += 1
+    return f"O{i}"
+
+
+async def inner(x: str, j: int) -> str:
+    await asyncio.sleep((2 - j) * 0.03)  # the second inner call lands first, 30 ms apart
+    CALLS[("inner", (x, j))] += 1
+    return f"{x}.I{j}"
+
+
+USED: List[str] = []  # results in the order the action got them back
+
+
+async def _used(call: Any) -> str:
+    result = await call
+    USED.append(result)
+    return result
+
+
+async def nested_branch(ctx: Any, i: int) -> List[str]:
+    x = await _used(ctx.durable_execute_async(outer, i))
+    a, b = await asyncio.gather(_used(ctx.durable_execute_async(inner, x, 0)),
+                                _used(ctx.durable_execute_async(inner, x, 1)))
+    return [x, a, b]
+
+
+async def nested_gather_action(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=await asyncio.gather(*(nested_branch(ctx, i) for i in range(2)))))
+
+
+NESTED_RESULTS = {  # journal step -> the result of the one call made there
+    "fan@0/0": "O0", "fan@0/0.0": "O0.I0", "fan@0/0.1": "O0.I1",
+    "fan@0/1": "O1", "fan@0/1.0": "O1.I0", "fan@0/1.1": "O1.I1",
+}
+
+
+def _nested_call(result: str) -> Tuple[str, Any]:
+    """The ``CALLS`` key of the call that returns ``result``."""
+    if ".I" in result:
+        x, j = result.split(".I")
+        return "inner", (x, int(j))
+    return "outer", int(result[1:])
+
+
+def _results_in(payloads: Sequence[str]) -> set:
+    return {r for r in NESTED_RESULTS.values() if any(f'"{r}"' in payload for payload in payloads)}
+
+
+def test_gathers_nested_in_gather_branches_journal_each_call_at_its_tasks_path() -> None:
+    """A task created by a branch's task is that branch's child: the first
+    child of child 0 is "0.0", the second child of child 1 is "1.1"."""
+    USED.clear()
+    store = InMemoryJournalStore()
+    driver = _process(nested_gather_action, store)
+    assert driver.outputs == [{"k": [["O0", "O0.I0", "O0.I1"], ["O1", "O1.I0", "O1.I1"]]}]
+    assert USED == ["O1", "O1.I1", "O1.I0", "O0", "O0.I1", "O0.I0"]  # completion order is not program order
+    assert CALLS == Counter({_nested_call(r): 1 for r in NESTED_RESULTS.values()})
+    calls = [entry for run in store._runs.values() for (entry, _) in run.values() if entry.ordinal >= 0]
+    assert sorted((e.step, e.ordinal) for e in calls) == sorted((step, 0) for step in NESTED_RESULTS)
+    for entry in calls:
+        assert _results_in([entry.payload]) == {NESTED_RESULTS[entry.step]}, entry
+
+
+@pytest.mark.parametrize("mode", ["after_write", "before_write"])
+def test_a_crash_at_every_journal_write_of_nested_gathers_reruns_only_what_it_cut_off(mode: str) -> None:
+    reference = InMemoryJournalStore()
+    expected = _process(nested_gather_action, reference).outputs
+    # Results land 30 ms or more apart, each in a group commit of its own:
+    # O1 and O1's two inner results, beside running siblings (3 writes); O0
+    # lands alone, written before O0's inner calls start (1); O0.I1 beside
+    # O0.I0 (1); O0.I0, alone and last, with the run's end (1).
+    assert reference.writes == 6
+
+    for k in range(1, reference.writes + 1):
+        CALLS.clear()
+        USED.clear()
+        store = InMemoryJournalStore()
+        at_crash: Dict[str, set] = {}
+
+        def crash(entries: Any, k: int = k, store: InMemoryJournalStore = store) -> None:
+            if store.writes + (1 if mode == "before_write" else 0) == k:
+                at_crash["used"] = set(USED)
+                at_crash["durable"] = _results_in(_journaled_results(store))
+                cut = [e.payload for e in entries if e.ordinal >= 0] if mode == "before_write" else []
+                at_crash["cut off"] = _results_in(cut)  # calls in the write the crash kept from landing
+                raise Crash(f"crash {mode} {k}")
+
+        def before(entries: Any) -> None:
+            if at_crash:  # the process died: no other task's write lands after it
+                raise Crash("gone")
+            if mode == "before_write":
+                crash(entries)
+
+        store.before_append = before
+        store.after_append = crash if mode == "after_write" else None
+        with pytest.raises(Crash):
+            _process(nested_gather_action, store)
+        assert at_crash, f"no crash {mode} {k}"
+        store.before_append = store.after_append = None
+        ran_before = Counter(CALLS)
+        # A result that lands beside running siblings is durable before the
+        # action gets it; one that lands alone (O0, then O0.I0) by the run's
+        # next write, before anything else runs: it may be what the crash cut off.
+        may_be_cut_off = at_crash["cut off"] & {"O0", "O0.I0"}
+        assert at_crash["used"] <= at_crash["durable"] | may_be_cut_off, f"crash {mode} {k}: used, not durable"
+        assert _process(nested_gather_action, store).outputs == expected, f"crash {mode} {k}"
+        # The recovery runs exactly the calls not journaled at the crash, and
+        # the only calls that ran twice are those whose write it cut off.
+        lost = set(NESTED_RESULTS.values()) - at_crash["durable"]
+        assert CALLS - ran_before == Counter(_nested_call(r) for r in lost), f"crash {mode} {k}"
+        assert CALLS == Counter({_nested_call(r): 1 + (r in at_crash["cut off"]) for r in NESTED_RESULTS.values()}), (
+            f"crash {mode} {k}")
 
 
 async def callback_branch(ctx: Any, i: int) -> str:

@@ -19,6 +19,7 @@ from anthropic import AsyncAnthropic  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig  # noqa: E402
 from google.adk.models.anthropic_llm import AnthropicLlm  # noqa: E402
+from google.adk.tools.agent_tool import AgentTool  # noqa: E402
 from google.adk.tools.base_toolset import BaseToolset  # noqa: E402
 from google.adk.tools.function_tool import FunctionTool  # noqa: E402
 from google.adk.tools.tool_context import ToolContext  # noqa: E402
@@ -316,3 +317,82 @@ def test_the_usage_of_replayed_model_responses_is_the_same_after_a_crash_and_rep
     asked = len(server.requests)
     assert run_local(AdkUsageAgent(), journal, "adk-usage") == uninterrupted
     assert len(server.requests) == asked + 1, "the journaled first reply was asked again"
+
+
+def _delegation_reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """The expert answers; the reviewer calls ``_SETTINGS["tool"]`` (the
+    expert), then ``record``, then answers."""
+    if "You know physics." in json.dumps(request.get("system")):
+        return {"role": "assistant", "content": "blue light scatters the most"}
+    results = sum(1 for m in request["messages"] if isinstance(m["content"], list)
+                  for b in m["content"] if b.get("type") == "tool_result")
+    if results == 2:
+        return {"role": "assistant", "content": "because"}
+    name, args = [(_SETTINGS["tool"], {"request": "why is the sky blue?"}), ("record", {"note": "asked"})][results]
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}]}
+
+
+async def record(note: str) -> str:
+    """Record a note."""
+    if _SETTINGS.pop("crash", False):
+        raise Crash("the process dies in the second tool, the expert's answer journaled")
+    return "noted"
+
+
+class AdkDelegationAgent(Agent):
+    """A reviewer whose tool runs an expert agent: an ``AgentTool`` (a runner
+    of its own) or a function running it with ``tool_context.run_node`` (in
+    the reviewer's invocation: its events are the reviewer's run's). Answers
+    with each event of the run: author, id and ``usage_metadata``."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        expert = LlmAgent(
+            name="expert", description="Asks the expert.", instruction="You know physics.",
+            model=AnthropicLlm(model="claude-test", max_tokens=256,
+                               client=AsyncAnthropic(base_url=_SETTINGS["url"], api_key="k", max_retries=0)))
+
+        async def ask_expert(request: str, tool_context: ToolContext) -> str:
+            """Ask the expert."""
+            return await tool_context.run_node(expert, node_input=request)
+
+        tool = AgentTool(expert) if _SETTINGS["tool"] == "expert" else ask_expert
+        events = await run_durably(ctx, _adk_agent(_SETTINGS["url"], tools=[tool, record]), event.input)
+        ctx.send_event(OutputEvent(output=[
+            [e.author, e.id, e.usage_metadata.model_dump(mode="json", exclude_none=True) if e.usage_metadata else None]
+            for e in events]))
+
+
+@pytest.mark.parametrize("tool", ["expert", "ask_expert"])
+def test_the_events_and_usage_of_a_delegating_tool_are_the_same_after_a_crash_and_replay(
+    server: AnthropicScriptedServer, tmp_path: Path, tool: str,
+) -> None:
+    server.set_reply_fn(_delegation_reply)
+    _SETTINGS["tool"] = tool
+    uninterrupted = run_local(AdkDelegationAgent(), tmp_path / "uninterrupted.db", "adk-delegation")
+    assert len(server.requests) == 4  # the reviewer three times, the expert once
+    authors = [author for author, _, _ in uninterrupted]
+    usage = {author: [u for a, _, u in uninterrupted if a == author and u] for author in set(authors)}
+    assert len(usage["reviewer"]) == 3
+    if tool == "expert":
+        # An AgentTool's agent runs in a runner and session of its own: none of
+        # its events (nor their usage_metadata) reach the reviewer's run.
+        assert "expert" not in authors
+    else:
+        # run_node runs the expert in the reviewer's invocation: its model
+        # response is an event of the reviewer's run, with its usage_metadata.
+        assert authors.count("expert") == 1 and len(usage["expert"]) == 1
+
+    _SETTINGS["crash"] = True
+    journal = tmp_path / "journal.db"
+    with pytest.raises(Crash):
+        run_local(AdkDelegationAgent(), journal, "adk-delegation")
+    asked = len(server.requests)
+    # The same events, ids and usage_metadata, the expert not asked again: a
+    # run_node expert's events are journaled with the tool's result and go
+    # through the runner again on the replay; the ids asked for inside a tool
+    # call (an AgentTool's runner) do not shift the run's later ids.
+    assert run_local(AdkDelegationAgent(), journal, "adk-delegation") == uninterrupted
+    assert len(server.requests) == asked + 1, "only the reviewer's last request is asked after the crash"

@@ -140,6 +140,39 @@ def test_a_prune_deletes_only_its_own_journals_runs(journal: Dict[str, Any]) -> 
     assert len(CALLS) == 6
 
 
+def test_pruning_a_journal_keeps_the_runs_of_a_journal_its_id_prefixes(journal: Dict[str, Any]) -> None:
+    """``reviews`` is a prefix of ``reviews-v2`` but not its parent (a nested
+    journal is ``reviews/<call id>``): pruning ``reviews`` after every record
+    keeps every finished run of ``reviews-v2`` with the same key and seq, its
+    nested sub-agent runs and its callbacks."""
+    records = [{"key": f"k{n}", "value": f"r{n}"} for n in range(3)]
+    first = run_job(journal, "reviews-v2", records)
+    assert len(CALLS) == 3
+    with opened(journal) as store:
+        now_ms = int(time.time() * 1000)
+        for n in range(3):
+            store.append(f"reviews-v2/call-{n}", key_text(f"k{n}"), 0, [entry("c@0", 0)])
+            store.register(CallbackRef(f"reviews-v2/call-{n}", key_text(f"k{n}"), 0, "w@0", 0), f"cb-reviews-v2-{n}",
+                           "approve", now_ms, now_ms + 3_600_000)
+        kept = {(journal_id, n): store.load_run(journal_id, key_text(f"k{n}"), 0)
+                for n in range(3) for journal_id in ("reviews-v2", f"reviews-v2/call-{n}")}
+    assert all((RUN_STEP, RUN_END) in kept["reviews-v2", n] for n in range(3))
+    assert all(kept[f"reviews-v2/call-{n}", n] for n in range(3))
+
+    run_job(journal, "reviews", records, **{"journal.retention_s": 0, "journal.prune_interval_s": 0})
+    assert len(CALLS) == 6
+    with opened(journal) as store:
+        assert all(store.load_run("reviews", key_text(f"k{n}"), 0) == {} for n in range(3))  # it did prune
+        assert {(journal_id, n): store.load_run(journal_id, key_text(f"k{n}"), 0)
+                for n in range(3) for journal_id in ("reviews-v2", f"reviews-v2/call-{n}")} == kept
+        assert all(store.get_callback(f"cb-reviews-v2-{n}") is not None for n in range(3))
+        assert store.journal_ids(10) == ["reviews-v2"]
+
+    # reviews-v2 replays its records: no model call.
+    assert by_key(run_job(journal, "reviews-v2", records)) == by_key(first)
+    assert len(CALLS) == 6
+
+
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
     with store_factory(request.param, tmp_path) as make:
@@ -330,10 +363,10 @@ def test_execute_with_a_failing_store_raises_an_exception_in_one_line(journal: D
     outside any action: it fails, and ``execute()`` raises the store's own
     error, an ``Exception``, naming the store and the cause in one line."""
     refuse_writes(journal, "quota exceeded for the journal")
-    with pytest.raises(Exception) as failed:
+    with pytest.raises(JournalStoreError, match=r"^append of run \(journal 'orders', ") as failed:
         run_job(journal, "orders", [{"key": "k", "value": "a"}], **{"journal.retry.timeout_s": 0})
     error = failed.value
-    assert isinstance(error, JournalStoreError), repr(error)
+    assert type(error) is JournalStoreError and isinstance(error, Exception), repr(error)
     line = str(error)
     assert "\n" not in line, line
     assert line.startswith("append of run (journal 'orders', key '\"k\"', seq 0) on "), line
@@ -478,10 +511,10 @@ def test_a_flink_job_with_a_failing_store_fails_naming_the_store_error(tmp_path:
     """The Flink operator raises a failed record through the same step as
     the local runner: the job's one-line root cause is the store's error,
     not the internal ``JournalUnavailable``."""
-    from py4j.protocol import Py4JJavaError
     from pyflink.common import Types
 
     from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
+    from flink_agents.runtime.flink.failures import FlinkJobFailed
     from tests.support.flink_jobs import mini_cluster_env
 
     journal = {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
@@ -496,10 +529,9 @@ def test_a_flink_job_with_a_failing_store_fails_naming_the_store_error(tmp_path:
     )
     agents_env.from_datastream(reviews, product_id_of, key_type=Types.STRING()).apply(ReviewAnalysisAgent()) \
         .to_datastream().print()
-    with pytest.raises(Exception) as failed:
+    with pytest.raises(FlinkJobFailed) as failed:  # a Py4JJavaError
         agents_env.execute("failing-store")
     error = failed.value
-    assert isinstance(error, Py4JJavaError)  # FlinkJobFailed
     line = str(error)
     assert "\n" not in line, line[:3000]
     assert getattr(error, "cause_type") == "flink_agents.stores.errors.JournalStoreError", line[:3000]

@@ -15,6 +15,7 @@ import pytest
 
 from flink_agents.stores import (
     JournalCorruptError,
+    JournalStoreError,
     JournalUnavailableError,
     PostgresJournalStore,
     SQLiteJournalStore,
@@ -166,7 +167,7 @@ def test_a_read_only_journal_fails_the_local_job_with_the_path(tmp_path: Path) -
     )
     env.from_list([{"key": "k", "value": 1}]).apply(EchoAgent()).to_list()
     try:
-        with pytest.raises(BaseException) as failure:
+        with pytest.raises(JournalStoreError, match=r"is read-only") as failure:
             env.execute()
     finally:
         locked.chmod(0o755)

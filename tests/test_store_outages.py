@@ -26,7 +26,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.errors import JournalUnavailable
+from flink_agents.runtime.errors import ActionFailed, JournalUnavailable
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores import (
     ACCEPTED,
@@ -256,7 +256,7 @@ def test_a_running_record_whose_sqlite_journal_is_removed_fails_naming_the_file(
     driver = LocalDriver()
     CALLS.clear()
     try:
-        with pytest.raises(BaseException) as raised:
+        with pytest.raises(ActionFailed, match=r"^action 'act' failed on key 'key', record #0: JournalUnavailable: ") as raised:
             asyncio.run(engine.process(driver, "key", "hi"))
     finally:
         engine.close()

@@ -25,7 +25,16 @@ ADK's documented extension points used (google-adk 2.x):
   JSON (a pydantic model as ``model_dump(mode="json")``) together with the
   changes the tool made to ``tool_context.actions`` (``state_delta``,
   ``skip_summarization``, ``escalate``, ``transfer_to_agent``), which are
-  re-applied on a replay.
+  re-applied on a replay, and the events the call put into the run
+  (``tool_context.run_node(agent)`` runs an agent in the caller's
+  invocation: its events, ``usage_metadata`` included, are the run's), which
+  go through the runner again on a replay. The call runs in a context of
+  its own whose ADK ids come from the call's own sequence
+  (``turn.new_id("adk:<call id>")``), so ids a call asks for (an
+  ``AgentTool``'s runner) do not shift the run's later ids on a replay. An
+  ``AgentTool``'s agent runs in a runner and session of its own: its events
+  and usage never reach the run (only the parent's plugins, which it
+  inherits, see its model calls, on the first run only).
 - **Ids, clock, randomness**: ADK's ``google.adk.platform`` providers
   (``uuid.set_id_provider``, ``time.set_time_provider``,
   ``set_random_provider``; ContextVars) are set for the run only, to
@@ -55,6 +64,7 @@ live (bidi) streaming.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import json
 from typing import Any, AsyncGenerator, Dict, List, Optional, Sequence, Tuple
@@ -96,6 +106,11 @@ _USER_ID = "flink_agents"
 # The tool_context.actions fields a tool may change that are journaled with
 # its result and re-applied on a replay.
 _TOOL_ACTIONS = ("skip_summarization", "escalate", "transfer_to_agent")
+# Inside a journaled tool call: the list the events it puts into the parent
+# run's event queue are recorded in (see JournaledTool).
+_TOOL_EVENTS: contextvars.ContextVar[Optional[List[Dict[str, Any]]]] = contextvars.ContextVar(
+    "flink_agents_adk_tool_events", default=None,
+)
 
 
 async def run_durably(
@@ -272,7 +287,10 @@ class JournaledLlm(BaseLlm):
             async for response in self.inner.generate_content_async(llm_request, stream):
                 yield response
             return
-        request = llm_request.model_copy(deep=True)
+        # A deep copy but for the tools, which are shared: an AgentTool holds
+        # an agent whose model holds a client (locks, sockets: not copyable).
+        tools = llm_request.tools_dict
+        request = copy.deepcopy(llm_request, {id(tools): dict(tools)})
         request.contents = list(request.contents)
         taken = steering_texts(turn.take_steering())
         if taken:
@@ -370,18 +388,47 @@ class JournaledTool(BaseTool):
         if turn is None:
             return await self.inner.run_async(args=args, tool_context=tool_context)
 
+        call_id = tool_context.function_call_id or ""
+        invocation = _record_tool_events(tool_context)
+        ran = False
+
+        async def body(recorded: List[Dict[str, Any]]) -> Dict[str, Any]:
+            # In a context of its own: the ids ADK asks for in here (an
+            # AgentTool's runner, a nested run's events) come from the call's
+            # own sequence, so the run's later ids do not depend on whether
+            # this call ran or was replayed; the events it adds to the run
+            # are recorded.
+            adk_uuid.set_id_provider(lambda: turn.new_id(f"adk:{call_id}"))
+            _TOOL_EVENTS.set(recorded)
+            return await self.inner.run_async(args=args, tool_context=tool_context)
+
         async def call() -> Dict[str, Any]:
-            result = await self.inner.run_async(args=args, tool_context=tool_context)
+            nonlocal ran
+            ran = True
+            recorded: List[Dict[str, Any]] = []
+            result = await asyncio.create_task(body(recorded), context=contextvars.copy_context())
             actions = tool_context.actions
             changed = {k: getattr(actions, k) for k in _TOOL_ACTIONS if getattr(actions, k) is not None}
-            return {
+            stored = {
                 "result": _json(result, f"tool {self.name!r} result"),
                 "actions": _json({"state_delta": dict(actions.state_delta), **changed},
                                  f"tool {self.name!r} state/actions"),
             }
+            if recorded:
+                stored["events"] = recorded
+            return stored
 
-        call_id = tool_context.function_call_id or ""
         stored = await turn.tool_call(call_id, self.name, _json(args, f"tool {self.name!r} arguments"), call)
+        if not ran and stored.get("events"):
+            if invocation is None:
+                raise RuntimeError(
+                    f"ADK tool {self.name!r}: its journaled call added events to the run, and this ADK run has no "
+                    "event queue to add them to again on the replay"
+                )
+            # A replay: the events the call added the first time (a nested
+            # agent's, with their usage_metadata) go through the runner again.
+            for event in stored["events"]:
+                await invocation._enqueue_event(Event.model_validate(event))
         actions = tool_context.actions
         for key, value in stored["actions"].items():
             if key == "state_delta":
@@ -390,6 +437,39 @@ class JournaledTool(BaseTool):
             else:
                 setattr(actions, key, value)
         return stored["result"]
+
+
+def _record_tool_events(tool_context: Any) -> Any:
+    """The invocation context of ``tool_context`` (None when this ADK has
+    none with an event queue), its event queue recording from now on what a
+    journaled tool call puts into it (``_TOOL_EVENTS``).
+
+    A tool can add events to its run: ``tool_context.run_node(agent)`` runs
+    the agent inside the caller's invocation, and the agent's events (its
+    model responses, with their ``usage_metadata``) go through the runner's
+    event queue, are stored in the session and yielded to the caller. ADK has
+    no public hook for them, so ``put`` of the invocation's queue is wrapped
+    (once per queue): in a tool call's context (a ContextVar) each event is
+    recorded as JSON when it is put. An AgentTool's agent runs in a runner of
+    its own, whose events stay in it: nothing is recorded for it.
+    """
+    invocation = getattr(tool_context, "_invocation_context", None)
+    queue = getattr(invocation, "_event_queue", None)
+    if not isinstance(queue, asyncio.Queue) or not hasattr(invocation, "_enqueue_event"):
+        return None
+    if not getattr(queue, "_flink_agents_recording", False):
+        put = queue.put
+
+        async def recording_put(item: Any) -> None:
+            recorded = _TOOL_EVENTS.get()
+            event = item[0] if isinstance(item, tuple) and item else None
+            if recorded is not None and isinstance(event, Event):
+                recorded.append(_event_json(event))
+            await put(item)
+
+        queue.put = recording_put  # type: ignore[method-assign]
+        queue._flink_agents_recording = True  # type: ignore[attr-defined]
+    return invocation
 
 
 class JournaledToolset(BaseToolset):
