@@ -31,7 +31,7 @@ VERSIONS="${FLINK_MATRIX_VERSIONS:-1.20.5 2.0.2}"
 CACHE="${FLINK_AGENTS_VENV_CACHE:-$HOME/.cache/flink-agents/venvs}"
 PYTHON="${FLINK_MATRIX_PYTHON:-python3.11}"
 TIMEOUT_S="${FLINK_MATRIX_TIMEOUT_S:-900}"  # per pytest run
-E2E_FILES=(tests/test_review_job_e2e.py tests/test_failover_e2e.py tests/test_callbacks_e2e.py)
+E2E_FILES=(tests/e2e/test_review_job_e2e.py tests/e2e/test_failover_e2e.py tests/e2e/test_callbacks_e2e.py)
 TEST_PINS=("pytest>=8" "pytest-timeout>=2.2")  # as setup.py's test extra
 EXTRAS_1X="anthropic,ollama,tongyi,mcp,chroma,pydantic-ai,openai-agents,langgraph,google-adk"  # every test extra but mem0 (see above)
 

@@ -9,7 +9,7 @@ one restart allowed, the job must then replay that completion on a new
 worker and finish. Appends the outputs, one JSON line each, to
 ``OUT_DIR/outputs.jsonl``.
 
-Used by ``tests/test_main_classes_e2e.py``; not imported by the tests.
+Used by ``tests/e2e/test_main_classes_e2e.py``; not imported by the tests.
 """
 
 from __future__ import annotations

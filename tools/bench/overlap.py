@@ -2,7 +2,7 @@
 
 The tests prove overlap with counts (a fake holds each call until n calls are
 in flight at once; see ``ScriptedChatServer.hold_until_in_flight`` and
-``tests/test_sub_agents.py``), which cannot flake on a loaded machine. The
+``tests/engine/test_sub_agents.py``), which cannot flake on a loaded machine. The
 wall-clock figures live here instead, each printed next to its own baseline
 measured in the same run, as a ratio (1.0: fully overlapped; n: one after
 another):
@@ -33,8 +33,8 @@ import openai
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceType
 from tests.support.scripted_openai_server import ScriptedChatServer
-from tests.test_concurrency import _records, _run_local, slow_model_agent
-from tests.test_sub_agents import _run, parent_calling, summarizer
+from tests.engine.test_concurrency import _records, _run_local, slow_model_agent
+from tests.engine.test_sub_agents import _run, parent_calling, summarizer
 
 
 def _best_of(repeats: int, fn: Any) -> float:

@@ -13,7 +13,7 @@ the one it registered. A job restored from it never fires the chain again.
 The agent operator's poll timers are such a chain (each poll registers the
 next): a key restored from such a checkpoint is resubmitted only by another
 of its timers (a callback's deadline), or never. That is why
-``tests/test_callbacks_e2e.py::test_failover_while_a_key_waits...`` waited
+``tests/e2e/test_callbacks_e2e.py::test_failover_while_a_key_waits...`` waited
 in vain now and then.
 
 One job runs a chain of processing-time timers on one key (each ``on_timer``

@@ -55,6 +55,7 @@ try:
     from langchain_core.messages import (
         AIMessage,
         BaseMessage,
+        ChatMessage,
         HumanMessage,
         SystemMessage,
         ToolMessage,
@@ -125,9 +126,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def _project(message: BaseMessage) -> Dict[str, Any]:
-    """What a request depends on in one message: its kind, name, content,
-    tool calls (id, name, args) and tool result pairing; never its id,
-    response metadata or usage."""
+    """What a request depends on in one message: its kind (and a chat
+    message's role), name, content, tool calls (id, name, args), tool result
+    pairing and set ``additional_kwargs``; never its id, response metadata,
+    usage or a tool result's artifact."""
     shown: Dict[str, Any] = {"type": message.type, "content": _jsonable(message.content)}
     if message.name:
         shown["name"] = message.name
@@ -140,6 +142,13 @@ def _project(message: BaseMessage) -> Dict[str, Any]:
     if isinstance(message, ToolMessage):
         shown["tool_call_id"] = message.tool_call_id
         shown["status"] = message.status
+    if isinstance(message, ChatMessage):
+        shown["role"] = message.role
+    # What a chat model sends from here (an OpenAI "developer" role, a legacy
+    # function call, audio), when set: earlier digests had none of it.
+    extra = {k: v for k, v in message.additional_kwargs.items() if v is not None}
+    if extra:
+        shown["additional_kwargs"] = _jsonable(extra)
     return shown
 
 

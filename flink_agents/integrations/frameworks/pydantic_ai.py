@@ -54,6 +54,7 @@ methods, tool-argument validators, message compaction, workspaces), and a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -323,21 +324,27 @@ async def run_durably(
 # ids, results. Left out: timestamps, usage, provider names/ids/details, run
 # and conversation ids (the turn's identity, not the request's).
 _PART_FIELDS = ("part_kind", "content", "tool_name", "args", "tool_call_id", "outcome", "retry")
+# Left out of a part's other fields: when it was made, the provider's ids,
+# names, details and signatures (they come back with the journaled response),
+# and what is never sent to the model. An id a part cannot do without (an
+# instruction delta's: the block it replaces) is no provider's: kept.
+_UNSEEN_PART_FIELDS = frozenset({"timestamp", "id", "provider_name", "provider_details", "signature", "metadata",
+                                 "dynamic_ref"})
 
 
 def request_digest(messages: Sequence[Any], settings: Any, parameters: Any) -> Dict[str, Any]:
     """The journal digest of a model request: ``{"messages": [{"kind",
     "instructions", "parts": [...]}], "settings", "tools", "output"}`` with
-    only ``_PART_FIELDS`` per part, the model settings, the function and
+    each part as ``_part_digest`` shows it, the model settings, the function and
     output tools' names, descriptions and JSON schemas, the output mode and object schema."""
     dumped = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
     projected = [
         {
             "kind": message.get("kind"),
             "instructions": message.get("instructions"),
-            "parts": [{k: part[k] for k in _PART_FIELDS if part.get(k) is not None} for part in message.get("parts", [])],
+            "parts": [_part_digest(part, shown) for part, shown in zip(original.parts, message.get("parts", []))],
         }
-        for message in dumped
+        for original, message in zip(messages, dumped)
     ]
     return {
         "messages": projected,
@@ -350,6 +357,24 @@ def request_digest(messages: Sequence[Any], settings: Any, parameters: Any) -> D
             "allow_text": getattr(parameters, "allow_text_output", None),
         },
     }
+
+
+def _part_digest(part: Any, dumped: Dict[str, Any]) -> Dict[str, Any]:
+    """``_PART_FIELDS`` of a part, then every other field the model may see
+    (a system prompt's ``context_id`` and ``scope``, ``tools_added``, a
+    speech part's transcript...) where it is not at its default: the digest
+    of a part that sets none of them is the one earlier releases journaled."""
+    shown = {k: dumped[k] for k in _PART_FIELDS if dumped.get(k) is not None}
+    for field in dataclasses.fields(part) if dataclasses.is_dataclass(part) else ():
+        name = field.name
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        if name in _PART_FIELDS or name not in dumped or (name in _UNSEEN_PART_FIELDS and not required):
+            continue
+        if required or getattr(part, name) != (
+            field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        ):
+            shown[name] = dumped[name]
+    return shown
 
 
 def response_view(response: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCallView]]:

@@ -1,0 +1,477 @@
+"""LangGraph graphs run durably (``integrations.frameworks.langgraph``): the
+real LangGraph + LangChain packages, ``ChatOpenAI`` (chat completions, no
+streaming) against the strict scripted OpenAI server, in the in-process
+engine (``AgentEngine`` + ``LocalDriver`` + ``InMemoryJournalStore``).
+Patterns as in ``tests/engine/test_framework_turns.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+import httpx  # noqa: E402
+from langchain_core.callbacks import BaseCallbackHandler, get_usage_metadata_callback  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+
+from flink_agents.api.agents.agent import Agent  # noqa: E402
+from flink_agents.api.decorators import action  # noqa: E402
+from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
+from flink_agents.integrations.frameworks.langgraph import (  # noqa: E402
+    durable_chat_model,
+    durable_react_graph,
+    durable_tool_node,
+    run_durably,
+)
+from flink_agents.runtime.engine import AgentEngine  # noqa: E402
+from flink_agents.runtime.errors import ActionFailed  # noqa: E402
+from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
+from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from tests.support.framework_runs import (  # noqa: E402
+    CRASH_MODES, Crash, check_one_request_turn, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
+    process, progress_engine, recoveries, refuse_writes, run_local, run_records, without_langsmith,
+)
+from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
+
+CALLS: Counter = Counter()
+STEERING = "answer in French"
+
+
+@tool
+async def double(n: int) -> int:
+    """Double n."""
+    CALLS[f"tool:{n}"] += 1
+    await asyncio.sleep(0)  # instant tools: the round's results land in one loop turn
+    return 2 * n
+
+
+def scripted_reply(tools: int):
+    """The scripted model: asks for ``tools`` calls of ``double`` (provider
+    ids ``call_0``.. every turn), then answers with the turn's results and
+    the steering it saw."""
+
+    def reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+        messages = request["messages"]
+        prompt_at = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] != STEERING)
+        turn = messages[prompt_at:]
+        results = [m["content"] for m in turn if m["role"] == "tool"]
+        steering = [m["content"] for m in turn if m["role"] == "user" and m["content"] == STEERING]
+        if tools and not results:
+            return {"content": None, "tool_calls": [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": "double", "arguments": json.dumps({"n": i})}} for i in range(tools)]}
+        return {"content": f"{messages[prompt_at]['content']}: {results} steered by {steering}"}
+
+    return reply
+
+
+class RootRunId(BaseCallbackHandler):
+    """Keeps the graph's root run id (LangChain callbacks' ``run_id``)."""
+
+    def __init__(self) -> None:
+        self.run_id: Optional[uuid.UUID] = None
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: uuid.UUID,
+                       parent_run_id: Optional[uuid.UUID] = None, **kwargs: Any) -> None:
+        if parent_run_id is None:
+            self.run_id = run_id
+
+
+_SETTINGS: Dict[str, Any] = {}
+
+
+def _model() -> ChatOpenAI:
+    """A ChatOpenAI for this record's event loop (its own HTTP client); the
+    first request may steer the key (``_SETTINGS["steer"]``)."""
+
+    async def on_request(request: httpx.Request) -> None:
+        CALLS["model"] += 1
+        steer = _SETTINGS.get("steer")
+        if steer and CALLS["model"] == 1:
+            steer()  # arrives while the first request runs
+
+    return ChatOpenAI(model="gpt-4o-mini", base_url=_SETTINGS["url"], api_key="k", use_responses_api=False,
+                      streaming=False, max_retries=0,
+                      http_async_client=httpx.AsyncClient(event_hooks={"request": [on_request]}))
+
+
+class LangGraphAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        graph = durable_react_graph(_model(), [double] if _SETTINGS["tools"] else [], name="reviewer")
+        root = RootRunId()
+        state = await run_durably(ctx, graph, event.input, conversation=_SETTINGS.get("conversation"),
+                                  conversation_max_messages=_SETTINGS.get("max_messages", 40),
+                                  config={"callbacks": [root]})
+        messages = state["messages"]
+        ctx.send_event(OutputEvent(output={
+            "answer": messages[-1].content,
+            "ids": [str(root.run_id)] + [m.id for m in messages],
+        }))
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing goes to LangSmith (only sent when these are set)."""
+    without_langsmith(monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    CALLS.clear()
+    _SETTINGS.clear()
+    _SETTINGS.update(tools=0)
+    yield
+
+
+@pytest.fixture
+def server() -> Any:
+    with OpenAIScriptedServer() as srv:
+        _SETTINGS["url"] = srv.base_url
+        yield srv
+
+
+def _engine(store: InMemoryJournalStore, **config: Any) -> AgentEngine:
+    return progress_engine(LangGraphAgent(), store, config)
+
+
+def _process(store: InMemoryJournalStore, value: Any = "go", key: str = "k") -> LocalDriver:
+    return process(LangGraphAgent(), store, value, key)
+
+
+def test_a_plain_turn_commits_twice_and_a_replay_writes_and_asks_nothing(server: OpenAIScriptedServer) -> None:
+    server.set_reply_fn(scripted_reply(0))
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "go: [] steered by []"
+    assert store.writes == 2 and len(server.requests) == 1
+    check_one_request_turn(driver.progress, "go: [] steered by []")
+    # Replay on a fresh engine with the same store: nothing asked, nothing written.
+    refuse_writes(store)
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and len(server.requests) == 1 and CALLS["model"] == 1
+
+
+def test_three_parallel_tool_calls_commit_four_times_and_followers_see_them_in_order(
+        server: OpenAIScriptedServer) -> None:
+    _SETTINGS["tools"] = 3
+    server.set_reply_fn(scripted_reply(3))
+    store = InMemoryJournalStore()
+    driver = _process(store)
+    assert driver.outputs[0]["k"]["answer"] == "go: ['0', '2', '4'] steered by []"
+    assert CALLS == Counter({"model": 2, "tool:0": 1, "tool:1": 1, "tool:2": 1})
+    # start | reply 1 (before the tools start) | the three results (one group
+    # commit) | reply 2 with the run's end
+    assert store.writes == 4 and len(server.requests) == 2
+    commits = kinds_by_commit(driver.progress)
+    assert commits[2] == ["model_reply"] and commits[3] == ["tool_result"] * 3
+    assert commits[4][0] == "model_reply"
+    first = first_model_reply(driver.progress)
+    assert [(c["name"], json.loads(c["arguments"])) for c in first["tool_calls"]] == [
+        ("double", {"n": i}) for i in range(3)]
+    # The provider's call_0.. were rewritten inside the journaled region; the
+    # results the server got answer those ids.
+    sent_ids = [c["id"] for c in server.requests[1]["messages"][1]["tool_calls"]]
+    assert len(set(sent_ids)) == 3 and not any(i.startswith("call_") for i in sent_ids)
+    assert [m["tool_call_id"] for m in server.requests[1]["messages"][2:5]] == sent_ids
+    # Replay: 0 writes, 0 requests, 0 tool calls, same output.
+    CALLS.clear()
+    refuse_writes(store)
+    replayed = _process(store)
+    assert replayed.outputs == driver.outputs and not CALLS and len(server.requests) == 2
+
+
+@pytest.mark.parametrize("mode", CRASH_MODES)
+def test_a_crash_at_every_write_of_the_tools_turn_repeats_no_completed_call(
+        server: OpenAIScriptedServer, mode: str) -> None:
+    _SETTINGS["tools"] = 3
+    server.set_reply_fn(scripted_reply(3))
+    expected_store = InMemoryJournalStore()
+    expected = _process(expected_store)
+    expected_calls = Counter(CALLS)
+    assert expected_store.writes == 4
+    for k, recovered in recoveries(mode, expected_store.writes, _process, CALLS.clear):
+        assert [o["k"]["answer"] for o in recovered.outputs] == [o["k"]["answer"] for o in expected.outputs]
+        assert recovered.outputs[0]["k"]["ids"] == expected.outputs[0]["k"]["ids"]
+        check_repeated_calls(mode, k, CALLS, expected_calls)
+
+
+def test_steering_sent_during_the_first_request_reaches_the_second_and_stays_in_the_state(
+        server: OpenAIScriptedServer) -> None:
+    _SETTINGS["tools"] = 1
+    server.set_reply_fn(scripted_reply(1))
+    store = InMemoryJournalStore()
+    engine, driver = _engine(store, **{"steering.enabled": True}), LocalDriver()
+    _SETTINGS["steer"] = lambda: engine.steer(driver, "k", STEERING)
+    run_records(engine, [("k", "go")], driver)
+    assert driver.outputs[0]["k"]["answer"] == f"go: ['0'] steered by ['{STEERING}']"
+    assert [m["role"] for m in server.requests[0]["messages"]] == ["user"]
+    second = server.requests[1]["messages"]
+    assert [(m["role"], m["content"]) for m in second if m["role"] == "user"] == [("user", "go"), ("user", STEERING)]
+    assert second[-1] == {"role": "user", "content": STEERING}  # after the tool result, before request 2
+    # Kept in the state: user, reply (1 call), tool result, steering, answer (+ the root run id).
+    assert len(driver.outputs[0]["k"]["ids"]) == 6
+    assert "steering_consumed" in [r["kind"] for r in driver.progress]
+
+
+def test_a_per_key_conversation_reuses_provider_call_ids_and_is_bounded_by_whole_turns(
+        server: OpenAIScriptedServer) -> None:
+    _SETTINGS.update(tools=1, conversation="per_key", max_messages=8)
+    server.set_reply_fn(scripted_reply(1))
+    engine, driver = _engine(InMemoryJournalStore()), LocalDriver()
+
+    async def records() -> None:
+        for n in range(4):  # each turn: user, assistant (call_0), tool, assistant = 4 messages
+            await engine.process(driver, "k", f"q{n}")
+
+    try:
+        asyncio.run(records())
+    finally:
+        engine.close()
+    assert [o["k"]["answer"] for o in driver.outputs] == [f"q{n}: ['{2 * 0}'] steered by []" for n in range(4)]
+    # Record 2's first request carries turn 1 whole, then its prompt; the
+    # call ids of the two turns differ though the provider said call_0 twice.
+    second = server.requests[2]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool", "assistant", "user"]
+    fourth_turn = server.requests[7]["messages"]
+    call_ids = [c["id"] for m in fourth_turn if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert len(call_ids) == 3 == len(set(call_ids))
+    assert [m["tool_call_id"] for m in fourth_turn if m["role"] == "tool"] == call_ids
+    # Before the 4th turn's second request: at most 8 stored messages (turns
+    # q1 and q2 whole), then q3's messages.
+    assert [m["content"] for m in server.requests[6]["messages"] if m["role"] == "user"] == ["q1", "q2", "q3"]
+    assert len(server.requests[6]["messages"]) == 9
+
+
+def test_ids_come_from_the_record_equal_on_replay_differ_across_records_and_keys(
+        server: OpenAIScriptedServer) -> None:
+    _SETTINGS["tools"] = 1
+    server.set_reply_fn(scripted_reply(1))
+    store = InMemoryJournalStore()
+    first = _process(store).outputs[0]["k"]["ids"]
+    replayed = _process(store).outputs[0]["k"]["ids"]
+    other_key = _process(InMemoryJournalStore(), key="other").outputs[0]["other"]["ids"]
+    driver = run_records(_engine(InMemoryJournalStore()), [("k", "go"), ("k", "go")])  # then the key's next record
+    next_record = driver.outputs[1]["k"]["ids"]
+    assert first == replayed and len(first) == 5  # root run id + user, reply, tool result, reply
+    assert all(uuid.UUID(i) for i in first)  # no lc_run-- or provider ids
+    assert not set(first) & set(other_key) and not set(first) & set(next_record)
+
+
+def test_the_building_blocks_in_a_graph_of_ones_own(server: OpenAIScriptedServer) -> None:
+    """durable_chat_model + durable_tool_node in a user's graph (no steering node)."""
+    server.set_reply_fn(scripted_reply(2))
+    seen: List[str] = []
+
+    async def audit(request: Any, execute: Any) -> Any:
+        seen.append(request.tool_call["id"])  # a user's own wrapper runs inside the journaled call
+        return await execute(request)
+
+    class OwnGraphAgent(Agent):
+        @action(InputEvent)
+        @staticmethod
+        async def respond(event: InputEvent, ctx: Any) -> None:
+            llm = durable_chat_model(_model()).bind_tools([double])
+
+            async def agent(state: MessagesState) -> Dict[str, Any]:
+                return {"messages": [await llm.ainvoke(state["messages"])]}
+
+            def route(state: MessagesState) -> str:
+                return "tools" if state["messages"][-1].tool_calls else "__end__"
+
+            graph = StateGraph(MessagesState)
+            graph.add_node("agent", agent)
+            graph.add_node("tools", durable_tool_node([double], awrap_tool_call=audit))
+            graph.add_edge(START, "agent")
+            graph.add_conditional_edges("agent", route)
+            graph.add_edge("tools", "agent")
+            state = await run_durably(ctx, graph.compile(), [HumanMessage("go")], name="own")
+            ctx.send_event(OutputEvent(output=state["messages"][-1].content))
+
+    store = InMemoryJournalStore()
+    driver = run_records(engine_for(OwnGraphAgent(), store), [("k", "go")])
+    assert driver.outputs == [{"k": "go: ['0', '2'] steered by []"}] and store.writes == 4
+    assert len(seen) == 2 and CALLS["tool:0"] == CALLS["tool:1"] == 1
+
+
+class Verdict(BaseModel):
+    score: int
+    reason: str
+
+
+def test_typed_output_through_with_structured_output_is_journaled_and_replayed(server: OpenAIScriptedServer) -> None:
+    server.set_reply_fn(lambda request, index: {"content": None, "tool_calls": [{
+        "id": "call_0", "type": "function",
+        "function": {"name": "Verdict", "arguments": json.dumps({"score": 4, "reason": "sturdy"})}}]})
+
+    class Judge(Agent):
+        @action(InputEvent)
+        @staticmethod
+        async def respond(event: InputEvent, ctx: Any) -> None:
+            typed = durable_chat_model(_model()).with_structured_output(Verdict)
+            verdicts: List[Verdict] = []
+
+            async def judge(state: MessagesState) -> Dict[str, Any]:
+                verdicts.append(await typed.ainvoke(state["messages"]))
+                return {"messages": []}
+
+            graph = StateGraph(MessagesState)
+            graph.add_node("judge", judge)
+            graph.add_edge(START, "judge")
+            await run_durably(ctx, graph.compile(), event.input, name="judge")
+            ctx.send_event(OutputEvent(output=verdicts[0].model_dump()))
+
+    store = InMemoryJournalStore()
+    for _ in range(2):  # the second run replays
+        driver = run_records(engine_for(Judge(), store), [("k", "a kettle")])
+        assert driver.outputs == [{"k": {"score": 4, "reason": "sturdy"}}]
+    assert store.writes == 2 and len(server.requests) == 1
+    assert server.requests[0]["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["Verdict"]
+
+
+async def _refused_in_a_turn(graph: Any, value: Any = "go", **kwargs: Any) -> None:
+    class Refusing(Agent):
+        @action(InputEvent)
+        @staticmethod
+        async def respond(event: InputEvent, ctx: Any) -> None:
+            await run_durably(ctx, graph, value, **kwargs)
+
+    engine = engine_for(Refusing(), InMemoryJournalStore())
+    try:
+        await engine.process(LocalDriver(), "k", "go")
+    finally:
+        engine.close()
+
+
+def test_what_cannot_be_made_durable_is_refused(server: OpenAIScriptedServer) -> None:
+    graph = StateGraph(MessagesState)
+    graph.add_node("noop", lambda state: {"messages": []})
+    graph.add_edge(START, "noop")
+    with pytest.raises(ActionFailed, match="ValueError: run_durably refuses a graph with a checkpointer"):
+        asyncio.run(_refused_in_a_turn(graph.compile(checkpointer=InMemorySaver())))
+    with pytest.raises(ActionFailed, match="conversation must be None or 'per_key'"):
+        asyncio.run(_refused_in_a_turn(graph.compile(), conversation="global"))
+    with pytest.raises(ActionFailed, match="TypeError: run_durably needs a compiled LangGraph graph"):
+        asyncio.run(_refused_in_a_turn(graph))
+    with pytest.raises(TypeError, match="BaseChatModel"):
+        durable_chat_model(_model().bind_tools([double]))
+    with pytest.raises(TypeError, match="async only"):
+        durable_chat_model(_model()).invoke("hi")
+    tools_only = StateGraph(MessagesState)
+    tools_only.add_node("tools", durable_tool_node([double]))
+    tools_only.add_edge(START, "tools")
+    with pytest.raises(TypeError, match="called on the sync path"):
+        tools_only.compile().invoke({"messages": [AIMessage("", tool_calls=[
+            {"name": "double", "args": {"n": 1}, "id": "call_0"}])]})
+    assert not server.requests and not CALLS
+
+
+def test_a_graph_whose_model_and_tools_bypass_the_journal_is_refused(server: OpenAIScriptedServer) -> None:
+    """A hand-built graph with a plain chat model and ToolNode journals
+    nothing: a failover would ask and act again, so the turn fails."""
+    server.set_reply_fn(scripted_reply(1))
+    graph = StateGraph(MessagesState)
+
+    async def ask(state: MessagesState) -> Dict[str, Any]:
+        return {"messages": [await _model().bind_tools([double]).ainvoke(state["messages"])]}
+
+    graph.add_node("model", ask)
+    graph.add_node("tools", ToolNode([double]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    with pytest.raises(ActionFailed, match=r"added 2 model replies and 1 tool results, but only 0 model requests"):
+        asyncio.run(_refused_in_a_turn(graph.compile()))
+    with pytest.raises(ActionFailed, match="input state has no 'messages'"):
+        asyncio.run(_refused_in_a_turn(graph.compile(), value={"topic": "x"}))
+
+
+
+def _delegation_reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """The expert (``gpt-4o``) answers; the lead asks the expert, then
+    ``record``, then answers."""
+    if request["model"] == "gpt-4o":
+        return {"content": "physics"}
+    results = sum(1 for m in request["messages"] if m["role"] == "tool")
+    if results == 2:
+        return {"content": "because"}
+    name, args = [("ask_expert", {"question": "why is the sky blue?"}), ("record", {"note": "asked"})][results]
+    return {"content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+class DelegatingGraphAgent(Agent):
+    """A lead graph whose tool ``ask_expert`` runs an expert graph; answers
+    with the usage ``get_usage_metadata_callback()`` saw and the tokens of
+    the lead's replies (``usage_metadata``). Its second tool ``record``
+    crashes the process when ``_SETTINGS["crash"]`` is set: the expert's
+    answer is journaled by then."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        expert = durable_react_graph(_usage_model("gpt-4o"), [], name="expert")
+
+        @tool
+        async def ask_expert(question: str) -> str:
+            """Ask the expert."""
+            CALLS["expert"] += 1
+            state = await expert.ainvoke({"messages": [HumanMessage(question)]})
+            return state["messages"][-1].content
+
+        @tool
+        async def record(note: str) -> str:
+            """Record a note."""
+            if _SETTINGS.pop("crash", False):
+                raise Crash("the process dies in the second tool, the expert's answer journaled")
+            return "noted"
+
+        graph = durable_react_graph(_usage_model("gpt-4o-mini"), [ask_expert, record], name="lead")
+        with get_usage_metadata_callback() as usage:
+            state = await run_durably(ctx, graph, event.input)
+        replies = [m.usage_metadata["total_tokens"] for m in state["messages"] if isinstance(m, AIMessage)]
+        ctx.send_event(OutputEvent(output={
+            "answer": state["messages"][-1].content, "usage": usage.usage_metadata, "reply_tokens": replies,
+        }))
+
+
+def _usage_model(name: str) -> ChatOpenAI:
+    return ChatOpenAI(model=name, base_url=_SETTINGS["url"], api_key="k", use_responses_api=False,
+                      streaming=False, max_retries=0, http_async_client=httpx.AsyncClient())
+
+
+def test_the_usage_a_delegated_graph_added_to_the_usage_callback_is_the_same_after_a_crash_and_replay(
+    server: OpenAIScriptedServer, tmp_path: Path,
+) -> None:
+    server.set_reply_fn(_delegation_reply)
+    uninterrupted = run_local(DelegatingGraphAgent(), tmp_path / "uninterrupted.db", "langgraph-usage")
+    assert uninterrupted["answer"] == "because"
+    assert set(uninterrupted["usage"]) == {"gpt-4o-mini", "gpt-4o"}  # the lead's three requests, the expert's one
+    assert len(uninterrupted["reply_tokens"]) == 3 and all(uninterrupted["reply_tokens"])
+    # Each reply counted once by the callback (not by the wrapped model too).
+    assert uninterrupted["usage"]["gpt-4o-mini"]["total_tokens"] == sum(uninterrupted["reply_tokens"])
+    assert CALLS["expert"] == 1
+
+    CALLS.clear()
+    journal = tmp_path / "journal.db"
+    _SETTINGS["crash"] = True
+    with pytest.raises(Crash):
+        run_local(DelegatingGraphAgent(), journal, "langgraph-usage")
+    assert run_local(DelegatingGraphAgent(), journal, "langgraph-usage") == uninterrupted
+    assert CALLS["expert"] == 1, "the journaled tool ran again"
