@@ -1,4 +1,5 @@
-"""Shared pytest fixtures, and a watchdog for hangs the timeout cannot end."""
+"""Shared pytest fixtures, the ``e2e`` marker by folder, and a watchdog for
+hangs the timeout cannot end."""
 from __future__ import annotations
 
 import faulthandler
@@ -10,12 +11,31 @@ import pytest
 from tests.support.scripted_openai_server import ScriptedChatServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
 # pytest-timeout (pytest.ini, 600 s) raises in the main thread, which needs the
 # GIL; a deadlock in the interpreter itself (python/cpython#106883) never gives
 # it back, and CI would wait for its own limit. faulthandler's watchdog is a C
 # thread: past this, it prints every thread's stack and ends the process.
 WATCHDOG_S = 720
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """``e2e`` is where a test is: every test under ``tests/e2e`` gets the
+    marker, and a test elsewhere that carries it is an error (move it to
+    ``tests/e2e``), so ``-m "not e2e"`` and the folders select the same tests."""
+    misplaced = []
+    for item in items:
+        if E2E_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+        elif item.get_closest_marker("e2e") is not None:
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(
+            "the e2e marker outside tests/e2e (e2e is given by the folder; move these tests to tests/e2e): "
+            + ", ".join(misplaced)
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

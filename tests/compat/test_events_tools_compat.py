@@ -7,7 +7,8 @@
   0.3.1's positional constructors, ``from_event`` from a unified event.
 - ``pyflink.common.Row`` values (with and without field names, any
   ``RowKind``) through the codec, the journal (a replay), keyed state and
-  outputs, on the local runner and on the mini-cluster, back as equal Rows.
+  outputs, on the local runner and on the mini-cluster
+  (tests/e2e/test_events_tools_compat_e2e.py), back as equal Rows.
 - Tool-call ids of any hashable type (a ``uuid.uuid4()``, an int, a tuple):
   the built-in tool action answers with the same ids, also after a replay.
 - Tools: positional ``Tool.call(*args)`` (also from the built-in tool loop),
@@ -521,32 +522,3 @@ def test_plan_function_refs_resolve_through_the_same_lookup() -> None:
     assert FunctionRef(module=__name__, qualname="RowAgent.emit").resolve() is RowAgent.__dict__["emit"].__func__
     with pytest.raises(PlanError, match="cannot import function"):
         FunctionRef(module=__name__, qualname="ROWS").resolve()
-
-
-# --- the mini-cluster ------------------------------------------------------------------------
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(300)
-def test_rows_go_through_an_agent_on_the_mini_cluster_and_come_out_equal(tmp_path: Any) -> None:
-    from pyflink.common import Types
-
-    from tests.support.flink_jobs import mini_cluster_env
-
-    env = mini_cluster_env(1)
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(
-        env, **{"journal.sqlite.path": str(tmp_path / "journal.db")}
-    )
-    rows = list(ROWS)
-    source = env.from_collection(list(range(len(rows))), type_info=Types.INT()).map(
-        lambda i: rows[i], output_type=Types.PICKLED_BYTE_ARRAY()
-    )
-    stream = agents_env.from_datastream(source, lambda r: r[0]).apply(RowAgent()).to_datastream()
-    with stream.execute_and_collect("rows") as collected:
-        outputs = list(collected)
-
-    grouped: Dict[str, List[Row]] = {}
-    for output in outputs:
-        grouped.setdefault(output.current[0], []).append(output)
-    assert grouped == _expected()
-    assert grouped["u2"][0].current.get_row_kind() == RowKind.UPDATE_AFTER

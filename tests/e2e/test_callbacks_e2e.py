@@ -57,8 +57,6 @@ from tests.support.flink_jobs import (
 )
 from tests.support.scripted_openai_server import ScriptedChatServer
 
-pytestmark = pytest.mark.e2e
-
 # The agent runs in Flink's Python workers; in process mode they cannot
 # import this module by name: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

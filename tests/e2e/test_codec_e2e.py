@@ -27,8 +27,6 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
 from tests.support.flink_jobs import mini_cluster_env
 
-pytestmark = pytest.mark.e2e
-
 
 class Tier(StrEnum):
     GOLD = "gold"

@@ -37,8 +37,6 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, write_jsonl
 
-pytestmark = pytest.mark.e2e
-
 # Functions below run in Flink's Python workers: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

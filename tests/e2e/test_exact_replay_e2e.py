@@ -72,8 +72,6 @@ from flink_agents.api.runner_context import RunnerContext
 from tests.support.flink_jobs import Collected, checkpoint_after, jsonl_stream, mini_cluster_env, write_jsonl
 from tests.support.scripted_openai_server import ScriptedChatServer
 
-pytestmark = pytest.mark.e2e
-
 # What runs in the job runs in Flink's Python worker processes, which cannot
 # import this module by name: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -47,8 +47,6 @@ from tests.support.flink_jobs import completed_checkpoints as _completed_checkpo
 from tests.support.flink_jobs import free_port as _free_port
 from tests.support.flink_jobs import write_jsonl as _write_jsonl
 
-pytestmark = pytest.mark.e2e
-
 # The crash tool below runs in Flink's Python worker processes, which cannot
 # import this test module by name: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -14,8 +14,6 @@ from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
 
-pytestmark = pytest.mark.e2e
-
 
 class Counted(Event):
     value: int

@@ -10,11 +10,9 @@ import site
 import sys
 from pathlib import Path
 
-import pytest
-
 from flink_agents.runtime.flink.submission import configure_python_workers, worker_python_paths
 
-pytestmark = pytest.mark.e2e  # starts PyFlink's gateway JVM (no job runs)
+# In tests/e2e (so e2e): it starts PyFlink's gateway JVM (no job runs).
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

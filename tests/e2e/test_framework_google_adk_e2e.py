@@ -22,8 +22,6 @@ from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from tests.support.framework_runs import collect_keyed_job  # noqa: E402
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
 
-pytestmark = pytest.mark.e2e
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 

@@ -27,8 +27,6 @@ from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from tests.support.framework_runs import collect_keyed_job, without_langsmith  # noqa: E402
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
-pytestmark = pytest.mark.e2e
-
 # The agent runs in Flink's Python workers; in process mode they cannot
 # import this module by name: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

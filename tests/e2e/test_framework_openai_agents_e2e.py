@@ -23,8 +23,6 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment  #
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, write_jsonl  # noqa: E402
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
-pytestmark = pytest.mark.e2e
-
 # The agent and the key selector run in Flink's Python workers, which cannot
 # import this module by name: ship them by value, with SERVER (set by the test).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

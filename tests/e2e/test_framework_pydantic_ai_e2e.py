@@ -24,8 +24,6 @@ from flink_agents.jobs.review_records import read_reviews  # noqa: E402
 from tests.support.flink_jobs import child_environment  # noqa: E402
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
-pytestmark = pytest.mark.e2e
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 DAMAGE = re.compile(r"\b(broken|crushed|dented|damaged|cracked|smashed|soaked)\b", re.IGNORECASE)

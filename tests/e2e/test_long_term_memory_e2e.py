@@ -33,8 +33,6 @@ from flink_agents.api.memory.long_term_memory import LongTermMemoryOptions
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from tests.support.flink_jobs import Collected, checkpoint_after, jsonl_stream, mini_cluster_env, write_jsonl
 
-pytestmark = pytest.mark.e2e
-
 # The action and the key selector run in Flink's Python workers, which cannot
 # import this module by name: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

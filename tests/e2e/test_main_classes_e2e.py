@@ -16,11 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.flink_jobs import child_environment
-
-pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB = REPO_ROOT / "tests" / "support" / "main_classes_job.py"

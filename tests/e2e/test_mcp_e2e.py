@@ -31,8 +31,6 @@ from flink_agents.runtime.features.untrusted import wrap_untrusted
 from tests.support.mcp_servers.http_server import McpHttpServer
 from tests.support.mcp_servers.review_tools import PNG_1X1
 
-pytestmark = pytest.mark.e2e
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 STDIO_SCRIPT = str(Path(__file__).parents[1] / "support" / "mcp_servers" / "stdio_server.py")

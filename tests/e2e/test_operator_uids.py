@@ -24,7 +24,7 @@ import pytest
 from flink_agents.runtime.flink import submission
 from flink_agents.runtime.flink.submission import add_collect_sink
 
-pytestmark = pytest.mark.e2e  # starts PyFlink's gateway JVM (no job runs)
+# In tests/e2e (so e2e): it starts PyFlink's gateway JVM (no job runs).
 
 
 def _stream_graph_uids(j_env: Any) -> Dict[str, str | None]:

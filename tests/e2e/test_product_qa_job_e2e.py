@@ -7,13 +7,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
 from flink_agents.jobs.product_qa import SHARED_QUESTIONS, ProductQAAgent, read_questions, run_locally, run_on_flink
 from flink_agents.jobs.review_index import build_review_index, review_id
 from flink_agents.jobs.review_records import read_reviews
-
-pytestmark = pytest.mark.e2e
 
 PER_PRODUCT = 60  # reviews of each asked-about product in the slice
 

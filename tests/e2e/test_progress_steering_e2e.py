@@ -63,8 +63,6 @@ from flink_agents.api.resource import ResourceDescriptor, ResourceName, Resource
 from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, write_jsonl
 
-pytestmark = pytest.mark.e2e
-
 # The agent, its tool and the key selectors run in Flink's Python workers,
 # which cannot import this module by name: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

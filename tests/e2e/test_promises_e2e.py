@@ -48,8 +48,6 @@ from tests.support.flink_jobs import (
     write_jsonl,
 )
 
-pytestmark = pytest.mark.e2e
-
 # Functions below run in Flink's Python workers: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

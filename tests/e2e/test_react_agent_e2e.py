@@ -35,8 +35,6 @@ from flink_agents.api.resource import ResourceDescriptor, ResourceName, Resource
 from flink_agents.api.tools.tool import Tool
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, write_jsonl
 
-pytestmark = pytest.mark.e2e
-
 # The tools and the key selector run in Flink's Python workers, which cannot
 # import this module by name: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -33,8 +33,6 @@ from flink_agents.api.vector_stores.vector_store import Document
 from tests.conftest import REPO_ROOT
 from tests.support.flink_jobs import child_environment
 
-pytestmark = pytest.mark.e2e
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 RECORDS: List[Dict[str, Any]] = [

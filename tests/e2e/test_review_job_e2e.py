@@ -18,8 +18,6 @@ from tests.support.flink_jobs import child_environment
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
-pytestmark = pytest.mark.e2e
-
 
 def _check_outputs(reviews: list[dict], outputs: list[dict]) -> None:
     """Every review has exactly one valid output, and each product's

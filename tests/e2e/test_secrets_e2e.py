@@ -23,8 +23,6 @@ from flink_agents.plan.agent_plan import AgentPlan
 from tests.support.mcp_servers.http_server import McpHttpServer
 from tests.engine.test_secrets import KeyCheckingChatServer
 
-pytestmark = pytest.mark.e2e
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 API_KEY = "sk-e2e-live-91c3"

@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
 from flink_agents.jobs.carrier_claims import decide, parse_claim
 from flink_agents.jobs.review_records import read_reviews
@@ -22,9 +20,6 @@ from tests.support.flink_jobs import child_environment
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 HELD_PRODUCT = "B0FF3Q1Y9D"  # three damage reviews in the sample
-
-pytestmark = pytest.mark.e2e
-
 
 
 def _check(outputs: List[Dict[str, Any]], inbox: Path, held: frozenset = frozenset()) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, List, Sequence
 
 import cloudpickle
-import pytest
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
@@ -29,8 +28,6 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.skills import LOAD_SKILL_TOOL, Skills
 from flink_agents.api.tools.tool import Tool
-
-pytestmark = pytest.mark.e2e
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

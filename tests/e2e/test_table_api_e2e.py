@@ -33,8 +33,6 @@ from flink_agents.api.resource import ResourceDescriptor, ResourceName, Resource
 from flink_agents.api.runner_context import RunnerContext
 from tests.support.flink_jobs import mini_cluster_env
 
-pytestmark = pytest.mark.e2e
-
 
 # --- a table through an agent into a table -----------------------------------
 

@@ -1,11 +1,11 @@
 """Cross-key concurrency: with a slow model, keys overlap their calls (local
-runner and mini-cluster), per-key order holds, the bound on runs in flight
-holds, and the end of a bounded input waits for every key in flight."""
+runner; the mini-cluster in tests/e2e/test_concurrency_e2e.py), per-key order
+holds, the bound on runs in flight holds, and the end of a bounded input waits
+for every key in flight."""
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any, List
 
 import pytest
@@ -93,45 +93,6 @@ def test_local_runner_keeps_per_key_order_and_its_bound(slow_server):
     slow_server.hold_until_in_flight(4)
     records = _records(keys=8, per_key=5)
     outputs = _run_local(records, slow_model_agent(slow_server.base_url), max_concurrent_runs=4)
-    _assert_per_key_order(records, outputs)
-    _assert_in_flight_at_once(slow_server, 4)
-    assert len(slow_server.requests) == 40
-
-
-def _run_on_flink(records: List[dict], agent: Agent, tmp_path, **config: Any) -> List[dict]:
-    from pyflink.common import Configuration, Types
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    flink_config = Configuration()
-    flink_config.set_string("restart-strategy.type", "none")
-    flink_config.set_string("python.executable", sys.executable)
-    env = StreamExecutionEnvironment.get_execution_environment(flink_config)
-    env.set_parallelism(1)  # one subtask: the overlap must come from the runtime
-    env.enable_checkpointing(1_000)
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(
-        env, **{"journal.sqlite.path": str(tmp_path / "journal.db"), **config}
-    )
-    stream = agents_env.from_datastream(env.from_collection(records), lambda r: r["key"], key_type=Types.STRING())
-    with stream.apply(agent).to_datastream().execute_and_collect("concurrency") as collected:
-        return list(collected)
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(180)
-def test_flink_subtask_overlaps_keys_and_waits_for_them_at_end_of_input(slow_server, tmp_path):
-    slow_server.hold_until_in_flight(20)
-    records = _records(keys=20, per_key=1)
-    outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path)
-    _assert_per_key_order(records, outputs)
-    _assert_in_flight_at_once(slow_server, 20)
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(180)
-def test_flink_subtask_keeps_per_key_order_and_its_bound(slow_server, tmp_path):
-    records = _records(keys=8, per_key=5)
-    slow_server.hold_until_in_flight(4)
-    outputs = _run_on_flink(records, slow_model_agent(slow_server.base_url), tmp_path, max_concurrent_runs=4)
     _assert_per_key_order(records, outputs)
     _assert_in_flight_at_once(slow_server, 4)
     assert len(slow_server.requests) == 40

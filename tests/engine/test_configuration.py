@@ -1,10 +1,10 @@
 """Configuration: typed options (Flink Agents 0.3.1's names and keys), both
 spellings of a key, the ``agent:`` section of Flink's config.yaml, and
-options taking effect on the local runner and the Flink operator."""
+options taking effect on the local runner (on the Flink operator:
+tests/e2e/test_configuration_e2e.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -311,68 +311,6 @@ def test_configuration_view_is_a_mapping_that_pickles() -> None:
     view = ConfigurationView({"a": 1})
     assert pickle.loads(pickle.dumps(view)) == {"a": 1}
     assert Configuration({"a": 1}) == {"a": 1} and Configuration() == {}
-
-
-# -- the Flink operator ----------------------------------------------------------------------
-
-
-class ConfigEchoAgent(Agent):
-    """Outputs what its action reads from ``ctx.config``; fails on value -1."""
-
-    @staticmethod
-    def on_input(event: InputEvent, ctx: Any) -> None:
-        if event.input["x"] == -1:
-            raise ValueError("poisoned record")
-        ctx.send_event(OutputEvent(output={
-            "x": event.input["x"],
-            "job": ctx.config.get(AgentConfigOptions.JOB_IDENTIFIER),
-            "retries": ctx.config.get(AgentExecutionOptions.MAX_RETRIES),
-            "tenant": ctx.config.get_str("custom.tenant"),
-        }))
-
-
-@pytest.mark.e2e
-def test_config_yaml_and_code_options_reach_the_flink_operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyflink.common import Configuration as FlinkConfiguration
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    flink_config = FlinkConfiguration()
-    flink_config.set_string("restart-strategy.type", "none")
-    flink_config.set_string("python.executable", sys.executable)
-    env = StreamExecutionEnvironment.get_execution_environment(flink_config)
-    env.set_parallelism(1)
-    conf_dir = tmp_path / "conf"
-    conf_dir.mkdir()
-    _write_conf(conf_dir, """
-agent:
-  error-handling-strategy: ignore
-  max-retries: 1
-  retry-wait-interval: 0
-  job-identifier: from-file
-  custom:
-    tenant: acme
-""")
-    monkeypatch.setenv("FLINK_CONF_DIR", str(conf_dir))
-    agents_env = AgentsExecutionEnvironment.get_execution_environment(
-        env, **{"journal.sqlite.path": str(tmp_path / "journal.db"), "job_id": "from-code"}
-    )
-    agent = ConfigEchoAgent()
-    agent.add_action("on_input", [InputEvent], ConfigEchoAgent.on_input)
-    records = [{"k": "a", "x": 1}, {"k": "a", "x": -1}, {"k": "b", "x": 2}]
-    builder = agents_env.from_datastream(env.from_collection(records), lambda r: r["k"]).apply(agent)
-    outputs = builder.to_datastream().map(lambda o: ("output", o))
-    errors = builder.error_stream().map(lambda e: ("error", e))
-    with outputs.union(errors).execute_and_collect("configured") as collected:
-        results = list(collected)
-
-    assert sorted((o["x"], o["job"], o["retries"], o["tenant"]) for kind, o in results if kind == "output") == [
-        (1, "from-code", 1, "acme"), (2, "from-code", 1, "acme"),
-    ]
-    # error-handling-strategy ignore with one retry, from the file: the
-    # poisoned record ran twice, then went to the error side output.
-    assert [(e["key"], e["error_message"], e["attempts"]) for kind, e in results if kind == "error"] == [
-        ("a", "poisoned record", 2)
-    ]
 
 
 def test_0_3_1_agent_configuration_import_path_loads_a_file(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The driver contract (DESIGN.md, "One engine, two drivers"; STYLE.md point
-4): one suite, run on the local runner and on the Flink runner (mini-cluster),
-each scenario asserting the same result on both.
+4): one suite, run on the local runner (here) and on the Flink runner
+(mini-cluster: tests/e2e/test_driver_contract_e2e.py runs these tests with its
+own ``run``), each scenario asserting the same result on both.
 
 - per-key order and short-term memory across records;
 - outputs are all or nothing per record (issue 13, part 1's drift example):
@@ -143,12 +144,12 @@ def _run_flink(tmp_path: Path, agent: Agent, records: List[Dict[str, Any]], **co
     return result
 
 
-@pytest.fixture(params=["local", pytest.param("flink", marks=pytest.mark.e2e)])
-def run(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
-    """``run(agent, records, **config) -> Result`` on the parametrized runner."""
-    if request.param == "local":
-        return _run_local
-    return lambda agent, records, **config: _run_flink(tmp_path, agent, records, **config)
+@pytest.fixture(params=["local"])
+def run(request: pytest.FixtureRequest) -> Runner:
+    """``run(agent, records, **config) -> Result`` on the local runner; the
+    ``run`` of tests/e2e/test_driver_contract_e2e.py runs the same tests on
+    the Flink runner."""
+    return _run_local
 
 
 def _records(keys: str, per_key: int, **extra: Any) -> List[Dict[str, Any]]:

@@ -299,23 +299,3 @@ def test_sub_agents_through_the_local_runner():
     outputs = env.from_list([{"key": "a", "value": "hi"}]).apply(parent_calling(summarizer(), call_once)).to_list()
     env.execute()
     assert outputs[0]["a"]["result"] == ["HI", {"calls": 1}]
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(300)
-def test_the_triage_job_with_sub_agents_on_the_mini_cluster_matches_the_local_runner(shared_reviews_path, tmp_path):
-    from flink_agents.jobs.review_analysis import run_locally, run_on_flink
-    from flink_agents.jobs.review_records import read_reviews
-    from flink_agents.jobs.review_triage import ReviewTriageAgent
-
-    reviews = read_reviews(shared_reviews_path).reviews[:600]
-    on_flink = run_on_flink(reviews, ReviewTriageAgent(), parallelism=2, journal_path=tmp_path / "journal.db")
-    local = run_locally(reviews, ReviewTriageAgent())
-    key = lambda o: (o["id"], o["ts"])  # noqa: E731
-    assert sorted(on_flink, key=key) == sorted(local, key=key)
-    negative = [o for o in on_flink if o["negative"]]
-    assert negative, "the sample has negative reviews"
-    assert all(o["children_ok"] and o["reply"] and o["category"] for o in negative)
-    positive = [o for o in on_flink if not o["negative"]]
-    assert positive, "the sample has reviews that are not negative"
-    assert all(o["reply"] is None for o in positive)

@@ -10,8 +10,9 @@ codec carries (sets, datetimes, bytes that are not UTF-8) pass and arrive
 downstream as they were sent.
 
 Each scenario runs on both runners, through the driver contract's ``run``
-fixture (``tests/engine/test_driver_contract.py``): the local runner and the Flink
-runner on the mini-cluster (``e2e``).
+fixture: here on the local runner (``tests/engine/test_driver_contract.py``),
+and on the Flink runner on the mini-cluster in
+``tests/e2e/test_value_checks_e2e.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from flink_agents.api.decorators import action
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.runtime.errors import ActionFailed
-from tests.engine.test_driver_contract import Runner, _per_key, run  # noqa: F401  (run: the two-runner fixture)
+from tests.engine.test_driver_contract import Runner, _per_key, run  # noqa: F401  (run: the local runner)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -1,7 +1,8 @@
 """YAML agents (Flink Agents 0.3.1's declarative API): a file declaring an
 agent with actions, a prompt, a tool and a chat model runs unchanged on the
-local runner, through ``flink-agents run-yaml`` and on the mini-cluster;
-every mistake in a file is reported with its file, line and key."""
+local runner and through ``flink-agents run-yaml`` (on the mini-cluster:
+tests/e2e/test_yaml_agents_e2e.py); every mistake in a file is reported with
+its file, line and key."""
 
 from __future__ import annotations
 
@@ -513,22 +514,6 @@ def test_run_yaml_command_reports_bad_files_and_input(review_yaml: Path, tmp_pat
     assert done.returncode == 1, done.stderr
     assert "the run failed" in done.stderr and "process_input" in done.stderr
     assert not out.exists() and not list(tmp_path.glob("never.jsonl*"))
-
-
-@pytest.mark.e2e
-def test_run_yaml_command_on_the_mini_cluster(review_yaml: Path, tmp_path: Path) -> None:
-    from tests.support.flink_jobs import child_environment
-
-    reviews = _reviews(6)
-    out = tmp_path / "analysis.jsonl"
-    done = _cli(
-        str(review_yaml), "--input", str(_input_file(tmp_path, reviews)), "--key", "id",
-        "--runner", "flink", "--parallelism", "2", "--output", str(out),
-        env=child_environment(), timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    outputs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted(outputs, key=_by_review) == sorted(_code_agent_outputs(reviews), key=_by_review)
 
 
 # -- the docs ---------------------------------------------------------------------
