@@ -56,6 +56,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.2",
+            "pytest-xdist>=3.5",  # tools/test.sh: fast tests on both cores beside the e2e tests
             *sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
             *sorted({req for reqs in _FRAMEWORK_EXTRAS.values() for req in reqs}),
         ],

@@ -29,6 +29,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+            # Under pytest-xdist's --dist loadgroup (tools/test.sh): all e2e
+            # tests on one worker, one after another (two mini-clusters at
+            # once on 2 cores slow each other past their timeouts), while
+            # the other worker runs the fast tests.
+            item.add_marker(pytest.mark.xdist_group("e2e"))
         elif item.get_closest_marker("e2e") is not None:
             misplaced.append(item.nodeid)
     if misplaced:

@@ -24,7 +24,9 @@
 # or: tools/cluster.sh flink -- run -py flink_agents/jobs/review_analysis.py
 #   FLINK_CLUSTER_JM_MEMORY, FLINK_CLUSTER_TM_MEMORY  override the process
 #   sizes (default 1024m and 1280m); FLINK_CLUSTER_START_TIMEOUT_S the wait
-#   for all slots to register (default 90).
+#   for all slots to register (default 90); FLINK_CLUSTER_CONF a JSON object
+#   of further flat config.yaml settings, applied last (e.g.
+#   '{"heartbeat.timeout": 10000}').
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -123,7 +125,7 @@ write_conf() {  # write_conf REST_PORT RPC_PORT
     # One flat config.yaml: the wheel's settings (its JVM options) with this
     # cluster's on top; flat keys only, so none is given twice.
     "$PYTHON" - "$FLINK_HOME/conf/config.yaml" "$CONF_DIR/config.yaml" <<EOF
-import sys, yaml
+import json, os, sys, yaml
 
 def flat(tree, prefix=""):
     for key, value in tree.items():
@@ -161,6 +163,10 @@ settings.update({
     # SQLite journal on a cluster without this: runtime/flink/journal_placement.py).
     "agent.journal.sqlite.shared": True,
 })
+extra = json.loads(os.environ.get("FLINK_CLUSTER_CONF") or "{}")
+if not isinstance(extra, dict):
+    sys.exit("FLINK_CLUSTER_CONF must be a JSON object of flat config.yaml settings")
+settings.update(extra)
 with open(sys.argv[2], "w", encoding="utf-8") as sink:
     sink.write("# Written by tools/cluster.sh start; rewritten at every start.\n")
     yaml.safe_dump(settings, sink, default_flow_style=False, sort_keys=True, width=100000)

@@ -32,11 +32,18 @@ matrix="${FLINK_AGENTS_MATRIX:-}"
 if [ -z "$matrix" ]; then
     [ "${CI:-}" = "true" ] && matrix=1 || matrix=0
 fi
-if [ "$matrix" != "1" ] || [ "$#" -gt 0 ]; then
+# The whole suite runs on two pytest-xdist workers: the e2e tests one after
+# another on one of them (tests/conftest.py puts them in one xdist group: two
+# mini-clusters at once on 2 cores slow both), the fast tests on both.
+WHOLE_SUITE=(-n "${FLINK_AGENTS_TEST_WORKERS:-2}" --dist loadgroup --durations=25)
+if [ "$#" -gt 0 ]; then
     exec "$REPO_ROOT/.venv/bin/python" -m pytest -q "$@"
+fi
+if [ "$matrix" != "1" ]; then
+    exec "$REPO_ROOT/.venv/bin/python" -m pytest -q "${WHOLE_SUITE[@]}"
 fi
 
 started=$(date +%s)
-"$REPO_ROOT/.venv/bin/python" -m pytest -q
+"$REPO_ROOT/.venv/bin/python" -m pytest -q "${WHOLE_SUITE[@]}"
 printf '[test] whole suite on apache-flink %s: %d s\n' "$FLINK_VERSION" "$(( $(date +%s) - started ))"
 exec bash "$REPO_ROOT/tools/test_matrix.sh"

@@ -31,8 +31,10 @@ VERSIONS="${FLINK_MATRIX_VERSIONS:-1.20.5 2.0.2}"
 CACHE="${FLINK_AGENTS_VENV_CACHE:-$HOME/.cache/flink-agents/venvs}"
 PYTHON="${FLINK_MATRIX_PYTHON:-python3.11}"
 TIMEOUT_S="${FLINK_MATRIX_TIMEOUT_S:-900}"  # per pytest run
-E2E_FILES=(tests/e2e/test_review_job_e2e.py tests/e2e/test_failover_e2e.py tests/e2e/test_callbacks_e2e.py)
-TEST_PINS=("pytest>=8" "pytest-timeout>=2.2")  # as setup.py's test extra
+# The review job on the bundled sample (over the 2,700 shared reviews: the
+# default version's whole suite only), a worker-crash failover, callbacks.
+E2E_FILES=(tests/e2e/test_review_job_e2e.py::test_job_command_on_the_bundled_sample tests/e2e/test_failover_e2e.py tests/e2e/test_callbacks_e2e.py)
+TEST_PINS=("pytest>=8" "pytest-timeout>=2.2" "pytest-xdist>=3.5")  # as setup.py's test extra
 EXTRAS_1X="anthropic,ollama,tongyi,mcp,chroma,pydantic-ai,openai-agents,langgraph,google-adk"  # every test extra but mem0 (see above)
 
 log() { printf '[matrix] %s\n' "$*" >&2; }
@@ -111,7 +113,7 @@ for version in $VERSIONS; do
         run_started=$(date +%s)
         if [[ "$run" == -m* ]]; then
             log "apache-flink $version: engine tests"
-            timeout "$TIMEOUT_S" "$python_bin" -m pytest -q -p no:cacheprovider -m "not e2e" -x "$@"
+            timeout "$TIMEOUT_S" "$python_bin" -m pytest -q -p no:cacheprovider -m "not e2e" -x -n 2 "$@"
         else
             log "apache-flink $version: $run"
             timeout "$TIMEOUT_S" "$python_bin" -m pytest -q -p no:cacheprovider "$run" "$@"

@@ -204,7 +204,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, postgres_dsn: str, shared_
     """Its own cluster (not the session one of test_standalone_cluster_e2e):
     3 TaskManagers x 1 slot, one spare for the failover."""
     directory = tmp_path_factory.mktemp("failover-cluster")
-    started = StandaloneCluster.start(directory, taskmanagers=3, slots=1, env={"OPENAI_API_KEY": OPENAI_KEY})
+    started = StandaloneCluster.start(directory, taskmanagers=3, slots=1, env={
+        "OPENAI_API_KEY": OPENAI_KEY,
+        # The killed TaskManager's slot is freed once its heartbeats fail:
+        # 10 s instead of Flink's 50 s default, so the restarts find the
+        # spare slot sooner.
+        "FLINK_CLUSTER_CONF": json.dumps({"heartbeat.interval": 1000, "heartbeat.timeout": 10000}),
+    })
     print(f"\n[failover] cluster up at {started.rest_url} in {started.start_s:.1f} s")
     try:
         yield started
