@@ -29,11 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
         if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
-            # Under pytest-xdist's --dist loadgroup (tools/test.sh): all e2e
-            # tests on one worker, one after another (two mini-clusters at
-            # once on 2 cores slow each other past their timeouts), while
-            # the other worker runs the fast tests.
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+            item.add_marker(pytest.mark.xdist_group(_e2e_group(item)))
         elif item.get_closest_marker("e2e") is not None:
             misplaced.append(item.nodeid)
     if misplaced:
@@ -41,6 +37,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
             "the e2e marker outside tests/e2e (e2e is given by the folder; move these tests to tests/e2e): "
             + ", ".join(misplaced)
         )
+    # Under pytest-xdist's --dist loadgroup (tools/test.sh, 2 workers), each
+    # e2e group runs on one worker, one test after another, and a fast test
+    # is a unit of its own. In this order one worker takes the long group
+    # while the other runs the fast tests and then the short group: the two
+    # end about together, and at most two mini-clusters run at once.
+    rank = {E2E_LONG: 0, None: 1, E2E_SHORT: 2}
+    items.sort(key=lambda item: rank[_group_of(item)])
+
+
+# The e2e tests in two xdist groups of about 2:1 wall time (measured with
+# --durations): the short group holds these files, the long one the rest.
+E2E_LONG, E2E_SHORT = "e2e-long", "e2e-short"
+_SHORT_E2E_FILES = {
+    "test_callbacks_e2e.py", "test_codec_e2e.py", "test_event_time_e2e.py", "test_exact_replay_e2e.py",
+    "test_failure_messages_e2e.py", "test_framework_google_adk_e2e.py", "test_framework_langgraph_e2e.py",
+    "test_framework_openai_agents_e2e.py", "test_framework_pydantic_ai_e2e.py", "test_long_term_memory_e2e.py",
+    "test_main_classes_e2e.py", "test_progress_steering_e2e.py", "test_promises_e2e.py", "test_react_agent_e2e.py",
+    "test_retrieval_e2e.py", "test_shipping_claims_e2e.py", "test_table_api_e2e.py",
+}
+
+
+def _e2e_group(item: pytest.Item) -> str:
+    return E2E_SHORT if Path(item.path).name in _SHORT_E2E_FILES else E2E_LONG
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker is not None and marker.args else None
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -181,10 +181,12 @@ def test_http_client_errors_keep_status_headers_and_body_on_the_first_run_and_on
 
 def test_an_arg_the_codec_cannot_carry_becomes_none_and_is_named() -> None:
     from flink_agents.runtime.durability.codec import decode, encode
+    from flink_agents.runtime.durability.codec_classes import register_class
 
     class Handle:
         pass
 
+    register_class(LookupFailed)  # as a job's plan registers the classes its actions reach
     back = decode(encode(LookupFailed("sku-1", Handle())))
 
     assert type(back) is LookupFailed and back.args == ("sku-1", None)

@@ -136,10 +136,14 @@ def test_a_refused_value_under_fail_fails_the_job_naming_action_key_record_and_f
 
     path, reason = REFUSALS[case]
     assert f"action 'hand_over' failed on key 'b', record #1: EncodeError: {path} {reason}" in result.failure_text
-    if isinstance(result.failure, ActionFailed):
-        assert (result.failure.key, result.failure.seq, result.failure.action) == ("b", 1, "hand_over")
     emitted = [(o["k"], o["i"]) for o in result.outputs]
-    assert ("b", 0) in emitted and ("b", 1) not in emitted and ("b", 2) not in emitted
+    assert ("b", 1) not in emitted and ("b", 2) not in emitted
+    if isinstance(result.failure, ActionFailed):  # the local runner
+        assert (result.failure.key, result.failure.seq, result.failure.action) == ("b", 1, "hand_over")
+        # The record before the refused one finished and was emitted. (On
+        # Flink its output may die with the failing task before the tap
+        # downstream sees it: a failed job's last outputs are not delivered.)
+        assert ("b", 0) in emitted
 
 
 def test_a_refused_value_under_retry_is_not_retried(run: Runner, tmp_path: Path) -> None:
