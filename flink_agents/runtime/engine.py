@@ -322,7 +322,7 @@ class AgentEngine:
             # Keep what finished (calls, completed steps): a restart then
             # replays it instead of calling again. Its callbacks stay pending.
             try:
-                journal.commit()
+                journal.keep_failed_run()
             except (Exception, JournalUnavailable) as write_error:  # the record fails either way; say both
                 if write_error is not failure.cause:
                     log.warning("could not keep the journal of failed %s: %r", failure, write_error)

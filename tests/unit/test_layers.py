@@ -183,3 +183,43 @@ def test_the_private_files_helper_sits_below_every_layer():
     names = {name.split(".")[0] for _, name in _imports(path.read_text(), "flink_agents")}
 
     assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+
+
+# --- one module issues journal commits ---------------------------------------------------------
+
+JOURNAL_MODULE = PACKAGE / "runtime" / "durability" / "journal.py"
+# A journal store's writes, and RunJournal's commit primitives: a run's
+# commit points are RunJournal's named methods (its module docstring).
+_COMMIT_CALLS = {"append", "_commit", "_commit_async", "_commit_through", "_write_in_thread"}
+
+
+def _commit_calls(source: str) -> Iterator[Tuple[int, str]]:
+    """(line, name) of calls ``x.append(...)`` whose receiver names a store
+    (``store``, ``self._store``) and of RunJournal's commit primitives."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name, receiver = node.func.attr, ast.unparse(node.func.value)
+        if name == "append" and receiver.rpartition(".")[2].lstrip("_") in ("store", "journal_store"):
+            yield node.lineno, f"{receiver}.append"
+        elif name in _COMMIT_CALLS - {"append"}:
+            yield node.lineno, f"{receiver}.{name}"
+
+
+def test_only_the_run_journal_issues_journal_commits():
+    found = [
+        f"{path.relative_to(ROOT)}:{line} calls {call}"
+        for path in sorted((PACKAGE / "runtime").rglob("*.py")) + sorted((PACKAGE / "integrations").rglob("*.py"))
+        if path != JOURNAL_MODULE
+        for line, call in _commit_calls(path.read_text())
+    ]
+    assert found == [], "journal commits outside runtime/durability/journal.py:\n" + "\n".join(found)
+    # The walker sees them where they are.
+    assert {call for _, call in _commit_calls(JOURNAL_MODULE.read_text())} >= {
+        "self._store.append", "self._commit", "self._commit_async"}
+
+
+def test_the_commit_walker_catches_a_commit_elsewhere():
+    assert sorted(call for _, call in _commit_calls("async def f(j, store):\n    await j._commit_async()\n"
+                                                    "    self._store.append('j', 'k', 0, [])\n")) == [
+        "j._commit_async", "self._store.append"]

@@ -18,11 +18,30 @@ committed in as few writes as correctness allows:
 - at the end of the run, with the run-end marker (not at all for a run
   that made no journaled call: it has nothing to protect).
 
-So a run InputEvent -> one model call -> OutputEvent commits twice (the first
-action's completion before the model call; the model's reply with the rest at
-the end), a run with one sequential tool round four times, and one with a
-round of N parallel tool calls between four and N + 3 times, by how the
-results land (within 5 ms of each other: 4; each apart: N + 3).
+Every store write of a run is issued here, and only at these commit points
+(other modules ask for them by name; ``tests/unit/test_layers.py`` holds it):
+
+1. ``call`` / ``call_sync``: before a call that is not in the journal starts,
+   if anything is buffered (``_commit_through``);
+2. ``call``: a result that lands while siblings run (group commit, above);
+3. ``prepare_retry``: before a failed step runs again (one write, with the
+   step's failed-attempts count);
+4. ``before_wait``: before the run parks on an outside event (a callback);
+5. ``keep_sub_agent_result``: a sub-agent call's result, at once (the
+   child's journal ends with its own run end and may be pruned first);
+6. ``settle_async``: a nested (sub-agent) run's entries, without a run end;
+7. ``finish`` / ``finish_async``: the run end, with what is still buffered;
+8. ``keep_failed_run``: a failed record's completed calls and steps, so a
+   restart replays them.
+
+So a run InputEvent -> one model call -> OutputEvent commits twice (point 1
+before the model call, with the first action's completion; point 7 with the
+model's reply and the rest), a run with one sequential tool round four times
+(1 before the model, 1 before the tool, 1 before the second model call, 7),
+and one with a round of N parallel tool calls between four and N + 3 times,
+by how the results land (within 5 ms of each other: 4; each apart: N + 3).
+A framework turn (``integrations.frameworks``) journals its model requests
+and tool calls through ``call`` the same way: the same counts.
 
 Positions ``(step, ordinal)`` follow the program's structure, not timing
 (``runtime.durability.call_position``). A replayed call whose function id or argument
@@ -283,10 +302,10 @@ class RunJournal:
         if self._on_commit is not None:
             self._on_commit(entries)  # the progress stream: published after the write landed
 
-    def commit(self) -> None:
+    def _commit(self) -> None:
         """Write everything buffered in one transaction (no-op if nothing is).
 
-        Like ``commit_async``, it first waits until a write of this run still
+        Like ``_commit_async``, it first waits until a write of this run still
         in flight (an orphaned call's commit, say) returned: a run's writes
         land in the order they took their entries. The wait blocks the calling
         thread as the write itself does; that write runs on a worker thread
@@ -303,8 +322,8 @@ class RunJournal:
             raise self._write_failure from exc
         self._landed(entries)
 
-    async def commit_async(self) -> None:
-        """``commit`` with the store write on a worker thread, so the event loop
+    async def _commit_async(self) -> None:
+        """``_commit`` with the store write on a worker thread, so the event loop
         runs other keys while the store syncs to disk. Commits of one run are
         serialized: a call started meanwhile waits until the write landed.
 
@@ -337,7 +356,7 @@ class RunJournal:
             entries = self._take()
             await self._settled_despite_cancellation(self._write_in_thread(entries))
 
-    # The store write of the latest ``commit_async`` (a thread-side future), so
+    # The store write of the latest ``_commit_async`` (a thread-side future), so
     # that ``commit``, which cannot await the commit lock, waits for it too.
     _write_in_flight: Any = None
 
@@ -459,7 +478,7 @@ class RunJournal:
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return decode_outcome(entry.payload)
-        self.commit()
+        self._commit()
         self.calls_executed += 1
         try:
             with call_body():
@@ -534,7 +553,7 @@ class RunJournal:
             # as for a result landing alone.
             await asyncio.sleep(GROUP_COMMIT_DELAY_S)
             if self._in_flight:
-                await self.commit_async()
+                await self._commit_async()
         return value
 
     async def _cut(
@@ -681,7 +700,29 @@ class RunJournal:
         self._cut_off_settled(step)
         self._buffer.append(
             JournalEntry(step, FAILED_ATTEMPTS, "", "", json.dumps({"failed": failed_attempts})))
-        await self.commit_async()
+        await self._commit_async()
+
+    async def before_wait(self) -> None:
+        """Commit point 4: make everything journaled so far durable before
+        the run parks on an outside event (a callback), which may take
+        hours; a crash meanwhile then replays all of it."""
+        await self._commit_async()
+
+    async def keep_sub_agent_result(self) -> None:
+        """Commit point 5: journal a sub-agent call's result now (its
+        child's journal ends with its own run end and may be pruned before
+        this run ends)."""
+        await self._commit_async()
+
+    def keep_failed_run(self) -> None:
+        """Commit point 8: keep what a failed record completed (its calls
+        and steps), so a restart replays it instead of calling again; the
+        error that failed it was dropped by the error policy.
+
+        Raises:
+            BaseException: The store write failed (``JournalUnavailable``).
+        """
+        self._commit()
 
     async def settle_async(self) -> None:
         """Commit a nested (sub-agent) run's entries without a run end: it is
@@ -689,14 +730,14 @@ class RunJournal:
         if not self._journaled and self.calls_executed == 0:
             self._buffer.clear()
             return
-        await self.commit_async()
+        await self._commit_async()
 
     async def finish_async(self, outcome: str, force: bool = False) -> None:
         """``finish`` with the commit on a worker thread; ``force`` writes the
         run end even for a run without journaled calls (one that created
         callbacks: they are pruned by it)."""
         if self._prepare_finish(outcome, force):
-            await self.commit_async()
+            await self._commit_async()
 
     def finish(self, outcome: str) -> None:
         """Mark the run finished (``"ok"`` or ``"skipped"``) and commit.
@@ -707,7 +748,7 @@ class RunJournal:
         would only cost a write per record.
         """
         if self._prepare_finish(outcome):
-            self.commit()
+            self._commit()
 
     def _prepare_finish(self, outcome: str, force: bool = False) -> bool:
         """Buffer the run end; whether there is anything to commit."""

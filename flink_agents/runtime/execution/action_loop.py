@@ -222,7 +222,7 @@ async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name:
     """Await a running async action (its return value); past ``timeout_s`` it is cancelled and
     fails with a ``TimeoutError`` naming it (an error like any other for its
     error strategy). A journal write in flight when the timeout fires lands
-    first (``RunJournal.commit_async``), so the TimeoutError follows it."""
+    first (``RunJournal._commit_async``), so the TimeoutError follows it."""
     if timeout_s is None:
         return await action
     deadline = asyncio.timeout(timeout_s)

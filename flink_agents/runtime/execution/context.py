@@ -347,9 +347,7 @@ class ActionContext(RunnerContext):
             # The child's tokens: counted by the child as it ran, else (its
             # result replayed) from the journal; once per run either way.
             count_sub_agent(self.runtime_run, (step, ordinal), outcome, ran)
-            # Journal the child's result now: the child's own journal ends with
-            # its run-end marker and may be pruned before the parent's run ends.
-            await self._journal.commit_async()
+            await self._journal.keep_sub_agent_result()
             if outcome["session_memory"] is not None:
                 self.short_term_memory.set(session_path(session), outcome["session_memory"])
             return outcome["result"]
@@ -427,9 +425,9 @@ class ActionContext(RunnerContext):
         return [message for _, message in taken]
 
     async def commit_journal(self) -> None:
-        """Runtime-internal: make everything journaled so far durable now
-        (before the run parks on an outside event)."""
-        await self._journal.commit_async()
+        """Runtime-internal: make everything journaled so far durable now,
+        before the run parks on an outside event (``RunJournal.before_wait``)."""
+        await self._journal.before_wait()
 
 
 def _refuse_reconciler(reconciler: Callable[[], Any] | None, func: Callable[..., Any]) -> None:
