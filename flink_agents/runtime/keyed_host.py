@@ -24,12 +24,28 @@ The path of one input record (file names under ``flink_agents/runtime/``):
 6. **Emit.** Outputs, error records (``skip``) and progress records go to
    the port (``emit``, ``emit_error``, ``emit_progress``); a failed record
    (``fail``) raises after what finished before it was emitted.
-7. **Timers.** On a host with timers (Flink) a busy key polls itself
-   (processing-time timers), a timestamped record holds the watermark until
-   it finished (event-time timers), and a callback's deadline is a timer of
-   its key (``KeyState.callback_deadlines``); see ``process``/``on_timer``.
-   The local host has no timers: it applies every key's work as it comes
-   (``apply_ready``, ``drain``) and the callback poller enforces deadlines.
+7. **Timers** (``process``/``on_timer``, a host whose keyed state and
+   timers are scoped to a callback of the key: the Flink operator). A
+   finished record is applied only in a callback of its own key: in
+   ``process`` right away if it finished within ``flink.inline_wait_ms``,
+   else in a processing-time timer polling every ``flink.poll_interval_ms``
+   (every ``flink.parked_poll_interval_ms`` while the key's run waits for a
+   callback). An event-time timer at each record's timestamp waits for that
+   record, so a watermark never passes a record still in flight, unless the
+   record waits for a callback (an outside system may take hours: holding
+   the host's thread that long would stall every key and every checkpoint),
+   whose outputs then come from a later poll, behind the watermark; one at
+   the end of time (the final watermark of a bounded input) waits for all
+   of the key's work, since processing-time timers are dropped at the end
+   of input. A callback's deadline is a processing-time timer of its key,
+   kept with the callback's id in keyed state
+   (``KeyState.callback_deadlines``): when it fires, the callback times out
+   (``CallbackHub.expire``) unless a completion won already, also after a
+   restore, before the run has been replayed. A timer of a key the
+   scheduler does not hold (after a restore) resubmits its pending records.
+   The local host has no timers: it applies every key's work as soon as it
+   is ready (``accept``, ``apply_ready``, ``drain``), and the callback
+   poller enforces deadlines.
 8. **Release.** An idle key is forgotten by the scheduler, its steering
    mailbox and the deadline cache: its state lives in the host; the key's
    next record starts from it.

@@ -11,16 +11,52 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Tuple
 
-from pyflink.common import Types
+from pyflink.common import Time, Types
 from pyflink.datastream import OutputTag
+from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
+from flink_agents.api.configuration import ReadableConfiguration
+from flink_agents.api.core_options import (
+    AgentExecutionOptions,
+    ShortTermMemoryTtlUpdate,
+    ShortTermMemoryTtlVisibility,
+)
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.execution.state import KeyState
 
-__all__ = ["ERROR_OUTPUT", "FlinkDriver", "PROGRESS_OUTPUT"]
+__all__ = ["ERROR_OUTPUT", "FlinkDriver", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "PROGRESS_OUTPUT"]
 
+KEY_STATE_NAME = "flink_agents.key_state.v1"
+MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
 PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
+
+
+def _memory_descriptor(options: ReadableConfiguration) -> ValueStateDescriptor:
+    """The short-term memory state, with Flink state TTL when
+    ``short-term-memory.state-ttl.ms`` (or ``short_term_memory.ttl_s``) is
+    above 0, its update type and visibility from 0.3.1's options."""
+    descriptor = ValueStateDescriptor(MEMORY_STATE_NAME, Types.STRING())
+    ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
+    if ttl_ms:
+        update = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
+        visibility = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY)
+        ttl = (
+            StateTtlConfig.new_builder(Time.milliseconds(ttl_ms))
+            .set_update_type(
+                StateTtlConfig.UpdateType.OnReadAndWrite
+                if update is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
+                else StateTtlConfig.UpdateType.OnCreateAndWrite
+            )
+            .set_state_visibility(
+                StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+                if visibility is ShortTermMemoryTtlVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+                else StateTtlConfig.StateVisibility.NeverReturnExpired
+            )
+            .build()
+        )
+        descriptor.enable_time_to_live(ttl)
+    return descriptor
 
 
 class FlinkDriver(KeyedDriver):
@@ -46,6 +82,14 @@ class FlinkDriver(KeyedDriver):
         self._outputs: List[Any] = []
         self._deadlines: Dict[Any, List[Tuple[str, int, int]]] = {}
         self._deadlines_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, runtime_context: Any, options: ReadableConfiguration) -> "FlinkDriver":
+        """The driver over the operator's two keyed states (``open``)."""
+        return cls(
+            runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
+            runtime_context.get_state(_memory_descriptor(options)),
+        )
 
     def begin(self, key: Any, timers: Any = None) -> None:
         """Start a callback for ``key`` (the operator's current key), with

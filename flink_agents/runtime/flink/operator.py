@@ -1,116 +1,58 @@
 """The agent operator: a PyFlink ``KeyedProcessFunction``, a thin adapter
-over the host core (``runtime.keyed_host.KeyedHost``, which owns a record's
-life on its key; this module turns Flink's callbacks into its calls and
-yields what the port, ``runtime.flink.driver.FlinkDriver``, buffered).
+over the host core (``runtime.keyed_host.KeyedHost``), which owns a record's
+life on its key: ``process_element`` and ``on_timer`` become its
+``process`` and ``on_timer`` calls, and the operator yields what the port
+(``runtime.flink.driver.FlinkDriver``) buffered.
 
-Mapping onto Flink:
+Mapping onto Flink (the rest is the core's, see its docstring):
 - the user's key selector keys the stream; one operator instance per subtask
-  runs one ``AgentEngine`` for all keys routed to it;
+  runs one ``AgentEngine`` and one ``KeyRunner`` (a background asyncio loop:
+  the operator returns from each callback while runs go on) for all keys
+  routed to it;
 - each key's queue and sequence numbers are one ``ValueState`` and its
   short-term memory another (with Flink state TTL when
   ``short-term-memory.state-ttl.ms`` is set), both JSON with a schema version, so a
-  checkpoint or savepoint holds every key and a restore resumes it;
-- records run on a ``KeyRunner`` (a background asyncio loop), up to
-  ``max_concurrent_runs`` at once, so one key's model call does not hold the
-  others; a finished record is applied to keyed state, and its outputs are
-  emitted, only in a callback of its own key: in ``process_element`` right
-  away if it finished within ``flink.inline_wait_ms``, else in a
-  processing-time timer polling every ``flink.poll_interval_ms`` (every
-  ``flink.parked_poll_interval_ms`` while the key's run waits for a callback);
-- an event-time timer at each record's timestamp waits for that record, so a
-  watermark never passes a record still in flight, unless the record waits
-  for a callback (an outside system may take hours: holding the operator
-  thread that long would stall every key and every checkpoint), whose
-  outputs then come from a later poll, behind the watermark; one at the end of time
-  (the final watermark of a bounded input) waits for all of the key's work,
-  since processing-time timers are dropped at the end of input;
-- when the runner's backlog is full, ``process_element`` blocks
-  (back-pressure) instead of buffering without bound;
-- model and tool calls are journaled, keyed by the key's journal id (in its
-  state), so a replay after a failover does not call again; records pending
-  in a restored state are resubmitted by the key's restored timers;
-- each input record is admitted through the typed codec when it arrives
-  (``runtime.execution.state.admit``): the run sees what a restore would read back,
-  and a record the codec refuses fails the job with an error naming key,
-  record and field path; classes of the job's main script that the plan
-  reaches (it travels to the worker pickled by value) are registered for
-  the codec when the operator opens (``runtime.durability.codec_classes``), so events
-  and values of those classes read back after a restart;
-- a callback's deadline is a processing-time timer of its key, kept with
-  the callback's id in keyed state (``KeyState.callback_deadlines``): when it
-  fires, the callback times out (``CallbackHub.expire``) unless a completion
-  won already, also after a restore, before the run has been replayed;
+  checkpoint or savepoint holds every key and a restore resumes it: records
+  pending in a restored state are resubmitted by the key's restored timers;
+- timers are the callback's ``TimerService``: polls, a record's timestamp,
+  the end of time, and callback deadlines, each a timer of its key;
+- classes of the job's main script that the plan reaches (it travels to the
+  worker pickled by value) are registered for the codec when the operator
+  opens (``runtime.durability.codec_classes``), so events and values of
+  those classes read back after a restart;
 - with a steering input (``steering.enabled``) both inputs arrive unioned
-  as ``(tag, value)``; a steering message goes into the key's state and its
-  mailbox (``runtime.features.steering``); a full queue yields an error record;
-- error records of skipped records go to the ``ERROR_OUTPUT`` side output,
-  progress records (``progress.enabled``) to ``PROGRESS_OUTPUT``, each in a
-  callback of its key after the commit it reports landed;
-  engine counters are mirrored into Flink metrics (group ``flink_agents``),
-  and user and built-in metrics (``ctx.agent_metric_group``) into the
-  operator's metric group (``runtime.flink.metrics``), in its callbacks.
+  as ``(tag, value)``;
+- error records go to the ``ERROR_OUTPUT`` side output, progress records
+  (``progress.enabled``) to ``PROGRESS_OUTPUT``; engine counters are
+  mirrored into Flink metrics (group ``flink_agents``), and user and
+  built-in metrics (``ctx.agent_metric_group``) into the operator's metric
+  group (``runtime.flink.metrics``), in its callbacks.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
-from pyflink.common import Time, Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
-from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
-from flink_agents.api.configuration import ReadableConfiguration
-from flink_agents.api.core_options import (
-    AgentExecutionOptions,
-    RuntimeOptions,
-    ShortTermMemoryTtlUpdate,
-    ShortTermMemoryTtlVisibility,
-    validate_options,
-)
+from flink_agents.api.core_options import RuntimeOptions, validate_options
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.flink.driver import ERROR_OUTPUT, PROGRESS_OUTPUT, FlinkDriver
+from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names re-exported)
+    ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
+)
 from flink_agents.runtime.flink.metrics import FlinkMetricMirror, task_identity
 from flink_agents.runtime.keyed_host import END_OF_TIME_MS, KeyedHost  # noqa: F401 (re-exported)
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 
 __all__ = ["AgentOperatorFunction", "ERROR_OUTPUT", "PROGRESS_OUTPUT", "KEY_STATE_NAME", "MEMORY_STATE_NAME"]
 
-KEY_STATE_NAME = "flink_agents.key_state.v1"
-MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 # The operator polls every key with work every poll interval; this long
 # without a call, its task is gone or blocked (KeyRunner: host_silence_s).
 HOST_SILENCE_S = 2.0  # at least 2 parked polls (1 s each by default)
 NO_TIMESTAMP = -(2**63)  # Long.MIN_VALUE
 INPUT_TAG = "i"  # with steering, main records arrive as (INPUT_TAG, record)
 STEERING_TAG = "s"  # and steering messages as (STEERING_TAG, message)
-
-
-def _memory_descriptor(options: ReadableConfiguration) -> ValueStateDescriptor:
-    """The short-term memory state, with Flink state TTL when
-    ``short-term-memory.state-ttl.ms`` (or ``short_term_memory.ttl_s``) is
-    above 0, its update type and visibility from 0.3.1's options."""
-    descriptor = ValueStateDescriptor(MEMORY_STATE_NAME, Types.STRING())
-    ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
-    if ttl_ms:
-        update = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
-        visibility = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY)
-        ttl = (
-            StateTtlConfig.new_builder(Time.milliseconds(ttl_ms))
-            .set_update_type(
-                StateTtlConfig.UpdateType.OnReadAndWrite
-                if update is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
-                else StateTtlConfig.UpdateType.OnCreateAndWrite
-            )
-            .set_state_visibility(
-                StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
-                if visibility is ShortTermMemoryTtlVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
-                else StateTtlConfig.StateVisibility.NeverReturnExpired
-            )
-            .build()
-        )
-        descriptor.enable_time_to_live(ttl)
-    return descriptor
 
 
 class AgentOperatorFunction(KeyedProcessFunction):
@@ -141,10 +83,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         options = validate_options(self._config)
-        self._driver = FlinkDriver(
-            runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
-            runtime_context.get_state(_memory_descriptor(options)),
-        )
+        self._driver = FlinkDriver.of(runtime_context, options)
         self._engine = engine = AgentEngine(
             self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline,
             task=task_identity(runtime_context),
