@@ -1,12 +1,14 @@
-"""``AgentEngine``: per-key queueing, runs and their journal, over any
-``KeyedDriver``.
+"""``AgentEngine``: runs one record of a key against its journal.
 
-One engine per operator instance (subtask) or local runner. For each input
-record: load the key's state, append the record to the key's pending queue,
-and, unless the key is already running, run its pending records one at a
-time in arrival order (``action_loop.run_record``) against the journal
-(``runtime.durability.journal.RunJournal``), storing the state after each. Records of a
-busy key wait in its state; different keys may run concurrently.
+One engine per operator instance (subtask) or local runner. The host core
+(``runtime.keyed_host.KeyedHost``) owns a record's life on its key (queue,
+scheduling, applying, emission, timers); the scheduler
+(``runtime.scheduling.key_runner``) hands the engine one record at a time
+with a copy of the key's state (``run_to_completion`` -> ``run_one`` ->
+``action_loop.run_record``), against the journal
+(``runtime.durability.journal.RunJournal``), and gets a ``Completion``.
+The engine also holds what runs share: resources, executors, the callback
+hub, sub-agents, the keys' steering mailboxes, counters, and pruning.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from flink_agents.api.core_options import AgentExecutionOptions, RuntimeOptions,
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.execution.action_loop import run_record
 from flink_agents.runtime.features.callbacks import CallbackHub
-from flink_agents.runtime.execution.completion import Completion, apply_completions
-from flink_agents.runtime.driver import KeyedDriver
+from flink_agents.runtime.execution.completion import Completion
 from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
 from flink_agents.runtime.scheduling.executors import Executors
 from flink_agents.runtime.durability.codec_classes import trust_package
@@ -36,7 +37,7 @@ from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
 from flink_agents.runtime.execution.token_usage import count_replayed
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
-from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, SteeringMailbox, SteeringQueueFull
+from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
 from flink_agents.runtime.features.event_log import EventLog
 from flink_agents.stores.callbacks import CallbackStore
@@ -123,10 +124,11 @@ class AgentEngine:
             plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors,
             self.clock,
         )
-        self._running: set[Any] = set()
         self.progress_enabled = self.config.get(RuntimeOptions.PROGRESS_ENABLED)
         self.steering_enabled = self.config.get(RuntimeOptions.STEERING_ENABLED)
-        self._mailboxes: Dict[Any, SteeringMailbox] = {}
+        # The keys' steering mailboxes: runs take from them, the host core
+        # (runtime.keyed_host) accepts into them.
+        self.mailboxes = SteeringMailboxes()
         # None unless something would be logged or told: no cost per event then.
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
         self._task = task
@@ -140,98 +142,6 @@ class AgentEngine:
             The other journal ids found.
         """
         return report_other_journals(self.store, self.job_id) if self._task[1] == 0 else []
-
-    def is_running(self, key: Any) -> bool:
-        """Whether a run of ``key`` is in progress."""
-        return key in self._running
-
-    async def process(self, driver: KeyedDriver, key: Any, value: Any) -> None:
-        """Accept one input record of ``key`` and run what the key can run.
-
-        Raises:
-            ActionFailed: An action failed under the ``fail`` strategy (the
-                error names key, record and action).
-        """
-        state = driver.load(key) or KeyState(journal_id=self.job_id)
-        state.pending.append(PendingRecord(state.next_seq, value))
-        state.next_seq += 1
-        driver.store(key, state)
-        if key in self._running:
-            return  # the running loop of this key will take it
-        self._running.add(key)
-        try:
-            await self._drain(driver, key)
-        finally:
-            self._running.discard(key)
-
-    # -- steering (runtime.features.steering) ------------------------------------------
-
-    def accept_steering(self, key: Any, state: KeyState, message: Any) -> None:
-        """Queue a steering message in ``state`` (the caller stores it) and
-        in the key's mailbox.
-
-        Raises:
-            SteeringQueueFull: ``MAX_STEERING_QUEUE`` messages wait already.
-        """
-        if len(state.steering) >= MAX_STEERING_QUEUE:
-            raise SteeringQueueFull(key, message)
-        seq = state.next_steering_seq
-        state.next_steering_seq += 1
-        state.steering.append([seq, message])
-        self.mailbox(key).put(seq, message)
-
-    def steer(self, driver: KeyedDriver, key: Any, message: Any) -> None:
-        """Local hosts: queue a steering message for ``key`` (see ``accept_steering``)."""
-        state = driver.load(key) or KeyState(journal_id=self.job_id)
-        self.accept_steering(key, state, message)
-        driver.store(key, state)
-
-    def mailbox(self, key: Any) -> SteeringMailbox:
-        """The key's steering mailbox (created on first use)."""
-        box = self._mailboxes.get(key)
-        if box is None:
-            box = self._mailboxes.setdefault(key, SteeringMailbox())
-        return box
-
-    def refill_steering(self, key: Any, state: KeyState) -> None:
-        """Put the messages waiting in ``state`` into the mailbox (after a
-        restore the mailbox is empty; taken ones are skipped)."""
-        if state.steering:
-            box = self.mailbox(key)
-            for seq, message in state.steering:
-                box.put(seq, message)
-
-    def steering_taken_through(self, key: Any) -> int:
-        """The highest steering seq of ``key`` a run has taken (-1: none)."""
-        box = self._mailboxes.get(key)
-        return -1 if box is None else box.taken_through
-
-    def forget_steering(self, key: Any) -> None:
-        """Drop an idle key's mailbox (its messages are in its state)."""
-        self._mailboxes.pop(key, None)
-
-    async def _drain(self, driver: KeyedDriver, key: Any) -> None:
-        """Run the key's pending records one by one, each against a copy of
-        the key's state, and apply each finished one with the step every
-        host uses (``runtime.execution.completion.apply_completions``)."""
-        while True:
-            state = driver.load(key)
-            if state is None or not state.pending:
-                return
-            self.refill_steering(key, state)
-            work = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory)
-            completion = await self.run_to_completion(
-                key, work, state.pending[0], driver.emit_progress if self.progress_enabled else None
-            )
-            # Records that arrived during the run were stored by ``process``;
-            # a driver that serializes state hands out copies: load it again.
-            latest = driver.load(key) or state
-            applied = apply_completions(key, latest, [completion])
-            if applied.failure is None:
-                driver.store(key, latest)
-            for is_error, value in applied.emissions:
-                (driver.emit_error if is_error else driver.emit)(key, value)
-            applied.raise_failure()
 
     async def run_to_completion(
         self, key: Any, state: KeyState, record: PendingRecord,
@@ -248,7 +158,7 @@ class AgentEngine:
         except Exception as exc:
             completion.failure = exc
         completion.short_term_memory = state.short_term_memory
-        completion.steering_taken_through = self.steering_taken_through(key)
+        completion.steering_taken_through = self.mailboxes.taken_through(key)
         return completion
 
     async def run_one(
@@ -296,7 +206,7 @@ class AgentEngine:
             completed = Run(
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
-                RunServices(self._sub_agents, self.callbacks, self.mailbox(key) if self.steering_enabled else None),
+                RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key) if self.steering_enabled else None),
                 self.clock, run_log,
             )
             await run_record(completed, record)

@@ -49,6 +49,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 
 class Crash(BaseException):
@@ -72,7 +73,7 @@ def _run(agent: Agent, store: InMemoryJournalStore, value: Any, key: str = "k") 
     engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, key, value))
+        host_runs.process(engine, driver, key, value)
     finally:
         engine.close()
     return driver

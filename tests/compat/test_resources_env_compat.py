@@ -38,6 +38,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 
 def _run(agent: Agent, records: List[Dict[str, Any]], env: Any = None) -> List[Dict[Any, Any]]:
@@ -394,7 +395,7 @@ def _process_once(store: InMemoryJournalStore) -> LocalDriver:
     engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, "k", "order-7"))
+        host_runs.process(engine, driver, "k", "order-7")
     finally:
         engine.close()
     return driver

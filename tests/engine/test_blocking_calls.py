@@ -22,6 +22,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
+from tests.support import host_runs
 
 KEYS = 20
 
@@ -130,7 +131,7 @@ def test_journal_writes_run_on_the_io_pool_not_beside_user_calls() -> None:
     engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("two", [InputEvent], two_calls)), {},
                          store=store)
     try:
-        asyncio.run(engine.process(LocalDriver(), "k", 1))
+        host_runs.process(engine, LocalDriver(), "k", 1)
     finally:
         engine.close()
     assert writers and all(name.startswith("flink-agents-io") for name in writers), writers

@@ -37,6 +37,7 @@ from flink_agents.stores.callbacks import (
 )
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
+from tests.support import host_runs
 
 FAST = {"callbacks.poll_interval_ms": 10, "callbacks.base_url": "http://claims.test:9/"}
 CREATED: List[Any] = []  # callbacks as actions saw them
@@ -119,7 +120,7 @@ def _run(engine: AgentEngine, records: List[tuple[Any, Any]], driver: LocalDrive
     driver = driver or LocalDriver()
 
     async def go() -> None:
-        await asyncio.gather(*(engine.process(driver, key, value) for key, value in records))
+        await asyncio.gather(*(host_runs.process_async(engine, driver, key, value) for key, value in records))
 
     asyncio.run(go())
     return driver
@@ -199,7 +200,7 @@ def test_replay_reuses_the_id_deadline_and_outcome() -> None:
     driver = LocalDriver()
 
     async def crash_while_waiting() -> None:
-        task = asyncio.ensure_future(engine.process(driver, "k", {"timeout_s": 60}))
+        task = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", {"timeout_s": 60}))
         while not CREATED:
             await asyncio.sleep(0.005)
         task.cancel()  # the worker dies; the record stays pending in state
@@ -217,7 +218,7 @@ def test_replay_reuses_the_id_deadline_and_outcome() -> None:
     state = driver.states["k"]
 
     async def replay() -> None:
-        await restarted._drain(driver, "k")
+        await host_runs.resume_async(restarted, driver, "k")
 
     asyncio.run(replay())
     again = CREATED[1]
@@ -234,7 +235,7 @@ def test_replay_with_another_purpose_is_nondeterminism() -> None:
     driver = LocalDriver()
 
     async def crash_while_waiting() -> None:
-        task = asyncio.ensure_future(engine.process(driver, "k", {"purpose": "claim A"}))
+        task = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", {"purpose": "claim A"}))
         while not CREATED:
             await asyncio.sleep(0.005)
         task.cancel()
@@ -243,7 +244,7 @@ def test_replay_with_another_purpose_is_nondeterminism() -> None:
     asyncio.run(crash_while_waiting())
     driver.states["k"].pending[0].value = {"purpose": "claim B"}  # the code changed its call
     with pytest.raises(ActionFailed, match="claim B"):
-        asyncio.run(_engine(WaitingAgent(), store)._drain(driver, "k"))
+        host_runs.resume(_engine(WaitingAgent(), store), driver, "k")
 
 
 def test_distinct_calls_get_distinct_unguessable_ids() -> None:
@@ -323,7 +324,7 @@ def test_a_waiting_run_gives_back_its_slot() -> None:
     """One run slot: key a waits for its callback; keys b and c still run and
     finish before a's callback is resolved."""
     store = InMemoryJournalStore()
-    engine = _engine(WaitingAgent(), store)
+    engine = _engine(WaitingAgent(), store, max_concurrent_runs=1)  # the scheduler's one slot
     order: List[str] = []
     driver = LocalDriver()
     original_emit = driver.emit
@@ -333,14 +334,10 @@ def test_a_waiting_run_gives_back_its_slot() -> None:
         original_emit(key, output)
 
     driver.emit = emit  # type: ignore[method-assign]
-    from flink_agents.runtime.scheduling.run_slots import RunSlots
 
     async def go() -> None:
-        slots = RunSlots(1)
-
         async def one(key: str, value: Dict[str, Any]) -> None:
-            async with slots.hold():
-                await engine.process(driver, key, value)
+            await host_runs.process_async(engine, driver, key, value)
 
         waiter = asyncio.ensure_future(one("a", {"timeout_s": 60}))
         while not CREATED:
@@ -464,7 +461,7 @@ def test_a_call_made_before_the_wait_is_durable_during_it() -> None:
     driver = LocalDriver()
 
     async def crash_while_waiting() -> None:
-        task = asyncio.ensure_future(engine.process(driver, "k", {}))
+        task = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", {}))
         while not engine.callbacks._waiting:  # type: ignore[union-attr]
             await asyncio.sleep(0.005)
         task.cancel()
@@ -473,7 +470,7 @@ def test_a_call_made_before_the_wait_is_durable_during_it() -> None:
     asyncio.run(crash_while_waiting())
     assert len(SIDE_EFFECTS) == 1
     store.complete(CREATED[0].callback_id, RESOLVED, b"done", int(time.time() * 1000))
-    asyncio.run(_engine(HandOutAgent(), store)._drain(driver, "k"))
+    host_runs.resume(_engine(HandOutAgent(), store), driver, "k")
     assert driver.outputs == [{"k": "done"}]
     assert len(SIDE_EFFECTS) == 1  # replayed, not handed out twice
 

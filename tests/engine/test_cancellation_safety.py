@@ -36,6 +36,7 @@ from flink_agents.runtime.durability.journal import RunJournal
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 CALLS: Counter = Counter()  # (function, argument) -> how often it really ran
 FAILURES: Counter = Counter()  # name -> failures still to raise
@@ -206,7 +207,7 @@ def test_run_cancelled_mid_commit_leaves_journal_consistent_and_key_usable(journ
     seen: Dict[str, Any] = {}
 
     async def main() -> None:
-        task = asyncio.ensure_future(engine.process(driver, "k", 1))
+        task = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", 1))
         await until(store.entered)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -215,9 +216,9 @@ def test_run_cancelled_mid_commit_leaves_journal_consistent_and_key_usable(journ
         seen["slots"] = dict(_slots(store, 0))
         seen["finished_after_s"] = time.monotonic() - store.held_at
         assert_consistent(store, journals[0])
-        assert not engine.is_running("k")
+        assert [r.seq for r in driver.states["k"].pending] == [0]  # left for the next run
         # The key's next record: the cancelled record 0 runs first (a re-run), then record 1.
-        await engine.process(driver, "k", 2)
+        await host_runs.process_async(engine, driver, "k", 2)
 
     try:
         asyncio.run(main())
@@ -249,10 +250,10 @@ def test_action_timeout_mid_commit_retries_with_a_consistent_journal(journals):
     started = time.monotonic()
 
     async def main() -> None:
-        await engine.process(driver, "k", 1)
+        await host_runs.process_async(engine, driver, "k", 1)
         seen_elapsed = time.monotonic() - started
         assert seen_elapsed >= HOLD_S - 0.05  # the first attempt ended once its write landed
-        await engine.process(driver, "k", 2)
+        await host_runs.process_async(engine, driver, "k", 2)
 
     try:
         asyncio.run(main())
@@ -285,9 +286,9 @@ def test_failing_sibling_mid_commit_retries(journals, action):
     driver = LocalDriver()
 
     async def main() -> None:
-        await engine.process(driver, "k", 1)
+        await host_runs.process_async(engine, driver, "k", 1)
         await asyncio.sleep(0.05)  # a gather's orphan ends on its own
-        await engine.process(driver, "k", 2)
+        await host_runs.process_async(engine, driver, "k", 2)
 
     try:
         asyncio.run(main())
@@ -316,12 +317,12 @@ def test_failing_sibling_mid_commit_fails_then_the_rerun_replays(journals):
 
     async def main() -> None:
         with pytest.raises(ActionFailed, match="sibling failed"):
-            await engine.process(driver, "k", 1)
+            await host_runs.process_async(engine, driver, "k", 1)
         await asyncio.sleep(0.05)  # the orphan's call ends on its own
         assert_consistent(store, journals[0])
-        assert not engine.is_running("k")
+        assert [r.seq for r in driver.states["k"].pending] == [0]  # left for the next run
         # As after a restart: record 0 runs again, replaying call_a; then record 1.
-        await engine.process(driver, "k", 2)
+        await host_runs.process_async(engine, driver, "k", 2)
 
     try:
         asyncio.run(main())
@@ -380,7 +381,7 @@ def test_sync_commit_waits_for_an_async_write_in_flight(journals):
     engine = _engine(agent, store)
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, "k", 1))
+        host_runs.process(engine, driver, "k", 1)
     finally:
         engine.close()
     assert store.entered.is_set()
@@ -441,8 +442,8 @@ def test_cancelled_sub_agent_call_mid_commit(journals):
     driver = LocalDriver()
 
     async def main() -> None:
-        await engine.process(driver, "k", "cancel")
-        await engine.process(driver, "k", "next")
+        await host_runs.process_async(engine, driver, "k", "cancel")
+        await host_runs.process_async(engine, driver, "k", "next")
 
     try:
         asyncio.run(main())
@@ -475,7 +476,7 @@ def _run_values(agent: Agent, values: List[Any], config: Dict[str, Any] | None =
 
     async def main() -> None:
         for value in values:
-            await engine.process(driver, "k", value)
+            await host_runs.process_async(engine, driver, "k", value)
 
     try:
         asyncio.run(main())

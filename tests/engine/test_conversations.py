@@ -33,6 +33,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.execution.state import KeyState
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 SYSTEM = "Answer briefly."
 CALLS: Counter = Counter()  # what really ran, across engines and attempts
@@ -143,7 +144,7 @@ def _process(
     async def go() -> None:
         try:
             for key, value in records:
-                await engine.process(driver, key, value)
+                await host_runs.process_async(engine, driver, key, value)
         finally:
             engine.close()
 

@@ -24,6 +24,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed, NondeterminismError
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 CALLS: Counter = Counter()  # what really ran, across engines and attempts
 
@@ -105,7 +106,7 @@ def _process(store: InMemoryJournalStore, agent: Agent, value: Any = "review", d
     engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
     driver = driver or LocalDriver()
     try:
-        asyncio.run(engine.process(driver, "key", value))
+        host_runs.process(engine, driver, "key", value)
     finally:
         engine.close()  # the store was passed in: it stays open
     return engine, driver
@@ -324,7 +325,7 @@ def test_skipped_record_leaves_short_term_memory_as_before_it():
     engine = AgentEngine(plan, {}, store=InMemoryJournalStore())
     driver = LocalDriver()
     for value in ["ok", "bad", "ok2"]:
-        asyncio.run(engine.process(driver, "k", value))
+        host_runs.process(engine, driver, "k", value)
     assert driver.states["k"].short_term_memory == {"seen": 2}
 
 
@@ -346,5 +347,5 @@ def test_short_term_memory_expires_after_its_ttl():
     driver = LocalDriver(memory_ttl_s=60, clock=lambda: now[0])
     for step_s in (0, 30, 30, 61):
         now[0] += step_s
-        asyncio.run(engine.process(driver, "k", "x"))
+        host_runs.process(engine, driver, "k", "x")
     assert [o["k"] for o in driver.outputs] == [1, 2, 3, 1]

@@ -35,6 +35,7 @@ from flink_agents.runtime.errors import ActionFailed, StateSchemaError
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
+from tests.support import host_runs
 
 # --- helpers -----------------------------------------------------------------
 
@@ -215,8 +216,8 @@ def test_a_record_arriving_while_its_key_is_busy_waits_for_the_running_one(drive
 
     async def main():
         await asyncio.gather(
-            engine.process(driver, "k", Review(text="first")),
-            engine.process(driver, "k", Review(text="second")),
+            host_runs.process_async(engine, driver, "k", Review(text="first")),
+            host_runs.process_async(engine, driver, "k", Review(text="second")),
         )
 
     asyncio.run(main())
@@ -241,21 +242,21 @@ def test_a_queued_record_sits_in_keyed_state_until_the_key_is_free(driver):
 
     async def main():
         gates.update(started=asyncio.Event(), release=asyncio.Event())
-        first = asyncio.ensure_future(engine.process(driver, "k", "r0"))
+        first = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", "r0"))
         await gates["started"].wait()
-        await engine.process(driver, "k", "r1")  # returns at once: the key is busy
+        second = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", "r1"))
+        await asyncio.sleep(0.05)  # the key is busy: r1 waits
 
-        assert engine.is_running("k")
-        assert log == ["start r0"]
+        assert log == ["start r0"] and not second.done()
         assert [(p.seq, p.value) for p in driver.states["k"].pending] == [(0, "r0"), (1, "r1")]
         gates["release"].set()
         await first
+        await second
 
     asyncio.run(main())
 
     assert log == ["start r0", "end r0", "start r1", "end r1"]
     assert driver.states["k"].pending == []
-    assert not engine.is_running("k")
 
 
 # --- memory scoping ----------------------------------------------------------
@@ -326,7 +327,7 @@ def test_a_failing_action_loses_its_memory_writes_and_its_events():
     engine = AgentEngine(AgentPlan.from_agent(_failing_agent(ran)))
 
     with pytest.raises(ActionFailed) as failed:
-        asyncio.run(engine.process(driver, "k", "explode"))
+        host_runs.process(engine, driver, "k", "explode")
 
     assert (failed.value.key, failed.value.seq, failed.value.action) == ("k", 0, "explode")
     assert isinstance(failed.value.cause, ValueError)

@@ -22,6 +22,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.features.event_log import EVENT_LOGGER_NAME, truncate
 from flink_agents.runtime.local.driver import LocalDriver
+from tests.support import host_runs
 
 LONG = "word " * 100  # 500 characters
 
@@ -271,7 +272,7 @@ def listening():
 
 def test_a_listener_sees_an_event_only_after_its_steps_committed(listening):
     engine = listening(DurableAgent())
-    asyncio.run(engine.process(LocalDriver(), "k", "ok"))
+    host_runs.process(engine, LocalDriver(), "k", "ok")
 
     # The InputEvent's step committed before the journaled call ran (the
     # first write), so the call already saw it; Step and the output came
@@ -284,7 +285,7 @@ def test_a_listener_sees_an_event_only_after_its_steps_committed(listening):
 def test_a_failed_run_delivers_only_what_committed(listening):
     engine = listening(DurableAgent())
     with pytest.raises(ActionFailed):
-        asyncio.run(engine.process(LocalDriver(), "k", "fail"))
+        host_runs.process(engine, LocalDriver(), "k", "fail")
     # Step's action failed: Step was never processed and is not delivered.
     assert [event_type for event_type, _ in SEEN] == ["_input_event"]
 
@@ -292,11 +293,11 @@ def test_a_failed_run_delivers_only_what_committed(listening):
 def test_a_run_without_journaled_calls_delivers_when_it_finished(listening):
     engine = listening(PlainAgent())
     driver = LocalDriver()
-    asyncio.run(engine.process(driver, "k", "a"))
+    host_runs.process(engine, driver, "k", "a")
     assert SEEN == [("_input_event", 0), ("_output_event", 0)]
     SEEN.clear()
     with pytest.raises(ActionFailed):
-        asyncio.run(engine.process(driver, "j", "fail"))
+        host_runs.process(engine, driver, "j", "fail")
     assert SEEN == []  # its run failed: nothing of it stands
 
 

@@ -35,6 +35,7 @@ from tests.support.framework_runs import (  # noqa: E402
     first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
+from tests.support import host_runs  # noqa: E402
 
 CALLS: Counter = Counter()
 _SETTINGS: Dict[str, Any] = {}
@@ -211,7 +212,7 @@ def test_steering_reaches_the_next_model_request_and_stays_in_the_turn(server: A
         # Runs on the loop right after the first model request: the message
         # arrives while the turn is between its requests.
         if len(server.requests) == 1:
-            engine.steer(driver, "k", "answer in French")
+            host_runs.steer(engine, driver, "k", "answer in French")
         return None
 
     _SETTINGS["after_model"] = steer_once

@@ -46,6 +46,7 @@ from tests.support.framework_runs import (  # noqa: E402
     process, progress_engine, recoveries, refuse_writes, run_local, run_records, without_langsmith,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
+from tests.support import host_runs
 
 CALLS: Counter = Counter()
 STEERING = "answer in French"
@@ -217,7 +218,7 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_stays_in_
     server.set_reply_fn(scripted_reply(1))
     store = InMemoryJournalStore()
     engine, driver = _engine(store, **{"steering.enabled": True}), LocalDriver()
-    _SETTINGS["steer"] = lambda: engine.steer(driver, "k", STEERING)
+    _SETTINGS["steer"] = lambda: host_runs.steer(engine, driver, "k", STEERING)
     run_records(engine, [("k", "go")], driver)
     assert driver.outputs[0]["k"]["answer"] == f"go: ['0'] steered by ['{STEERING}']"
     assert [m["role"] for m in server.requests[0]["messages"]] == ["user"]
@@ -237,7 +238,7 @@ def test_a_per_key_conversation_reuses_provider_call_ids_and_is_bounded_by_whole
 
     async def records() -> None:
         for n in range(4):  # each turn: user, assistant (call_0), tool, assistant = 4 messages
-            await engine.process(driver, "k", f"q{n}")
+            await host_runs.process_async(engine, driver, "k", f"q{n}")
 
     try:
         asyncio.run(records())
@@ -354,7 +355,7 @@ async def _refused_in_a_turn(graph: Any, value: Any = "go", **kwargs: Any) -> No
 
     engine = engine_for(Refusing(), InMemoryJournalStore())
     try:
-        await engine.process(LocalDriver(), "k", "go")
+        await host_runs.process_async(engine, LocalDriver(), "k", "go")
     finally:
         engine.close()
 

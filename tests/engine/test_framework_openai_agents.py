@@ -38,6 +38,7 @@ from tests.support.framework_runs import (  # noqa: E402
     kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
+from tests.support import host_runs
 
 TOOL_CALLS: Counter = Counter()
 SEEN: Dict[str, Any] = {}
@@ -100,7 +101,7 @@ class OpenAIAgentsAgent(FlinkAgent):
     async def respond(event: InputEvent, ctx: Any) -> None:
         # A fresh agent (and SDK client) per record: an AsyncOpenAI client's
         # connections belong to the loop that opened them, and each
-        # engine.process below runs on a loop of its own.
+        # host_runs.process below runs on a loop of its own.
         result = await run_durably(ctx, SETTINGS["agent"](), event.input, **SETTINGS.get("kwargs", {}))
         ctx.send_event(OutputEvent(output={"answer": result.final_output, "items": len(result.new_items)}))
 
@@ -209,7 +210,7 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_the_conve
 
         def reply(body: Dict[str, Any], index: int) -> Dict[str, Any]:
             if index == 0:
-                engine.steer(driver, "k", "answer in French")  # arrives while request 0 runs
+                host_runs.steer(engine, driver, "k", "answer in French")  # arrives while request 0 runs
                 return _tool_calls(("double", {"n": 1}))
             if index == 1:
                 return _answer("deux")
@@ -217,7 +218,7 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_the_conve
 
         server.set_reply_fn(reply)
         try:
-            asyncio.run(engine.process(driver, "k", "go"))
+            host_runs.process(engine, driver, "k", "go")
             users = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"]
             assert users == ["go", "answer in French"]
             # The steering message comes after the tool round it arrived during.
@@ -225,7 +226,7 @@ def test_steering_sent_during_the_first_request_reaches_the_second_and_the_conve
                 "system", "user", "assistant", "tool", "user"]
             assert "steering_consumed" in [r["kind"] for r in driver.progress]
             # The SDK keeps no trace of it; the stored conversation does.
-            asyncio.run(engine.process(driver, "k", "again"))
+            host_runs.process(engine, driver, "k", "again")
         finally:
             engine.close()
         roles_users = [(m["role"], m.get("content")) for m in server.requests[2]["messages"] if m["role"] == "user"]

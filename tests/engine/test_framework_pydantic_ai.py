@@ -32,6 +32,7 @@ from tests.support.framework_runs import (  # noqa: E402
     first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_records,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
+from tests.support import host_runs  # noqa: E402
 
 CALLS: Counter = Counter()
 SETTINGS: Dict[str, Any] = {}
@@ -195,7 +196,7 @@ def test_steering_sent_while_the_first_request_runs_reaches_the_next_requests_th
 
     def reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
         if index == 0:  # on the server's thread, while request 0 is in flight
-            SETTINGS["loop"].call_soon_threadsafe(engine.steer, driver, "k", "answer in French")
+            SETTINGS["loop"].call_soon_threadsafe(host_runs.steer, engine, driver, "k", "answer in French")
         return _tool_calls(1) if index < 2 else _answer("zéro")
 
     with OpenAIScriptedServer() as server:

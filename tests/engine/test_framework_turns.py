@@ -23,6 +23,7 @@ from tests.support.framework_runs import (
     CRASH_MODES, ONE_REQUEST_COMMITS, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit, process,
     progress_engine, recoveries, refuse_writes, run_records,
 )
+from tests.support import host_runs
 
 CALLS: Counter = Counter()
 SEEN_REQUESTS: List[List[Dict[str, Any]]] = []
@@ -184,7 +185,7 @@ def test_steering_reaches_the_turn_before_its_next_model_request() -> None:
 
     def steered(history: List[Dict[str, Any]], tools: int) -> Dict[str, Any]:
         if len(SEEN_REQUESTS) == 1:
-            engine.steer(driver, "k", "answer in French")  # arrives while the first request runs
+            host_runs.steer(engine, driver, "k", "answer in French")  # arrives while the first request runs
         return original(history, tools)
 
     globals()["_model"] = steered

@@ -30,6 +30,7 @@ from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.engine_runs import run_record
+from tests.support import host_runs
 
 COLLECTIONS: Dict[str, Dict[str, Document]] = {}  # the "external" store's data
 WRITES: List[str] = []  # every add/update/delete that reached the store
@@ -164,7 +165,7 @@ def _run_many(agent: Agent, store: InMemoryJournalStore, records: List[tuple], c
     driver = LocalDriver()
     try:
         for key, value in records:
-            asyncio.run(engine.process(driver, key, value))
+            host_runs.process(engine, driver, key, value)
     finally:
         engine.close()
     return driver

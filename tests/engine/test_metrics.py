@@ -29,6 +29,7 @@ from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.notify_tool import clear_notified  # noqa: F401 (an autouse fixture)
 from tests.support.scripted_openai_server import _count_tokens
 from tests.unit.test_openai_chat_model import ANSWER, REVIEW, TOOL_CALL_REPLY, openai_review_agent
+from tests.support import host_runs
 
 
 class Checked(Event):
@@ -152,7 +153,7 @@ def test_a_replayed_model_call_counts_its_tokens_once_and_no_tool_call(scripted_
     UsageConnectionAgent.FAIL = True
     first = AgentEngine(plan, {}, job_id="job", store=store)
     with pytest.raises(ActionFailed):
-        asyncio.run(first.process(LocalDriver(), "k", "x"))
+        host_runs.process(first, LocalDriver(), "k", "x")
     counted = first.counters.metrics.snapshot()
     assert counted[prompt_group] == 1 and counted[f"action.{chat}.model.m-1.completionTokens"] == 2
 
@@ -160,7 +161,7 @@ def test_a_replayed_model_call_counts_its_tokens_once_and_no_tool_call(scripted_
     try:
         restarted = AgentEngine(plan, {}, job_id="job", store=store)
         driver = LocalDriver()
-        asyncio.run(restarted.process(driver, "k", "x"))
+        host_runs.process(restarted, driver, "k", "x")
     finally:
         UsageConnectionAgent.FAIL = True
     after = restarted.counters.metrics.snapshot()

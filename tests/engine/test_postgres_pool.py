@@ -39,6 +39,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores import PostgresJournalStore
 from flink_agents.stores._postgres_pool import PoolSize
 from tests.support.journal_stores import FakeTime, entry, postgres_dsn, postgres_schema
+from tests.support import host_runs
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS: Counter = Counter()
@@ -292,7 +293,7 @@ def _run_record(agent: Agent, store: PostgresJournalStore) -> LocalDriver:
     driver = LocalDriver()
     CALLS.clear()
     try:
-        asyncio.run(engine.process(driver, "key", "hi"))
+        host_runs.process(engine, driver, "key", "hi")
     finally:
         engine.close()
     return driver
@@ -441,7 +442,7 @@ def _operator_instance(dsn: str, subtask: int, records: int) -> int:
     driver = LocalDriver()
 
     async def run() -> None:
-        await asyncio.gather(*(engine.process(driver, f"key{n}", "x") for n in range(records)))
+        await asyncio.gather(*(host_runs.process_async(engine, driver, f"key{n}", "x") for n in range(records)))
 
     try:
         asyncio.run(run())

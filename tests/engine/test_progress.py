@@ -22,6 +22,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
+from tests.support import host_runs
 
 MODEL_REQUESTS: List[int] = []  # how many tool results each model request carried
 
@@ -61,7 +62,7 @@ def double(n: int) -> int:
 
 
 def _run(engine: AgentEngine, driver: LocalDriver, value: Any = "go") -> None:
-    asyncio.run(engine.process(driver, "k", value))
+    host_runs.process(engine, driver, "k", value)
 
 
 def _engine(store: InMemoryJournalStore, agent: Agent | None = None) -> AgentEngine:
@@ -190,7 +191,7 @@ def test_after_a_crash_at_any_write_the_follower_saw_only_what_the_recovered_run
     store.after_append = None
     recovered = LocalDriver()
     recovered.states = driver.states
-    asyncio.run(_engine(store)._drain(recovered, "k"))
+    host_runs.resume(_engine(store), recovered, "k")
     assert recovered.outputs == [{"k": "sum of ['0', '2', '4']"}]
     recovered_history = {_strip(r) for r in recovered.progress}
     assert {_strip(r) for r in seen_before_crash} <= recovered_history

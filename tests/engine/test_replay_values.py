@@ -36,6 +36,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 CALLS: Counter = Counter()
 CRASH_ONCE: Dict[str, bool] = {"armed": False}
@@ -85,7 +86,7 @@ def _run(agent: Agent, records: List[Any], store: InMemoryJournalStore, driver: 
     driver = driver or LocalDriver()
     try:
         for record in records:
-            asyncio.run(engine.process(driver, key, record))
+            host_runs.process(engine, driver, key, record)
     finally:
         engine.close()
     return driver

@@ -24,6 +24,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.errors import JournalUnavailableError
+from tests.support import host_runs
 
 CALLS: Counter = Counter()
 
@@ -43,7 +44,7 @@ def _process(engine: AgentEngine, values: List[Any], driver: LocalDriver | None 
 
     async def main() -> None:
         for value in values:
-            await engine.process(driver, "k", value)
+            await host_runs.process_async(engine, driver, "k", value)
 
     try:
         asyncio.run(main())
@@ -225,8 +226,8 @@ def test_a_cancelled_run_leaves_memory_as_before_it() -> None:
     driver = LocalDriver()
 
     async def main() -> None:
-        await engine.process(driver, "k", "good")
-        task = asyncio.ensure_future(engine.process(driver, "k", "bad"))
+        await host_runs.process_async(engine, driver, "k", "good")
+        task = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", "bad"))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -306,7 +307,7 @@ def test_the_journal_keeps_finished_runs_thirty_minutes_and_prunes_at_most_once_
 
     def record_at(t: float) -> None:
         now[0] = t
-        asyncio.run(engine.process(driver, "k", "r"))
+        host_runs.process(engine, driver, "k", "r")
 
     try:
         record_at(1_000.0)  # record 0 finishes at t=1000
@@ -339,7 +340,7 @@ def test_a_failing_prune_is_logged_and_counted_and_the_record_that_triggered_it_
     async def three_records() -> None:
         for _ in range(3):  # a minute apart: each one's prune is due, fails, and is tried again
             now[0] += 61
-            await engine.process(driver, "k", "r")
+            await host_runs.process_async(engine, driver, "k", "r")
 
     try:
         asyncio.run(three_records())
@@ -373,10 +374,10 @@ def test_a_failing_record_emits_none_of_its_outputs_on_either_host(host: str, st
         try:
             if strategy == "fail":
                 with pytest.raises(ActionFailed):
-                    asyncio.run(engine.process(driver, "k", "bad"))
+                    host_runs.process(engine, driver, "k", "bad")
             else:
-                asyncio.run(engine.process(driver, "k", "bad"))
-            asyncio.run(engine.process(driver, "k2", "good"))
+                host_runs.process(engine, driver, "k", "bad")
+            host_runs.process(engine, driver, "k2", "good")
         finally:
             engine.close()
         outputs, errors = driver.outputs, driver.errors
@@ -429,7 +430,7 @@ def test_a_locked_sqlite_journal_fails_the_record_even_inside_except_exception(t
     driver = LocalDriver()
     try:
         with pytest.raises(ActionFailed) as failure:
-            asyncio.run(engine.process(driver, "k", "r"))
+            host_runs.process(engine, driver, "k", "r")
     finally:
         engine.close()
         other.rollback()

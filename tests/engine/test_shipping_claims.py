@@ -24,6 +24,7 @@ from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.jobs.carrier_claims import Claim, Desk, InboxTail, decide, parse_claim, post_json, run
 from flink_agents.jobs.review_records import read_reviews
 from flink_agents.jobs.shipping_claims import INBOX_OPTION, ShippingClaimsAgent, carrier_answer
+from tests.support import host_runs
 
 SAMPLE = Path(__file__).resolve().parents[2] / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
 
@@ -134,7 +135,7 @@ def test_action_outputs_and_keeps_a_body_that_is_not_json(tmp_path: Path) -> Non
 
     async def go() -> LocalDriver:
         driver, engine = LocalDriver(), _engine(store, inbox)
-        await asyncio.gather(carrier(), *(engine.process(driver, key, value) for key, value in reviews))
+        await asyncio.gather(carrier(), *(host_runs.process_async(engine, driver, key, value) for key, value in reviews))
         return driver
 
     outputs = {key: value for output in asyncio.run(go()).outputs for key, value in output.items()}
@@ -153,7 +154,7 @@ def test_failover_while_waiting_does_not_file_the_claim_again(tmp_path: Path) ->
     review = {"id": "A", "review": "The box was crushed and the vase broken.", "ts": 1}
 
     async def crash_while_waiting() -> None:
-        task = asyncio.ensure_future(_engine(store, inbox).process(driver, "A", review))
+        task = asyncio.ensure_future(host_runs.process_async(_engine(store, inbox), driver, "A", review))
         # Parked on the callback: the filing's result is journaled (the run
         # commits before it waits), not merely written to the inbox.
         deadline = time.monotonic() + 30
@@ -167,7 +168,7 @@ def test_failover_while_waiting_does_not_file_the_claim_again(tmp_path: Path) ->
     asyncio.run(crash_while_waiting())
     (row,) = [r for r in store._callback_rows().values() if r.state == PENDING]
     store.complete(row.callback_id, RESOLVED, b'{"ok": true}', int(time.time() * 1000))
-    asyncio.run(_engine(store, inbox)._drain(driver, "A"))
+    host_runs.resume(_engine(store, inbox), driver, "A")
     (claim,) = _filed(inbox)  # filed once: the replay found the filing in the journal
     assert driver.outputs == [{"A": {"id": "A-1", "product_id": "A", "shipping_damage": True,
                                      "claim_id": claim.claim_id, "claim": "approved", "carrier": {"ok": True}}}]

@@ -48,6 +48,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatSetup, answer, ask
 from tests.support.engine_runs import run_record
+from tests.support import host_runs
 
 MATH_MD = """---
 name: math-calculator
@@ -536,8 +537,8 @@ def test_a_per_key_conversation_gets_the_skill_list_once_per_call_and_does_not_s
     engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=InMemoryJournalStore())
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, "k", "what is 6 * 7?"))
-        asyncio.run(engine.process(driver, "k", "and 6 * 8?"))
+        host_runs.process(engine, driver, "k", "what is 6 * 7?")
+        host_runs.process(engine, driver, "k", "and 6 * 8?")
     finally:
         engine.close()
 

@@ -20,6 +20,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.features.steering import MAX_STEERING_QUEUE, SteeringQueueFull
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
+from tests.support import host_runs
 
 REQUESTS: List[List[ChatMessage]] = []
 TOOL_STARTED = threading.Event()
@@ -70,12 +71,12 @@ def _engine(store: InMemoryJournalStore) -> AgentEngine:
 def _run_steering_during_tools(engine: AgentEngine, driver: LocalDriver, messages: List[str]) -> None:
     async def go() -> None:
         TOOL_RELEASED.clear()  # the tool runs until every message was sent
-        run = asyncio.ensure_future(engine.process(driver, "k", "question"))
+        run = asyncio.ensure_future(host_runs.process_async(engine, driver, "k", "question"))
         try:
             while not TOOL_STARTED.is_set():
                 await asyncio.sleep(0.005)
             for message in messages:
-                engine.steer(driver, "k", message)
+                host_runs.steer(engine, driver, "k", message)
         finally:
             TOOL_RELEASED.set()
         await run
@@ -110,8 +111,8 @@ def test_with_no_turn_running_messages_wait_for_the_next_turn() -> None:
     store = InMemoryJournalStore()
     engine = _engine(store)
     driver = LocalDriver()
-    engine.steer(driver, "k", "early note")
-    asyncio.run(engine.process(driver, "k", "question"))
+    host_runs.steer(engine, driver, "k", "early note")
+    host_runs.process(engine, driver, "k", "question")
     assert [m.content for m in REQUESTS[0]] == ["question", "early note"]
     assert len(REQUESTS) == 2 and "early note" not in [m.content for m in REQUESTS[1][2:]]  # taken once
 
@@ -138,8 +139,8 @@ def test_a_replay_takes_the_same_messages_at_the_same_step() -> None:
     store.after_append = None
     REQUESTS.clear()
     restarted = _engine(store)
-    restarted.steer(driver, "k", "after the crash")
-    asyncio.run(restarted._drain(driver, "k"))
+    host_runs.steer(restarted, driver, "k", "after the crash")
+    host_runs.resume(restarted, driver, "k")
     # The second model call had not run: now it does, with exactly the
     # journaled messages; the one sent after the crash was not there then, so
     # it waits for the next boundary, here the key's next turn.
@@ -148,7 +149,7 @@ def test_a_replay_takes_the_same_messages_at_the_same_step() -> None:
     assert driver.outputs == [{"k": "question | first | second"}]
     assert [m for _, m in driver.states["k"].steering] == ["after the crash"]
     REQUESTS.clear()
-    asyncio.run(restarted.process(driver, "k", "next question"))
+    host_runs.process(restarted, driver, "k", "next question")
     assert [m.content for m in REQUESTS[0]] == ["next question", "after the crash"]
     assert driver.states["k"].steering == []
 
@@ -157,14 +158,16 @@ def test_the_queue_holds_at_most_32_messages_per_key() -> None:
     engine = _engine(InMemoryJournalStore())
     driver = LocalDriver()
     for n in range(MAX_STEERING_QUEUE):
-        engine.steer(driver, "k", f"m{n}")
-    with pytest.raises(SteeringQueueFull, match="steering queue of key 'k' is full"):
-        engine.steer(driver, "k", "one too many")
-    engine.steer(driver, "other", "another key has its own queue")
+        host_runs.steer(engine, driver, "k", f"m{n}")
+    host_runs.steer(engine, driver, "k", "one too many")  # not queued: an error record
+    (error,) = driver.errors
+    assert error["error_type"] == SteeringQueueFull.__name__ and error["record"] == "one too many"
+    assert "steering queue of key 'k' is full" in error["error_message"]
+    host_runs.steer(engine, driver, "other", "another key has its own queue")
     assert len(driver.states["k"].steering) == MAX_STEERING_QUEUE
-    asyncio.run(engine.process(driver, "k", "question"))
+    host_runs.process(engine, driver, "k", "question")
     assert [m.content for m in REQUESTS[0][1:]] == [f"m{n}" for n in range(MAX_STEERING_QUEUE)]
-    engine.steer(driver, "k", "room again")  # taken messages freed the queue
+    host_runs.steer(engine, driver, "k", "room again")  # taken messages freed the queue
 
 
 def test_local_runner_with_steering_list_and_overflow_to_the_error_list() -> None:

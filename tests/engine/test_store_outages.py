@@ -42,6 +42,7 @@ from flink_agents.stores import (
 from flink_agents.stores.sqlite_store import SQLiteDialect
 from tests.support.cuttable_proxy import CuttableProxy
 from tests.support.journal_stores import FakeTime, entry, postgres_schema
+from tests.support import host_runs
 
 CALLS: Counter = Counter()
 
@@ -162,7 +163,7 @@ def test_a_one_second_postgres_outage_is_ridden_out_by_a_running_record(pg_dsn: 
     CALLS.clear()
     started = time.monotonic()
     try:
-        asyncio.run(engine.process(driver, "key", "hi"))
+        host_runs.process(engine, driver, "key", "hi")
     finally:
         engine.close()
         store.close()
@@ -257,7 +258,7 @@ def test_a_running_record_whose_sqlite_journal_is_removed_fails_naming_the_file(
     CALLS.clear()
     try:
         with pytest.raises(ActionFailed, match=r"^action 'act' failed on key 'key', record #0: JournalUnavailable: ") as raised:
-            asyncio.run(engine.process(driver, "key", "hi"))
+            host_runs.process(engine, driver, "key", "hi")
     finally:
         engine.close()
         store.close()

@@ -36,6 +36,7 @@ from flink_agents.runtime.execution.event_codec import decode_event, encode_even
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.engine_runs import run_record
+from tests.support import host_runs
 
 
 class Verdict(BaseModel):
@@ -354,8 +355,8 @@ def test_a_per_key_conversation_keeps_the_valid_answer_and_not_the_re_ask() -> N
     engine = AgentEngine(AgentPlan.from_agent(per_key), {}, job_id="job", store=InMemoryJournalStore())
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, "k", "first"))
-        asyncio.run(engine.process(driver, "k", "second"))
+        host_runs.process(engine, driver, "k", "first")
+        host_runs.process(engine, driver, "k", "second")
     finally:
         engine.close()
     second_turn = [(m.role, m.content) for m in CALLS[2]["messages"] if m.role != MessageRole.SYSTEM]

@@ -24,6 +24,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 MODEL_CALLS: Counter = Counter()
 # Model calls inside ``achat`` now, and the most at once (reset per test).
@@ -108,7 +109,7 @@ def _run(agent: Agent, values: List[Any], store: InMemoryJournalStore | None = N
 
     async def feed() -> None:
         for value in values:
-            await engine.process(driver, key, value)
+            await host_runs.process_async(engine, driver, key, value)
 
     try:
         asyncio.run(feed())

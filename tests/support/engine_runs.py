@@ -15,6 +15,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support import host_runs
 
 
 def run_record(
@@ -25,7 +26,7 @@ def run_record(
     engine = AgentEngine(AgentPlan.from_agent(agent), dict(config or {}), job_id="job", store=store)
     driver = LocalDriver()
     try:
-        asyncio.run(engine.process(driver, key, value))
+        host_runs.process(engine, driver, key, value)
     finally:
         engine.close()
     return driver

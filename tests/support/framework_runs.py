@@ -18,6 +18,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.flink_jobs import mini_cluster_env
+from tests.support import host_runs
 
 T = TypeVar("T")
 
@@ -54,7 +55,7 @@ def run_records(
     driver = LocalDriver() if driver is None else driver
     try:
         for key, value in records:
-            asyncio.run(engine.process(driver, key, value))
+            host_runs.process(engine, driver, key, value)
     finally:
         engine.close()
     return driver

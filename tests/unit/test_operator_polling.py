@@ -1,5 +1,5 @@
-"""The agent operator's polling cadence, with fakes for Flink's timer
-service: a key whose run waits for a callback polls every
+"""The host core's polling cadence on a host with timers (the Flink
+operator's), with fakes for Flink's timer service behind the driver port: a key whose run waits for a callback polls every
 ``flink.parked_poll_interval_ms``, any other busy key every
 ``flink.poll_interval_ms`` (no mini-cluster needed)."""
 
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from flink_agents.plan.agent_plan import AgentPlan
-from flink_agents.runtime.flink.operator import AgentOperatorFunction
 from flink_agents.runtime.execution.metrics import RunCounters
-from tests.engine.test_callbacks import WaitingAgent
+from flink_agents.runtime.flink.driver import FlinkDriver
+from flink_agents.runtime.keyed_host import KeyedHost
 
 
 class FakeTimers:
@@ -47,32 +46,21 @@ class BusyRunner:
         return True
 
 
-class FakeCounter:
-    def inc(self, n: int) -> None:
-        pass
-
-    def dec(self, n: int) -> None:
-        pass
-
-
-def _operator(open_callbacks: bool, armed: bool) -> AgentOperatorFunction:
-    operator = AgentOperatorFunction(
-        AgentPlan.from_agent(WaitingAgent()),
-        {"flink.poll_interval_ms": 100, "flink.parked_poll_interval_ms": 5000},
-        "job",
+def _host(open_callbacks: bool, armed: bool, timers: FakeTimers) -> KeyedHost:
+    driver = FlinkDriver(None, None)
+    driver.begin("k", timers)
+    host = KeyedHost(
+        FakeEngine(FakeHub(open_callbacks)), driver, BusyRunner(),  # type: ignore[arg-type]
+        poll_interval_ms=100, parked_poll_interval_ms=5000,
     )
-    operator._engine = FakeEngine(FakeHub(open_callbacks))  # type: ignore[assignment]
-    operator._runner = BusyRunner()  # type: ignore[assignment]
-    operator._metrics = {name: FakeCounter() for name in RunCounters().as_dict()}
-    operator._reported = {name: 0 for name in RunCounters().as_dict()}
     if armed:
-        operator._deadlines["k"] = {"cb": (10**13, 0)}
-    return operator
+        host._deadlines["k"] = {"cb": (10**13, 0)}
+    return host
 
 
 def test_a_key_waiting_for_a_callback_polls_at_the_parked_interval() -> None:
     timers = FakeTimers(now=1_000_050)
-    _operator(open_callbacks=True, armed=True)._after_callback(timers, "k")
+    _host(open_callbacks=True, armed=True, timers=timers)._after_callback("k")
     # The next poll, and the one after it (kept ahead so a checkpoint that
     # misses the newest registration still holds a poll: _schedule).
     assert timers.processing == [1_005_000, 1_010_000]
@@ -81,5 +69,5 @@ def test_a_key_waiting_for_a_callback_polls_at_the_parked_interval() -> None:
 def test_other_busy_keys_poll_at_the_normal_interval() -> None:
     for open_callbacks, armed in ((False, True), (True, False), (False, False)):
         timers = FakeTimers(now=1_000_050)
-        _operator(open_callbacks, armed)._after_callback(timers, "k")
+        _host(open_callbacks, armed, timers)._after_callback("k")
         assert timers.processing == [1_000_100, 1_000_200], (open_callbacks, armed)

@@ -151,12 +151,12 @@ def test_the_operator_converts_outputs_under_their_key_and_passes_side_outputs(m
         "good": [(ERROR_OUTPUT, {"key": "good", "error_type": "ValueError"}), {"id": 1, "review": "ok", "score": 2}],
         "bad": [{"id": 1, "review": "ok", "score": "high"}],
     }
-    monkeypatch.setattr(AgentOperatorFunction, "_apply", lambda self, key, emits_at, through: iter(applied[key]))
+    monkeypatch.setattr(AgentOperatorFunction, "_emitted", lambda self, key: iter(applied[key]))
     function = ConvertingOperatorFunction(AgentPlan.from_agent(Echo()), {}, "job", OutputConverter(REVIEW))
 
-    error, row = list(function._apply("good", None, 0))
+    error, row = list(function._emitted("good"))
     with pytest.raises(OutputTypeError, match=r"output of key 'bad' .* field 'score' is 'high' \(str\)"):
-        list(function._apply("bad", None, 0))
+        list(function._emitted("bad"))
 
     assert error == applied["good"][0]
     assert _fields(row) == {"id": 1, "review": "ok", "score": 2.0}

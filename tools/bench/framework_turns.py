@@ -58,6 +58,7 @@ from flink_agents.stores import SQLiteJournalStore
 from tests.support.framework_runs import LANGSMITH_VARIABLES
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer
 from tests.support.scripted_openai_server import OpenAIScriptedServer
+from tests.support import host_runs
 
 for _name in LANGSMITH_VARIABLES:  # nothing goes to LangSmith
     os.environ.pop(_name, None)
@@ -277,7 +278,7 @@ def run_mode(framework: Framework, durable: bool, journal: Path, inputs: List[di
 
     async def one_key(key: str, values: List[dict]) -> None:
         for value in values:  # one after another within the key
-            await engine.process(driver, key, value)
+            await host_runs.process_async(engine, driver, key, value)
 
     async def all_keys() -> float:
         started = time.perf_counter()

@@ -18,12 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import _common  # noqa: F401  (puts the repository on sys.path, for tests.support)
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
 from flink_agents.jobs.review_records import read_reviews
+from tests.support import host_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +48,7 @@ def run(records: list[dict], retention_s: float | None, seconds_per_record: floa
 
     async def feed() -> None:
         for record in records:
-            await engine.process(driver, product_id_of(record), record)
+            await host_runs.process_async(engine, driver, product_id_of(record), record)
             now[0] += seconds_per_record
 
     asyncio.run(feed())

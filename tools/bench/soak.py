@@ -1,6 +1,7 @@
 """Soak: many records through the engine with a short journal retention.
 
-Drives ``AgentEngine.process`` directly (one asyncio loop; records in order,
+Drives the host core on the local path (``tests.support.host_runs.
+process_async``: one asyncio loop; records in order,
 ``--keys`` keys round-robin, ``--concurrency`` records of distinct keys in
 flight at once) over a journal store: SQLite, and PostgreSQL
 when ``FLINK_AGENTS_POSTGRES_DSN`` is set (a fresh schema, dropped
@@ -43,6 +44,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores import JournalStore, PostgresJournalStore, SQLiteJournalStore
+from tests.support import host_runs
 
 DSN_ENV = "FLINK_AGENTS_POSTGRES_DSN"
 RETENTION_S = 5.0
@@ -100,7 +102,7 @@ async def soak(
         while first < records:  # groups of distinct keys, never across a block's end
             batch = range(first, min(first + concurrency, records, (first // block + 1) * block))
             clock.now += tick_s * len(batch)
-            await asyncio.gather(*(engine.process(driver, f"k{n % keys}", f"review {n}") for n in batch))
+            await asyncio.gather(*(host_runs.process_async(engine, driver, f"k{n % keys}", f"review {n}") for n in batch))
             first = n = batch[-1] + 1
             if n % block == 0:
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started

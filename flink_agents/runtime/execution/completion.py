@@ -1,8 +1,9 @@
 """A finished record, and the one step that applies it to its key's state.
 
-Every host (the Flink operator, the local runner, ``AgentEngine.process``)
-runs a record against a copy of the key's state and gets a ``Completion``;
-applying it is the same everywhere (``apply_completions``): the record
+The scheduler runs a record against a copy of the key's state and gets a
+``Completion``; the host core (``runtime.keyed_host``, under the Flink
+operator and the local runner alike) applies it with one step
+(``apply_completions``): the record
 leaves the key's pending queue, the key's short-term memory becomes the
 run's, the steering messages the run took leave the key's state, and the
 record's outputs and error records are handed back, in order, for the host

@@ -25,7 +25,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Tuple
 
-__all__ = ["MAX_STEERING_QUEUE", "SteeringMailbox", "SteeringQueueFull", "steering_error"]
+from flink_agents.runtime.execution.state import KeyState
+
+__all__ = ["MAX_STEERING_QUEUE", "SteeringMailbox", "SteeringMailboxes", "SteeringQueueFull", "steering_error"]
 
 MAX_STEERING_QUEUE = 32
 # Turned on by ``steering.enabled`` (``RuntimeOptions.STEERING_ENABLED``).
@@ -84,3 +86,50 @@ class SteeringMailbox:
         with self._lock:
             self.taken_through = max(self.taken_through, through)
             self._waiting = [(s, m) for s, m in self._waiting if s > through]
+
+
+class SteeringMailboxes:
+    """The mailboxes of a subtask's keys: the engine's runs take from them,
+    the host core (``runtime.keyed_host``) accepts into them, refills them
+    after a restore and forgets an idle key's."""
+
+    def __init__(self) -> None:
+        self._boxes: Dict[Any, SteeringMailbox] = {}
+
+    def get(self, key: Any) -> SteeringMailbox:
+        """The key's mailbox (created on first use)."""
+        box = self._boxes.get(key)
+        if box is None:
+            box = self._boxes.setdefault(key, SteeringMailbox())
+        return box
+
+    def accept(self, key: Any, state: KeyState, message: Any) -> None:
+        """Queue a steering message in ``state`` (the caller stores it) and
+        in the key's mailbox.
+
+        Raises:
+            SteeringQueueFull: ``MAX_STEERING_QUEUE`` messages wait already.
+        """
+        if len(state.steering) >= MAX_STEERING_QUEUE:
+            raise SteeringQueueFull(key, message)
+        seq = state.next_steering_seq
+        state.next_steering_seq += 1
+        state.steering.append([seq, message])
+        self.get(key).put(seq, message)
+
+    def refill(self, key: Any, state: KeyState) -> None:
+        """Put the messages waiting in ``state`` into the mailbox (after a
+        restore the mailbox is empty; taken ones are skipped)."""
+        if state.steering:
+            box = self.get(key)
+            for seq, message in state.steering:
+                box.put(seq, message)
+
+    def taken_through(self, key: Any) -> int:
+        """The highest steering seq of ``key`` a run has taken (-1: none)."""
+        box = self._boxes.get(key)
+        return -1 if box is None else box.taken_through
+
+    def forget(self, key: Any) -> None:
+        """Drop an idle key's mailbox (its messages are in its state)."""
+        self._boxes.pop(key, None)

@@ -44,8 +44,8 @@ class ConvertingOperatorFunction(AgentOperatorFunction):
         super().__init__(plan, config, job_id)
         self._convert_output = convert
 
-    def _apply(self, key: Any, emits_at: int | None, applies_through: int) -> Iterable[Any]:
-        for item in super()._apply(key, emits_at, applies_through):
+    def _emitted(self, key: Any) -> Iterable[Any]:
+        for item in super()._emitted(key):
             if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], OutputTag):
                 yield item
             else:

@@ -1,20 +1,22 @@
-"""Local driver: keyed state in a dict, outputs appended to a list.
+"""Local driver: the host core's port on the local runner
+(``runtime.keyed_host``): keyed state in a dict, outputs appended to lists,
+no timers (the core applies every key's work as it comes).
 
 State objects stay in the dict as they are, but what the Flink driver puts
 through JSON goes through the same codec here: short-term memory holds
-encoded values already (``runtime.execution.memory``), and each input record and
-steering message is admitted (``runtime.execution.state.admit``) when first stored,
-so a run sees the same values on both runners, and a record the codec
-refuses fails the same way.
+encoded values already (``runtime.execution.memory``), and the core admits
+each input record and steering message (``runtime.execution.state.admit``)
+on both runners, so a run sees the same values on both, and a record the
+codec refuses fails the same way.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List
 
 from flink_agents.runtime.driver import KeyedDriver
-from flink_agents.runtime.execution.state import KeyState, admit
+from flink_agents.runtime.execution.state import KeyState
 
 __all__ = ["LocalDriver"]
 
@@ -46,8 +48,6 @@ class LocalDriver(KeyedDriver):
         # The memory map last stored per key: commits replace the map on a
         # write, so a different object means the memory was written.
         self._memory_seen: Dict[Any, Dict[str, Any]] = {}
-        # Per key: the highest record seq and steering seq admitted so far.
-        self._admitted: Dict[Any, Tuple[int, int]] = {}
 
     def load(self, key: Any) -> KeyState | None:
         state = self.states.get(key)
@@ -61,30 +61,11 @@ class LocalDriver(KeyedDriver):
         return state
 
     def store(self, key: Any, state: KeyState) -> None:
-        """Keep ``state`` for ``key``, admitting its new records and steering messages.
-
-        Raises:
-            InputRecordError: A new record or message holds a value the codec
-                refuses (names key, seq and field path).
-        """
-        self._admit_new(key, state)
         self.states[key] = state
         # Like Flink's OnCreateAndWrite TTL: a write of the memory renews it.
         if self._memory_seen.get(key) is not state.short_term_memory:
             self._memory_seen[key] = state.short_term_memory
             self._memory_written_at[key] = self._clock()
-
-    def _admit_new(self, key: Any, state: KeyState) -> None:
-        records_through, steering_through = self._admitted.get(key, (-1, -1))
-        for record in state.pending:
-            if record.seq > records_through:
-                record.value = admit(key, record.seq, record.value)
-                records_through = record.seq
-        for entry in state.steering:
-            if entry[0] > steering_through:
-                entry[1] = admit(key, entry[0], entry[1], "steering message")
-                steering_through = entry[0]
-        self._admitted[key] = (records_through, steering_through)
 
     def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
         self.errors.append(error)

@@ -27,7 +27,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.runtime.local.host import LocalHost
-from flink_agents.runtime.features.steering import SteeringQueueFull, steering_error
+from flink_agents.runtime.features.steering import steering_error
 
 __all__ = ["LocalExecutionEnvironment"]
 
@@ -143,10 +143,7 @@ class LocalAgentBuilder(AgentBuilder):
         runner = KeyRunner(engine, max_runs, options.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs, loop_thread=False)
         host = LocalHost(engine, driver, runner)
         for key, message in self._steering:
-            try:
-                engine.steer(driver, key, message)
-            except SteeringQueueFull as full:
-                driver.emit_error(key, steering_error(key, message, full))
+            host.steer(key, message)  # a full queue: an error record
         try:
             for key, value in [_split_record(i, r) for i, r in enumerate(self._records)]:
                 host.accept(key, value)

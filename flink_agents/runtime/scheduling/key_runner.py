@@ -86,11 +86,15 @@ class KeyRunner:
         host_silence_s: Start no new record while the host has not called
             for this long, seconds (see the module docstring); None: never
             pause (a host that cannot vanish).
+        loop: With ``loop_thread=False``, a running loop of the host's own
+            to run on (an async host: it waits with ``changed`` and never
+            calls the blocking waits; the runner does not close it); None:
+            a loop of the runner's.
     """
 
     def __init__(
         self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024, *, loop_thread: bool = True,
-        host_silence_s: float | None = None,
+        host_silence_s: float | None = None, loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be >= 1, not {max_concurrent_runs}")
@@ -101,7 +105,10 @@ class KeyRunner:
         self._ready: Dict[Any, None] = {}  # keys with completions or progress not yet taken, in order
         self._backlog = 0
         self._changed = threading.Condition()
-        self._loop = asyncio.new_event_loop()
+        if loop is not None and loop_thread:
+            raise ValueError("a loop of the host's own needs loop_thread=False")
+        self._owns_loop = loop is None
+        self._loop = loop if loop is not None else asyncio.new_event_loop()
         self._slots: RunSlots | None = None
         self._thread: threading.Thread | None = None
         self._wake: asyncio.Future[None] | None = None  # what a waiting host's loop runs until
@@ -109,6 +116,7 @@ class KeyRunner:
         self._host_seen = time.monotonic()
         self._host_blocked = 0  # host calls waiting in _block_until (present, if silent)
         self._paused: Dict[Any, _Worker] = {}  # keys whose next record waits for the host
+        self._tasks: set[asyncio.Task[None]] = set()  # the keys' work in progress (on the loop)
         if loop_thread:
             self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
             self._thread.start()
@@ -129,7 +137,6 @@ class KeyRunner:
         Call it in a callback of ``key`` after appending a record to the
         key's pending queue, and after a restore (records pending in state).
         """
-        self._engine.refill_steering(key, state)
         with self._changed:
             self._host_here()
             worker = self._workers.get(key)
@@ -199,15 +206,20 @@ class KeyRunner:
                 worker.busy or bool(worker.queue) or bool(worker.completions) or bool(worker.progress)
             )
 
-    def release(self, key: Any) -> None:
+    def release(self, key: Any) -> bool:
         """Forget an idle key (its state lives in the host); a later submit
-        starts from the host's state again (e.g. after a state TTL expired)."""
+        starts from the host's state again (e.g. after a state TTL expired).
+        Whether the runner forgot it now (false: it has work, or the runner
+        did not hold it)."""
         with self._changed:
             self._host_here()
             worker = self._workers.get(key)
-            if worker is not None and not (worker.busy or worker.queue or worker.completions or worker.progress):
-                del self._workers[key]
-                self._engine.forget_steering(key)
+            if worker is None:
+                return False
+            if worker.busy or worker.queue or worker.completions or worker.progress:
+                return False
+            del self._workers[key]
+            return True
 
     def wait_for(self, key: Any, seq: int | None = None, timeout_s: float | None = None) -> bool:
         """Block until ``key`` finished record ``seq`` (or all its records).
@@ -246,6 +258,13 @@ class KeyRunner:
         self._block_until(settled, timeout_s)
         with self._changed:
             return bool(self._ready)
+
+    async def changed(self) -> None:
+        """An async host on the runner's loop: wait until the runner's state
+        changes (a record finished, progress was published, a key went idle)."""
+        if self._wake is None or self._wake.done():
+            self._wake = self._loop.create_future()
+        await asyncio.shield(self._wake)
 
     def wait_for_capacity(self) -> None:
         """Block while the backlog is full (back-pressure on the host's input)."""
@@ -334,13 +353,20 @@ class KeyRunner:
         if self._wake is not None:
             _settle(self._wake)
 
-    def close(self) -> None:
+    def close(self) -> List["asyncio.Task[None]"]:
         """Stop the loop (runs still in progress are abandoned; their records
-        are still pending in the host's state and run again after a restore)."""
+        are still pending in the host's state and run again after a restore).
+        On a loop of the host's own, cancel the runs in progress instead and
+        return their tasks, for the host to await their unwinding."""
         if self._thread is None:
+            if not self._owns_loop:
+                tasks = [task for task in self._tasks if not task.done()]
+                for task in tasks:
+                    task.cancel()
+                return tasks
             if not self._loop.is_closed():
                 self._close_loop()
-            return
+            return []
         # Safe before run_forever too: a stop scheduled early ends the loop
         # as soon as it starts.
         try:
@@ -348,6 +374,7 @@ class KeyRunner:
         except RuntimeError:
             pass  # the loop already closed
         self._thread.join(timeout=10)
+        return []
 
     # -- runner side (the loop thread) ---------------------------------------
 
@@ -361,7 +388,9 @@ class KeyRunner:
         return publish
 
     def _start(self, key: Any, worker: _Worker) -> None:
-        self._loop.create_task(self._work(key, worker))
+        task = self._loop.create_task(self._work(key, worker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _work(self, key: Any, worker: _Worker) -> None:
         assert self._slots is not None  # set when the loop started
