@@ -142,6 +142,26 @@ def test_scheduling_imports_no_feature_and_no_host():
     assert [(at, name) for at, name in _runtime_imports("scheduling") if _under(name, "features", "local", "flink")] == []
 
 
+def test_execution_imports_no_feature():
+    """Features plug in (``runtime.execution.extensions``): the execution
+    layer names none of them, at any level of a file."""
+    assert [(at, name) for at, name in _runtime_imports("execution") if _under(name, "features")] == []
+
+
+def test_importing_the_execution_layer_loads_no_feature():
+    modules = [_module_name(p) for p in _sources("runtime/execution")]
+    script = f"""
+import importlib, sys
+for m in {modules!r}:
+    importlib.import_module(m)
+loaded = sorted(m for m in sys.modules if m.startswith("flink_agents.runtime.features"))
+assert not loaded, ("execution loaded", loaded)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+
+
 def test_only_the_hosts_import_a_host_and_only_they_and_the_scheduler_the_engine():
     for part in ("execution", "durability", "scheduling", "features"):
         hosts = [(at, name) for at, name in _runtime_imports(part) if _under(name, "local", "flink")]

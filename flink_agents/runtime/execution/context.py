@@ -27,6 +27,7 @@ from flink_agents.runtime.durability.ids import (
 )
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
 from flink_agents.runtime.execution.event_codec import encode_event
+from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
 from flink_agents.runtime.execution.run import Run
@@ -142,10 +143,9 @@ class ActionContext(RunnerContext):
 
     @property
     def long_term_memory(self) -> Any:
-        """See ``RunnerContext.long_term_memory`` (``runtime.features.long_term_memory``)."""
-        from flink_agents.runtime.features.long_term_memory import long_term_memory_of
-
-        return long_term_memory_of(self)
+        """See ``RunnerContext.long_term_memory`` (the ``long_term_memory`` hook
+        of ``runtime.execution.extensions``: ``runtime.features.long_term_memory``)."""
+        return EXTENSIONS.context_hook("long_term_memory")(self)
 
     @property
     def config(self) -> ReadableConfiguration:
@@ -384,9 +384,7 @@ class ActionContext(RunnerContext):
                 runtime has no callback store.
             NondeterminismError: On replay, this call created another callback.
         """
-        from flink_agents.runtime.features.callbacks import validate_timeout
-
-        validate_timeout(timeout_s)  # bad input fails before anything else
+        EXTENSIONS.context_hook("callback_timeout")(timeout_s)  # bad input fails before anything else
         if not self.active:
             raise RuntimeError(
                 f"create_callback called after action {self.action_name!r} returned; "
