@@ -1,37 +1,14 @@
-"""Import a provider's SDK, which is an optional extra of the package.
+"""Import a provider's SDK, which is an optional extra of the package
+(``flink_agents._sdk.import_sdk``, kept here for the integrations and at
+this path for users).
 
-The extras ``anthropic``, ``ollama``, ``tongyi`` and ``all`` of this package
-install the SDK a connection needs (from a checkout: ``pip install -e
-'.[anthropic]'``; the name ``flink-agents`` on PyPI is Apache Flink Agents,
-not this project). Without it, the connection fails on first use with an
-``ImportError`` that names the SDK and the extra, instead of a bare ``No
-module named ...``.
+The helper itself sits below every layer (standard library only), so the
+runtime's own optional backends (``runtime.memory.mem0``) use it without
+importing an integration.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from flink_agents._sdk import import_sdk
 
 __all__ = ["import_sdk"]
-
-
-def import_sdk(module: str, extra: str, what: str) -> ModuleType:
-    """Import ``module`` (e.g. ``"anthropic"``), or explain which extra installs it.
-
-    Args:
-        module: The SDK's import name.
-        extra: The package extra that installs it (``"anthropic"``).
-        what: The class that needs it, for the message.
-
-    Raises:
-        ImportError: The SDK is not installed; the message names the extra.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"{what} needs the {module!r} package, which is not installed: pip install {module!r}, "
-            f"or install this project with its {extra!r} extra (pip install -e '.[{extra}]' in its "
-            "checkout; '[all]' for every provider)"
-        ) from exc

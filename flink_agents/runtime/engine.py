@@ -33,6 +33,7 @@ from flink_agents.runtime.durability.journal import RunJournal
 from flink_agents.runtime.durability.shared_store import report_other_journals
 from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.features.progress import RunProgress
+from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
 from flink_agents.runtime.execution.token_usage import count_replayed
@@ -40,11 +41,14 @@ from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
 from flink_agents.runtime.features.event_log import EventLog
+from flink_agents.runtime.features import register_all
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
 
 __all__ = ["AgentEngine"]
+
+register_all(EXTENSIONS)  # features plug into execution/ here (runtime.execution.extensions)
 
 log = logging.getLogger(__name__)
 

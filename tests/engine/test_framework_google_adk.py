@@ -24,6 +24,7 @@ from google.adk.tools.base_toolset import BaseToolset  # noqa: E402
 from google.adk.tools.function_tool import FunctionTool  # noqa: E402
 from google.adk.tools.tool_context import ToolContext  # noqa: E402
 
+from flink_agents.runtime.execution.context import ActionContext
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
@@ -262,8 +263,9 @@ def test_ids_and_clock_come_from_the_record_and_replay_the_same(server: Anthropi
 
 
 def test_what_cannot_be_journaled_is_refused(server: AnthropicScriptedServer) -> None:
-    class Ctx:  # an action context's shape; refusals come before the turn touches it
-        short_term_memory = anchor = journaled_call_at = None
+    class Ctx(ActionContext):  # an action's context, never set up: refusals come before the turn touches it
+        def __init__(self) -> None:
+            pass
 
     agent = _adk_agent(server.base_url)
 

@@ -20,6 +20,7 @@ from pydantic_ai import Agent as PydanticAgent  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
+from flink_agents.runtime.execution.context import ActionContext
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
@@ -332,8 +333,9 @@ def test_bad_arguments_are_refused_with_a_clear_error() -> None:
         _process(InMemoryJournalStore())
     nameless = PydanticAgent(OpenAIChatModel("m", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1",
                                                                           api_key="k")))
-    class Ctx:  # an action context's shape; these refusals come before the turn touches it
-        anchor = journaled_call_at = None
+    class Ctx(ActionContext):  # an action's context, never set up: refusals come before the turn touches it
+        def __init__(self) -> None:
+            pass
 
     with pytest.raises(ValueError, match="needs the agent's name"):
         asyncio.run(run_durably(Ctx(), nameless, "go"))

@@ -25,7 +25,7 @@ from flink_agents.api.chat_models.errors import (
 )
 from flink_agents.api.resource import ResourceDescriptor, ResourceName
 from flink_agents.api.tools.tool import ToolMetadata
-from flink_agents.integrations import sdk
+from flink_agents import _sdk as sdk
 from flink_agents.integrations.chat_models.anthropic.anthropic_chat_model import (
     AnthropicChatModelConnection,
     AnthropicChatModelSetup,

@@ -142,6 +142,26 @@ def test_scheduling_imports_no_feature_and_no_host():
     assert [(at, name) for at, name in _runtime_imports("scheduling") if _under(name, "features", "local", "flink")] == []
 
 
+def test_execution_imports_no_feature():
+    """Features plug in (``runtime.execution.extensions``): the execution
+    layer names none of them, at any level of a file."""
+    assert [(at, name) for at, name in _runtime_imports("execution") if _under(name, "features")] == []
+
+
+def test_importing_the_execution_layer_loads_no_feature():
+    modules = [_module_name(p) for p in _sources("runtime/execution")]
+    script = f"""
+import importlib, sys
+for m in {modules!r}:
+    importlib.import_module(m)
+loaded = sorted(m for m in sys.modules if m.startswith("flink_agents.runtime.features"))
+assert not loaded, ("execution loaded", loaded)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+
+
 def test_only_the_hosts_import_a_host_and_only_they_and_the_scheduler_the_engine():
     for part in ("execution", "durability", "scheduling", "features"):
         hosts = [(at, name) for at, name in _runtime_imports(part) if _under(name, "local", "flink")]
@@ -176,13 +196,78 @@ assert not loaded("pyflink"), ("runtime loaded", loaded("pyflink"))
     assert done.returncode == 0, done.stderr
 
 
-def test_the_private_files_helper_sits_below_every_layer():
+def test_the_private_helpers_sit_below_every_layer():
     """``flink_agents/_private_files.py`` serves stores, runtime, jobs and
-    CLI alike, so it imports the standard library only."""
-    path = PACKAGE / "_private_files.py"
-    names = {name.split(".")[0] for _, name in _imports(path.read_text(), "flink_agents")}
+    CLI alike, and ``flink_agents/_sdk.py`` (``import_sdk``) the
+    integrations and the runtime's optional backends, so they import the
+    standard library only."""
+    for helper in ("_private_files.py", "_sdk.py"):
+        names = {name.split(".")[0] for _, name in _imports((PACKAGE / helper).read_text(), "flink_agents")}
 
-    assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+        assert names and names <= set(sys.stdlib_module_names), (helper, names - set(sys.stdlib_module_names))
+
+
+# --- integrations use the runtime's public seam; the runtime uses no integration ---------------
+
+# The modules of flink_agents.runtime an integration may import (each documents itself as such).
+RUNTIME_SEAMS = ("flink_agents.runtime.durable",)
+
+
+def _runtime_reach_ins(files: List[Path]) -> List[str]:
+    """Each import of a ``flink_agents.runtime`` module other than a seam
+    (the bare package too: ``from flink_agents.runtime import engine``
+    names both)."""
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in files
+        for line, name in _imports(path.read_text(), _package_of(path))
+        if (name == "flink_agents.runtime" or name.startswith("flink_agents.runtime."))
+        and not any(name == seam or name.startswith(seam + ".") for seam in RUNTIME_SEAMS)
+    ]
+
+
+def test_integrations_import_only_the_runtimes_public_seam():
+    found = _runtime_reach_ins(_sources("integrations"))
+    assert found == [], "integrations reach into the runtime past runtime/durable.py:\n" + "\n".join(found)
+    # The walker sees the seam where the integrations use it, and a reach-in past it.
+    assert _violations(_sources("integrations"), "flink_agents.runtime.durable", include_strings=False)
+    assert _runtime_reach_ins([PACKAGE / "runtime" / "engine.py"])
+
+
+def test_the_seam_hides_probes_of_the_context():
+    """Integrations ask the seam (``durable.action_context``), not the
+    context's attributes, whether they run in an action, and call no
+    private method of it."""
+    found = []
+    for path in _sources("integrations"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hasattr" and node.args \
+                    and ast.unparse(node.args[0]) in ("ctx", "self._ctx", "context"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("ctx", "self._ctx") \
+                    and node.attr.startswith("_"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def test_runtime_imports_no_integration():
+    assert _violations(_sources("runtime"), "flink_agents.integrations", include_strings=True) == []
+
+
+def test_importing_the_runtime_loads_no_integration():
+    modules = [_module_name(p) for p in _sources("runtime", exclude="runtime/flink")]
+    script = f"""
+import importlib, importlib.util, sys
+for m in {modules!r}:
+    if m.startswith("flink_agents.runtime.memory.mem0") and importlib.util.find_spec("mem0") is None:
+        continue  # the mem0 extra is absent
+    importlib.import_module(m)
+loaded = sorted(m for m in sys.modules if m.startswith("flink_agents.integrations"))
+assert not loaded, ("runtime loaded", loaded)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
 
 
 # --- one module issues journal commits ---------------------------------------------------------

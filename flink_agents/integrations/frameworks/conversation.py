@@ -6,7 +6,7 @@ per turn in the key's short-term memory, under
 ``_flink_agents.conversations.<framework>:<name>`` (keyed state,
 checkpointed with the key, written by the step that ends the turn and so
 journaled with its completion), and compacted as native conversations are
-(``runtime.features.conversation.compact``): whole oldest turns are dropped
+(``runtime.durable.compact``): whole oldest turns are dropped
 until at most ``max_messages`` messages (and ``max_tokens`` estimated
 tokens) are kept; the newest turn is kept whole, so a tool call never loses
 its result.
@@ -23,7 +23,7 @@ import math
 from typing import Any, Dict, List, Optional, Sequence
 
 from flink_agents.api.memory_object import MemoryObject
-from flink_agents.runtime.features.conversation import (
+from flink_agents.runtime.durable import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
     compact,

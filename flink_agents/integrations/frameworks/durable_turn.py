@@ -5,7 +5,7 @@ model and tools at the framework's documented extension points; every
 model request and tool call then goes through a ``DurableTurn``:
 
 - **Positions by meaning, not by task.** A turn takes one anchor in the
-  action (``ActionContext.anchor``: ``"<step>/turn<n>"``, in program order
+  action (``runtime.durable``'s ``anchor``: ``"<step>/turn<n>"``, in program order
   of the task that starts it). Under it, model request ``i`` is journaled
   at ``<anchor>/m<i>`` and a tool call at ``<anchor>/t/<tool call id>``;
   the steering take before request ``i`` at ``<anchor>/s<i>``. A
@@ -13,7 +13,7 @@ model request and tool call then goes through a ``DurableTurn``:
   start) therefore cannot move a call to another position on a replay.
 - **Tool call ids from the record.** The model wrapper rewrites the ids of
   the tool calls a response asks for to ``tool_call_id(i, j)``
-  (``runtime.durability.ids.framework_tool_call_id``), inside the journaled
+  (``runtime.durable.tool_call_id``), inside the journaled
   region: unique within the turn and across a key's turns (providers reuse
   ``call_0`` every turn), the same on a replay. A tool call id used twice in
   one turn is refused.
@@ -58,7 +58,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
-from flink_agents.runtime.durability.ids import framework_tool_call_id, framework_turn_id
+import flink_agents.runtime.durable as durable
 
 __all__ = [
     "USAGE_KEY", "DurableTurn", "ToolCallView", "UsageLedger", "current_turn", "in_journaled_body",
@@ -127,8 +127,7 @@ def require_action_context(ctx: Any, framework: str) -> None:
     Raises:
         TypeError: It is not.
     """
-    if not hasattr(ctx, "anchor") or not hasattr(ctx, "journaled_call_at"):
-        raise TypeError(f"a {framework} turn needs the ctx an action of this runtime gets, got {type(ctx).__name__}")
+    durable.action_context(ctx, framework)
 
 
 def in_journaled_body() -> bool:
@@ -193,7 +192,7 @@ class DurableTurn:
     """
 
     def __init__(self, ctx: Any, framework: str, agent: str, prompt: Any = None) -> None:
-        require_action_context(ctx, framework)
+        ctx = durable.action_context(ctx, framework)
         if not ctx.active:
             raise RuntimeError(f"{framework} turn of {agent!r} started after action {ctx.action_name!r} returned")
         if not ctx.is_async:
@@ -210,7 +209,7 @@ class DurableTurn:
             lambda: {"started_at": time.time(), "prompt": prompt},
         )
         self.started_at: float = start["started_at"]
-        self.turn_id: uuid.UUID = framework_turn_id(ctx.run_identity, self.anchor)
+        self.turn_id: uuid.UUID = durable.turn_id(ctx, self.anchor)
         self.requests = 0  # model requests made (or replayed) so far
         self._tool_steps: set[str] = set()
         self._ids: Dict[str, int] = {}
@@ -261,7 +260,7 @@ class DurableTurn:
     def tool_call_id(self, request_index: int, index: int) -> str:
         """The id to give the ``index``-th tool call of model request
         ``request_index`` (see the module docstring)."""
-        return framework_tool_call_id(self.turn_id, request_index, index)
+        return durable.tool_call_id(self.turn_id, request_index, index)
 
     # -- journaled units ---------------------------------------------------
 

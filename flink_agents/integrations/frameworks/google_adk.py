@@ -87,14 +87,14 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import BaseModel, PrivateAttr
 
-from flink_agents.runtime.durability.codec_classes import trust_package
+from flink_agents.runtime.durable import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, current_turn, require_action_context, steering_texts,
 )
 
 # A turn's journal rows hold ADK events and the google-genai types in them; stored data may
-# name their classes, and no others (runtime.durability.codec_classes).
+# name their classes, and no others (runtime.durable.trust_package).
 for _package in ("google.adk", "google.genai"):
     trust_package(_package)
 

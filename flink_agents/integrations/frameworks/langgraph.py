@@ -75,14 +75,14 @@ except ImportError as error:  # pragma: no cover - depends on the extra
         "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents[langgraph]'"
     ) from error
 
-from flink_agents.runtime.durability.codec_classes import trust_package
+from flink_agents.runtime.durable import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
 )
 
 # A turn's journal rows hold LangChain messages and LangGraph's values; stored data may
-# name their classes, and no others (runtime.durability.codec_classes).
+# name their classes, and no others (runtime.durable.trust_package).
 for _package in ("langchain_core", "langgraph"):
     trust_package(_package)
 

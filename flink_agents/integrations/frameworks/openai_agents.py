@@ -89,15 +89,15 @@ from openai.types.responses import ResponseFunctionToolCall
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from flink_agents.runtime.durability.codec_classes import trust_package
+from flink_agents.runtime.durable import trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
 )
-from flink_agents.runtime.durability import codec
+import flink_agents.runtime.durable as durable
 
 # A turn's journal rows hold the Agents SDK's items and the OpenAI types in them; stored data may
-# name their classes, and no others (runtime.durability.codec_classes).
+# name their classes, and no others (runtime.durable.trust_package).
 for _package in ("agents", "openai"):
     trust_package(_package)
 
@@ -449,11 +449,11 @@ def _minus(now: Dict[str, Any], then: Dict[str, Any]) -> Dict[str, Any]:
 def _tool_output(value: Any) -> Any:
     """A tool's value as the journal keeps it: as itself where the journal's
     codec carries its type (pydantic models, ``ToolOutputText`` and the like,
-    dataclasses, tuples: ``runtime.durability.codec``), so the SDK sees the
+    dataclasses, tuples: ``runtime.durable.encode``), so the SDK sees the
     same value with and without the integration; else ``str(value)``, which
     is what the SDK sends the model for such a value (``items.py``)."""
     try:
-        codec.encode(value, "tool output")
+        durable.encode(value, "tool output")
     except TypeError:
         return str(value)
     return value

@@ -76,15 +76,15 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 from pydantic_ai.usage import RunUsage
 
-from flink_agents.runtime.durability.codec_classes import trust_package
-from flink_agents.runtime.features.tool_results import json_data
+from flink_agents.runtime.durable import trust_package
+from flink_agents.runtime.durable import json_data
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
 )
 
 # A turn's journal rows hold Pydantic AI messages, results and errors; stored data may
-# name their classes, and no others (runtime.durability.codec_classes).
+# name their classes, and no others (runtime.durable.trust_package).
 for _package in ("pydantic_ai", "pydantic_graph"):
     trust_package(_package)
 
@@ -427,5 +427,5 @@ def _expect_layout(cache_key: Tuple[object, ...], size: int, what: str) -> None:
 def _json(value: Any) -> Any:
     """``value`` as JSON data (pydantic and dataclass values included, sets
     sorted): the rule the built-in tool action shows tool results by
-    (``runtime.features.tool_results.json_data``)."""
+    (``runtime.durable.json_data``)."""
     return json_data(value)

@@ -70,7 +70,7 @@ class MCPTool(Tool):
         """What a chat model is shown of this tool's value (or of its
         failure ``error``): the text of ``utils.content_text_for_model``,
         wrapped as untrusted data from ``mcp:<server>/<tool>``."""
-        from flink_agents.runtime.features.untrusted import wrap_untrusted
+        from flink_agents.runtime.durable import wrap_untrusted
 
         source = f"mcp:{self._server().label_name}/{self.name}"
         if error is not None:

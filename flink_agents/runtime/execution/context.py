@@ -27,6 +27,7 @@ from flink_agents.runtime.durability.ids import (
 )
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
 from flink_agents.runtime.execution.event_codec import encode_event
+from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
 from flink_agents.runtime.execution.run import Run
@@ -126,7 +127,7 @@ class ActionContext(RunnerContext):
         if bind is not None:
             bind(metric_group if metric_group is not None else self.action_metric_group)
         if isinstance(resource, BaseEmbeddingModelSetup):
-            journaled = JournaledEmbeddingModel(resource, name, self._journaled_call_sync, self.journaled_call)
+            journaled = JournaledEmbeddingModel(resource, name, self.journaled_call_sync, self.journaled_call)
             return journaled  # type: ignore[return-value]
         if isinstance(resource, BaseVectorStore):
             from flink_agents.runtime.execution.journaled_vector_store import JournaledVectorStore
@@ -136,16 +137,15 @@ class ActionContext(RunnerContext):
                 return [vector_store_document_id(self._run, name, step, ordinal, i) for i in range(count)]
 
             return JournaledVectorStore(  # type: ignore[return-value]
-                resource, name, self._journaled_call_sync, self.journaled_call, new_ids=new_ids
+                resource, name, self.journaled_call_sync, self.journaled_call, new_ids=new_ids
             )
         return resource
 
     @property
     def long_term_memory(self) -> Any:
-        """See ``RunnerContext.long_term_memory`` (``runtime.features.long_term_memory``)."""
-        from flink_agents.runtime.features.long_term_memory import long_term_memory_of
-
-        return long_term_memory_of(self)
+        """See ``RunnerContext.long_term_memory`` (the ``long_term_memory`` hook
+        of ``runtime.execution.extensions``: ``runtime.features.long_term_memory``)."""
+        return EXTENSIONS.context_hook("long_term_memory")(self)
 
     @property
     def config(self) -> ReadableConfiguration:
@@ -241,12 +241,12 @@ class ActionContext(RunnerContext):
 
     @property
     def is_async(self) -> bool:
-        """Runtime-internal: whether the action is ``async def`` (it runs on
+        """Seam (``runtime.durable``): whether the action is ``async def`` (it runs on
         the run's event loop, where journaled calls may be awaited)."""
         return self._is_async
 
     def anchor(self, kind: str) -> str:
-        """Runtime-internal: a journal step of its own for a unit of work
+        """Seam (``runtime.durable``): a journal step of its own for a unit of work
         started here (an agent framework's turn): ``"<step of the running
         task>/<kind><n>"``, ``n`` counting the running task's ``kind`` units.
 
@@ -268,20 +268,20 @@ class ActionContext(RunnerContext):
     async def journaled_call_at(
         self, step: str, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
     ) -> Any:
-        """Runtime-internal: ``journaled_call`` at an explicit position
+        """Seam (``runtime.durable``): ``journaled_call`` at an explicit position
         (``step`` under an ``anchor``, ordinal 0)."""
         self._check_under_step(step)
         return await self._journal.call(step, 0, function_id, args_digest(digest_args), run, alive=self._alive)
 
     def record_at(self, step: str, function_id: str, produce: Callable[[], Any]) -> Any:
-        """Runtime-internal: journal a value the run decides itself (a
+        """Seam (``runtime.durable``): journal a value the run decides itself (a
         framework turn's start: its run id and clock) at ``step``; a replay
         returns the journaled value. Commits with the run's next write."""
         self._check_under_step(step)
         return self._journal.record(step, 0, function_id, produce)
 
     def take_steering_at(self, step: str) -> List[Any]:
-        """Runtime-internal: ``take_steering`` journaled at ``step``."""
+        """Seam (``runtime.durable``): ``take_steering`` journaled at ``step``."""
         if self._steering is None:
             return []
         self._check_under_step(step)
@@ -295,8 +295,10 @@ class ActionContext(RunnerContext):
         if not self.active:
             raise RuntimeError(f"journaled call at {step!r} after action {self.action_name!r} returned")
 
-    def _journaled_call_sync(self, function_id: str, digest_args: Any, run: Callable[[], Any]) -> Any:
-        """Runtime-internal: ``journaled_call`` for a synchronous call."""
+    def journaled_call_sync(self, function_id: str, digest_args: Any, run: Callable[[], Any]) -> Any:
+        """Seam (``runtime.durable``): ``journaled_call`` for a synchronous
+        ``run()``, at the running task's next position (a memory backend's
+        calls, the journaled embedding model and vector store)."""
         return self._journal.call_sync(*self._next_position(), function_id, args_digest(digest_args), run)
 
     def _alive(self) -> bool:
@@ -384,9 +386,7 @@ class ActionContext(RunnerContext):
                 runtime has no callback store.
             NondeterminismError: On replay, this call created another callback.
         """
-        from flink_agents.runtime.features.callbacks import validate_timeout
-
-        validate_timeout(timeout_s)  # bad input fails before anything else
+        EXTENSIONS.context_hook("callback_timeout")(timeout_s)  # bad input fails before anything else
         if not self.active:
             raise RuntimeError(
                 f"create_callback called after action {self.action_name!r} returned; "

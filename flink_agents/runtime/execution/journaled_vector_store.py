@@ -56,7 +56,7 @@ class JournaledVectorStore:
         name: Its resource name (in function ids and errors).
         call_sync: ``(function_id, digest_args, run) -> result``: the
             journal's synchronous call at the action's next position
-            (``RunnerContextImpl._journaled_call_sync``).
+            (``ActionContext.journaled_call_sync``).
         call_async: The same for an awaitable ``run``.
         new_ids: ``(count) -> ids`` for the documents of an ``add`` that have
             none; None: derived from the context that ``call_sync`` is bound

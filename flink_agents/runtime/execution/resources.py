@@ -11,13 +11,13 @@ from typing import Any, Awaitable, Callable, Dict, List, Sequence, Tuple
 
 from pydantic import BaseModel
 
-from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.redaction import find_redacted, resolve_secrets
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
 from flink_agents.plan.agent_plan import UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.runtime.execution.extensions import EXTENSIONS, Extensions
 
 __all__ = ["JournaledEmbeddingModel", "ResourceCache", "ResourceContextImpl"]
 
@@ -53,16 +53,14 @@ class ResourceContextImpl(ResourceContext):
             ) from None
 
     def generate_available_skills_prompt(self, *skill_names: str) -> str:
-        """See ``ResourceContext``; from the agent's skills (``runtime.features.skills``)."""
-        from flink_agents.runtime.features.skills.tools import available_skills_prompt
-
-        return available_skills_prompt(self._cache.get, skill_names)
+        """See ``ResourceContext``; from the agent's skills (the ``skills_prompt``
+        hook of ``runtime.execution.extensions``)."""
+        return self._cache.extensions.context_hook("skills_prompt")(self._cache.get, skill_names)
 
     def get_skill_dirs(self, *skill_names: str) -> List[str]:
-        """See ``ResourceContext``; from the agent's skills (``runtime.features.skills``)."""
-        from flink_agents.runtime.features.skills.tools import skill_dirs
-
-        return skill_dirs(self._cache.get, skill_names)
+        """See ``ResourceContext``; from the agent's skills (the ``skill_dirs``
+        hook of ``runtime.execution.extensions``)."""
+        return self._cache.extensions.context_hook("skill_dirs")(self._cache.get, skill_names)
 
 
 def _accepted_arguments(cls: type) -> set:
@@ -138,17 +136,20 @@ class _Missing(KeyError):
 class ResourceCache:
     """Creates each resource on first use and keeps it until ``close``.
 
-    A ``TOOL`` or ``PROMPT`` name that the plan does not declare is looked up
-    among the agent's MCP servers' tools and prompts, when it declares any
-    (``runtime.features.mcp_resources``: listed at first use, local names
-    win, a name two servers offer is refused).
+    A name that the plan does not declare is asked of what features
+    registered (``runtime.execution.extensions``): the built-in callback
+    tools, then the agent's MCP servers' tools and prompts, when it declares
+    any (``runtime.features.mcp_resources``: listed at first use, local names
+    win, a name two servers offer is refused). A resource of a kind a
+    feature builds (``ResourceKind.AGENT``) is built by it.
 
     Resources are shared by every key of the operator instance, so they must
     be safe to use from concurrent runs (the SDK clients are).
     """
 
-    def __init__(self, plan: AgentPlan) -> None:
+    def __init__(self, plan: AgentPlan, extensions: Extensions = EXTENSIONS) -> None:
         self._plan = plan
+        self.extensions = extensions
         self._built: Dict[Tuple[ResourceType, str], Resource] = {}
         self._lock = threading.RLock()
 
@@ -164,20 +165,11 @@ class ResourceCache:
             return found
         with self._lock:
             found = self._built.get((type, name))
-            if found is None and type == ResourceType.TOOL and name in BUILTIN_CALLBACK_TOOLS and not self._plan.has_resource(name, type):
-                from flink_agents.runtime.features.callback_tools import builtin_callback_tool
-
-                found = self._built[(type, name)] = builtin_callback_tool(name)
-            mcp_servers = self._plan.resources.get(ResourceType.MCP_SERVER)
-            if found is None and mcp_servers and type in (ResourceType.TOOL, ResourceType.PROMPT) \
-                    and not self._plan.has_resource(name, type):
-                # A tool or prompt of the agent's MCP servers (local names win).
-                from flink_agents.runtime.features.mcp_resources import mcp_resource
-
-                found = self._built[(type, name)] = mcp_resource(
-                    name, type, list(mcp_servers), lambda server: self.get(server, ResourceType.MCP_SERVER),
-                    self._plan.agent,
-                )
+            if found is None and not self._plan.has_resource(name, type):
+                # A built-in tool, or an MCP server's tool or prompt (local names win).
+                found = self.extensions.undeclared_resource(name, type, self._plan, self.get)
+                if found is not None:
+                    self._built[(type, name)] = found
             if found is None:
                 if not self._plan.has_resource(name, type):
                     known = sorted(self._plan.resources.get(type, {}))
@@ -191,11 +183,9 @@ class ResourceCache:
 
     def _build(self, spec: ResourceSpec) -> Resource:
         resource: Any
-        if spec.kind == ResourceKind.AGENT:
-            from flink_agents.runtime.features.sub_agents import LocalSubAgentHandle
-
-            assert spec.child is not None  # the compiler sets it
-            return LocalSubAgentHandle(spec.name, spec.child)  # type: ignore[return-value]
+        build = self.extensions.resource_builder(spec.kind)
+        if build is not None:  # a kind a feature builds (ResourceKind.AGENT: a sub-agent handle)
+            return build(spec)
         context = ResourceContextImpl(self, (spec.type, spec.name))
         if spec.kind == ResourceKind.PROMPT:
             resource = LocalPrompt.model_validate(spec.value)

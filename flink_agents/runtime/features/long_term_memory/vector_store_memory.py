@@ -142,7 +142,7 @@ class VectorStoreLongTermMemory(BaseLongTermMemory):
 
     def _journaled(self, set_name: str, operation: str, args: Any, run: Callable[[], Any]) -> Any:
         ctx = self._live(f"{set_name!r}.{operation}")
-        return ctx._journaled_call_sync(f"ltm:{set_name}.{operation}", (self.store_name, set_name, args), run)
+        return ctx.journaled_call_sync(f"ltm:{set_name}.{operation}", (self.store_name, set_name, args), run)
 
     def _set(self, memory_set: MemorySet) -> str:
         if not isinstance(memory_set, MemorySet):

@@ -39,7 +39,7 @@ from flink_agents.api.core_options import AgentConfigOptions
 from flink_agents.api.memory.long_term_memory import BaseLongTermMemory, MemorySet, MemorySetItem
 from flink_agents.api.resource import ResourceType
 from flink_agents.api.vector_stores.vector_store import check_filters
-from flink_agents.integrations.sdk import import_sdk
+from flink_agents._sdk import import_sdk
 from flink_agents.runtime.features.long_term_memory.vector_store_memory import validate_set_name
 
 __all__ = ["COLLECTION", "Mem0LongTermMemory", "mem0_memory_of"]
@@ -156,7 +156,7 @@ class Mem0LongTermMemory(BaseLongTermMemory):
 
     def _journaled(self, set_name: str, operation: str, args: Any, run: Callable[[], Any]) -> Any:
         ctx = self._live(f"{set_name!r}.{operation}")
-        return ctx._journaled_call_sync(f"ltm:{set_name}.{operation}", (self.names, set_name, args), run)
+        return ctx.journaled_call_sync(f"ltm:{set_name}.{operation}", (self.names, set_name, args), run)
 
     def _item(self, set_name: str, entry: Dict[str, Any]) -> MemorySetItem:
         return MemorySetItem(
