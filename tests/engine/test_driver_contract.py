@@ -1,7 +1,12 @@
 """The driver contract (DESIGN.md, "One engine, two drivers"; STYLE.md point
-4): one suite, run on the local runner (here) and on the Flink runner
-(mini-cluster: tests/e2e/test_driver_contract_e2e.py runs these tests with its
-own ``run``), each scenario asserting the same result on both.
+4): one suite, each scenario asserting the same result on every host. Here
+``run`` is parametrized over the local runner (``local``) and the recording
+Flink host (``flink_recording``: tests/support/recording_flink.py, the real
+operator and ``FlinkDriver`` over fake keyed state and timers, in process,
+no JVM); tests/e2e/test_driver_contract_e2e.py runs the same tests with its
+own ``run`` on the Flink runner (mini-cluster). What the recording shows
+(state writes, timers, emissions per callback) is asserted in
+tests/engine/test_flink_recording.py.
 
 - per-key order and short-term memory across records;
 - outputs are all or nothing per record (issue 13, part 1's drift example):
@@ -144,12 +149,21 @@ def _run_flink(tmp_path: Path, agent: Agent, records: List[Dict[str, Any]], **co
     return result
 
 
-@pytest.fixture(params=["local"])
+def _run_flink_recording(agent: Agent, records: List[Dict[str, Any]], **config: Any) -> Result:
+    """The Flink operator in process, on the recording host (no JVM)."""
+    from tests.support import recording_flink
+
+    recorded = recording_flink.run(agent, records, **config)
+    return Result(outputs=recorded.outputs, errors=recorded.errors, failure=recorded.failure)
+
+
+@pytest.fixture(params=["local", "flink_recording"])
 def run(request: pytest.FixtureRequest) -> Runner:
-    """``run(agent, records, **config) -> Result`` on the local runner; the
-    ``run`` of tests/e2e/test_driver_contract_e2e.py runs the same tests on
-    the Flink runner."""
-    return _run_local
+    """``run(agent, records, **config) -> Result`` on the local runner and on
+    the recording Flink host; the ``run`` of
+    tests/e2e/test_driver_contract_e2e.py runs the same tests on the Flink
+    runner."""
+    return {"local": _run_local, "flink_recording": _run_flink_recording}[request.param]
 
 
 def _records(keys: str, per_key: int, **extra: Any) -> List[Dict[str, Any]]:
