@@ -17,7 +17,7 @@ asserted here, against the counts of ``runtime/durability/journal.py``.
 
 To accept an intended change, regenerate the files and review their diff::
 
-    FLINK_AGENTS_UPDATE_GOLDEN=1 pytest tests/engine/test_golden_journals.py
+    FLINK_AGENTS_UPDATE_GOLDEN=1 bash tools/test.sh tests/engine/test_golden_journals.py
 """
 
 from __future__ import annotations
