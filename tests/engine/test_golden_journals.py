@@ -125,7 +125,7 @@ def _assert_golden(name: str, store: RecordingStore) -> None:
         pytest.fail(
             f"the journal of run {name!r} differs from its golden file {path}:\n{diff}\n"
             f"If the change is intended, regenerate the file with {UPDATE_ENV}=1 "
-            f"pytest tests/engine/test_golden_journals.py, and review its diff.",
+            f"bash tools/test.sh tests/engine/test_golden_journals.py, and review its diff.",
             pytrace=False,
         )
 
