@@ -33,7 +33,9 @@ from flink_agents.stores.errors import (
     JournalUnavailableError,
 )
 from flink_agents.stores.factory import open_journal_store
-from flink_agents.stores.journal import COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry, JournalStore
+from flink_agents.stores.journal import (
+    COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, TRACE_STEP, JournalEntry, JournalStore,
+)
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from flink_agents.stores.postgres_store import PostgresJournalStore
 from flink_agents.stores.retry import StoreRetry
@@ -66,6 +68,7 @@ __all__ = [
     "RESOLVED",
     "RUN_END",
     "RUN_STEP",
+    "TRACE_STEP",
     "SQLJournalStore",
     "SQLiteJournalStore",
     "StoreRetry",

@@ -18,12 +18,16 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-__all__ = ["COMPLETION", "FAILED_ATTEMPTS", "JournalEntry", "JournalStore", "RUN_END", "RUN_STEP"]
+__all__ = ["COMPLETION", "FAILED_ATTEMPTS", "JournalEntry", "JournalStore", "RUN_END", "RUN_STEP", "TRACE_STEP"]
 
 COMPLETION = -1  # ordinal of a step's completion entry
 RUN_END = -2  # ordinal of the run-end marker (under RUN_STEP)
 FAILED_ATTEMPTS = -3  # ordinal of a step's count of failed attempts that were retried
 RUN_STEP = "_run"
+# Marks of spans exported for the run (``runtime.features.tracing``): ordinal
+# per export batch, payload ``{"spans": [span id hex, ...]}``. Not a step of
+# the run: a replay reads them only to not export a span twice.
+TRACE_STEP = "_traced"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ local path (``tests/support/host_runs``: ``KeyedHost`` over a
 every write is compared with ``tests/data/golden_journals/<run>.json``: the
 write it landed in (the commit number, from 1), journal id, key, record
 sequence number, step, ordinal, function id, argument digest and payload
-(compared parsed). Commit times are left out; every id is derived from the
+(compared parsed). Commit times are left out, and a payload's times
+(``"t": [start ns, duration ns]``, ``journal.timed``) are checked for their
+shape and shown as ``"<start ns>", "<duration ns>"``; every id is derived from the
 run's identity (``runtime.durability.ids``), never from time or randomness.
 Within one write, entries are listed by position: a write is atomic, the
 order of its entries means nothing. The commit count of each run is also
@@ -60,12 +62,21 @@ class RecordingStore(InMemoryJournalStore):
                              "entries": entries})
 
 
+def _untimed(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """``payload`` with its times (which differ per run) checked and masked."""
+    if "t" in payload:
+        start, duration = payload["t"]
+        assert isinstance(start, int) and start > 1.7e18 and isinstance(duration, int) and duration >= 0, payload["t"]
+        payload["t"] = ["<start ns>", "<duration ns>"]
+    return payload
+
+
 def _rows(store: RecordingStore) -> List[Dict[str, Any]]:
     """Every entry written, by write, then by position within the write."""
     rows = [
         {"write": write["write"], "journal_id": write["journal_id"], "key": write["key"], "seq": write["seq"],
          "step": entry.step, "ordinal": entry.ordinal, "function_id": entry.function_id,
-         "args_digest": entry.args_digest, "payload": json.loads(entry.payload)}
+         "args_digest": entry.args_digest, "payload": _untimed(json.loads(entry.payload))}
         for write in store.log for entry in write["entries"]
     ]
     rows.sort(key=lambda r: (r["write"], r["journal_id"], r["seq"], r["step"], r["ordinal"]))

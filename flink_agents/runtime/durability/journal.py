@@ -81,6 +81,7 @@ import contextvars
 import hashlib
 import json
 import logging
+import time
 from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel
@@ -93,10 +94,10 @@ from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.durability.input_digest import call_digest, journaled_input, mismatch, stamp
 from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.journal import (
-    COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry, JournalStore,
+    COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, TRACE_STEP, JournalEntry, JournalStore,
 )
 
-__all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of"]
+__all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of", "timed"]
 
 # How long a result that landed while siblings run waits for theirs before
 # it is written (seconds). Short against a model or tool call; long enough
@@ -104,6 +105,15 @@ __all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of"
 GROUP_COMMIT_DELAY_S = 0.005
 
 log = logging.getLogger(__name__)
+
+
+def timed(payload: str, started_ns: int, ended_ns: int | None = None) -> str:
+    """``payload`` (a JSON object's text) with ``"t": [start, duration]``
+    added: when the call or step began (Unix nanoseconds) and how long it
+    took (nanoseconds). Journaled with the outcome, so a replay reports the
+    first run's times (progress records, traces); readers ignore it."""
+    ended = time.time_ns() if ended_ns is None else ended_ns
+    return f'{payload[:-1]},"t":[{started_ns},{max(0, ended - started_ns)}]}}'
 
 
 def _canonical(value: Any) -> Any:
@@ -214,6 +224,15 @@ class RunJournal:
         self._journaled: Dict[Tuple[str, int], JournalEntry] = (
             store.load_run(journal_id, key_text, seq) if journaled is None else journaled
         )
+        # Marks of spans an earlier attempt exported (runtime.features.tracing):
+        # kept apart, they are no fact of the run.
+        self.trace_marks: List[JournalEntry] = [
+            self._journaled.pop(position) for position in [p for p in self._journaled if p[0] == TRACE_STEP]
+        ]
+        self.started_ns = time.time_ns()  # when this attempt of the run opened its journal
+        # The entries of a run that ended without a write (it journaled no
+        # call): what it did, for a trace, though nothing was kept.
+        self.unwritten: List[JournalEntry] = []
         self._input_digest = input_digest
         # The first write stamps one of its entries with the input digest.
         self._stamp_input = input_digest is not None and not self._journaled
@@ -222,7 +241,7 @@ class RunJournal:
         self._in_flight = 0  # calls of this run running now (cut-off executions included)
         # Executions whose awaiting task was cancelled while they ran (a timeout),
         # by position: running on (a worker thread), or ended and not yet taken.
-        self._cut_off: Dict[Tuple[str, int], Tuple["asyncio.Task[Any]", str, str]] = {}
+        self._cut_off: Dict[Tuple[str, int], Tuple["asyncio.Task[Any]", str, str, int]] = {}
         self._settled: List["asyncio.Future[None]"] = []  # waiting for _in_flight == 0
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
@@ -468,9 +487,10 @@ class RunJournal:
         entry = self._replay(step, ordinal, function_id, "")
         if entry is not None:
             return decode_outcome(entry.payload)
+        now = time.time_ns()
         value = produce()
         self._buffer.append(JournalEntry(
-            step, ordinal, function_id, "", encode_outcome(value, call=_call_name(function_id, step, ordinal))))
+            step, ordinal, function_id, "", timed(encode_outcome(value, call=_call_name(function_id, step, ordinal)), now)))
         return value
 
     def call_sync(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any]) -> Any:
@@ -480,12 +500,13 @@ class RunJournal:
             return decode_outcome(entry.payload)
         self._commit()
         self.calls_executed += 1
+        started_ns = time.time_ns()
         try:
             with call_body():
                 result = run()
         except Exception as exc:
-            raise self._buffer_error(step, ordinal, function_id, digest, exc) from None
-        return self._buffer_result(step, ordinal, function_id, digest, result)
+            raise self._buffer_error(step, ordinal, function_id, digest, exc, started_ns) from None
+        return self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
 
     async def call(
         self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]],
@@ -520,6 +541,7 @@ class RunJournal:
         await self._commit_through(self._buffer[-1] if self._buffer else None)
         self.calls_executed += 1
         self._call_started()
+        started_ns = time.time_ns()
         # The body runs as a task of its own, so that one still running on a
         # worker thread when this task is cancelled stays tracked (call_threads).
         execution = CallExecution()
@@ -531,18 +553,18 @@ class RunJournal:
             if body.cancelled():  # the body's own cancellation
                 self._call_ended()
                 raise
-            await self._cut((step, ordinal), (body, function_id, str(digest)), execution)  # this task was cancelled
+            await self._cut((step, ordinal), (body, function_id, str(digest), started_ns), execution)  # this task was cancelled
             raise
         except Exception as exc:
             self._call_ended()
             if alive():
-                raise self._buffer_error(step, ordinal, function_id, digest, exc) from None
+                raise self._buffer_error(step, ordinal, function_id, digest, exc, started_ns) from None
             raise
         except BaseException:
             self._call_ended()
             raise
         self._call_ended()
-        value = self._buffer_result(step, ordinal, function_id, digest, result)
+        value = self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
         if self._in_flight:
             # Siblings still run: make this result durable before it is used,
             # so a crash while they run does not repeat this call. After a
@@ -557,7 +579,7 @@ class RunJournal:
         return value
 
     async def _cut(
-        self, position: Tuple[str, int], cut: Tuple["asyncio.Task[Any]", str, str], execution: CallExecution,
+        self, position: Tuple[str, int], cut: Tuple["asyncio.Task[Any]", str, str, int], execution: CallExecution,
     ) -> None:
         """The task awaiting ``body`` was cancelled while it ran: cancel the
         body and wait until it ended, or until a thread of it outlived the
@@ -597,7 +619,7 @@ class RunJournal:
             raise
         if body.cancelled() or body.exception() is not None:
             return None
-        return (self._buffer_result(step, ordinal, function_id, digest, body.result()),)
+        return (self._buffer_result(step, ordinal, function_id, digest, body.result(), cut[3]),)
 
     def _cut_off_settled(self, step: str) -> None:
         """Before a retry of ``step`` (its calls settled): buffer the results
@@ -605,12 +627,12 @@ class RunJournal:
         and the retry replays them; forget those that failed or were
         cancelled (those calls run again). A result the codec refuses stays
         for the retry's call, which raises the refusal (``_take_cut_off``)."""
-        for position, (body, function_id, digest) in list(self._cut_off.items()):
+        for position, (body, function_id, digest, started_ns) in list(self._cut_off.items()):
             if not is_under(position[0], step) or not body.done():
                 continue
             if not body.cancelled() and body.exception() is None:
                 try:
-                    self._buffer_result(*position, function_id, digest, body.result())
+                    self._buffer_result(*position, function_id, digest, body.result(), started_ns)
                 except TypeError:
                     continue
             del self._cut_off[position]
@@ -634,18 +656,21 @@ class RunJournal:
             self._settled.append(waiter)
             await waiter
 
-    def _buffer_result(self, step: str, ordinal: int, function_id: str, digest: str, result: Any) -> Any:
-        """Buffer a call's result; returns it as a replay will read it.
+    def _buffer_result(
+        self, step: str, ordinal: int, function_id: str, digest: str, result: Any, started_ns: int,
+    ) -> Any:
+        """Buffer a call's result (with its times, ``timed``); returns it as
+        a replay will read it.
 
         Raises:
             TypeError: The result cannot be journaled faithfully (names the call).
         """
         payload = encode_outcome(result, call=_call_name(function_id, step, ordinal))
-        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), payload))
+        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), timed(payload, started_ns)))
         return decode_outcome(payload)
 
     def _buffer_error(
-        self, step: str, ordinal: int, function_id: str, digest: str, error: Exception,
+        self, step: str, ordinal: int, function_id: str, digest: str, error: Exception, started_ns: int,
     ) -> BaseException:
         """Buffer the exception a call raised; returns the exception to raise
         in its place: the one a replay will raise (same type, ``args``,
@@ -657,7 +682,7 @@ class RunJournal:
                 (names the call; raised from ``error``).
         """
         payload = encode_outcome(error=error, call=_call_name(function_id, step, ordinal))
-        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), payload))
+        self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), timed(payload, started_ns)))
         self._buffered_errors.add((step, ordinal))
         try:
             decode_outcome(payload)
@@ -670,9 +695,12 @@ class RunJournal:
         entry = self._journaled.get((step, COMPLETION))
         return None if entry is None else json.loads(entry.payload)
 
-    def complete(self, step: str, completion: Dict[str, Any]) -> None:
-        """Buffer ``step``'s completion (committed with the next write)."""
-        self._buffer.append(JournalEntry(step, COMPLETION, "", "", json.dumps(completion)))
+    def complete(self, step: str, completion: Dict[str, Any], started_ns: int | None = None) -> None:
+        """Buffer ``step``'s completion (committed with the next write), with
+        the step's times when ``started_ns`` (Unix ns) is given (``timed``)."""
+        payload = json.dumps(completion)
+        self._buffer.append(JournalEntry(
+            step, COMPLETION, "", "", payload if started_ns is None else timed(payload, started_ns)))
 
     def discard_failed(self, step: str) -> None:
         """Forget the uncommitted errors of a failed ``step`` (and its
@@ -753,10 +781,11 @@ class RunJournal:
     def _prepare_finish(self, outcome: str, force: bool = False) -> bool:
         """Buffer the run end; whether there is anything to commit."""
         if not force and not self._journaled and self.calls_executed == 0:
-            self._buffer.clear()
+            self.unwritten, self._buffer = self._buffer, []
             return False
         if (RUN_STEP, RUN_END) not in self._journaled:
-            self._buffer.append(JournalEntry(RUN_STEP, RUN_END, "", "", json.dumps({"outcome": outcome})))
+            self._buffer.append(JournalEntry(
+                RUN_STEP, RUN_END, "", "", timed(json.dumps({"outcome": outcome}), self.started_ns)))
         return True
 
 

@@ -120,6 +120,7 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                 # A listener's changes to its event never reach another
                 # listener: on a replay, a replayed step does not run again.
                 listener_event = event if index == 0 else decode_event(encoded)
+                started_ns = time.time_ns()
                 ctx = await _run_step(run, spec, step, listener_event, sensory)
                 sensory = ctx.sensory.commit()
                 state.short_term_memory = ctx.short_term.commit()
@@ -127,7 +128,7 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                     "events": ctx.encoded_events,
                     "sensory": ctx.sensory.diff(),
                     "stm": ctx.short_term.diff(),
-                })
+                }, started_ns)
                 queue.extend(zip(ctx.sent_events, ctx.encoded_events))
                 if event_log is not None:
                     event_log.stepped(logged, spec.name, step, ctx.sent_events, replayed=False)
