@@ -9,6 +9,13 @@ _PROVIDER_EXTRAS = {
     "mcp": ["mcp>=2,<3"],  # MCP servers as tool and prompt sources
     "chroma": ["chromadb>=1.0,<2"],  # the Chroma vector store (embedded or HTTP)
     "mem0": ["mem0ai>=2.2.1,<2.3"],  # Mem0-backed long-term memory (its API changes between minor releases)
+    # OpenTelemetry traces of every run (docs/observability.md). Capped at
+    # 1.44: google-adk 2.13 (the [google-adk] extra) requires <= 1.44.
+    "otel": [
+        "opentelemetry-api>=1.30,<=1.44",
+        "opentelemetry-sdk>=1.30,<=1.44",
+        "opentelemetry-exporter-otlp-proto-http>=1.30,<=1.44",
+    ],
 }
 
 # Agent frameworks run durably inside actions (flink_agents.integrations.frameworks,

@@ -376,6 +376,30 @@ class RuntimeOptions:
     STEERING_ENABLED = ConfigOption(
         "steering.enabled", bool, False, description="Accept steering messages (set by with_steering())."
     )
+    # Traces (runtime.features.tracing, otel_export): the OTEL_* environment
+    # variables win; these say it where a worker's environment cannot.
+    TRACING_EXPORTER = ConfigOption(
+        "tracing.exporter", str, None,
+        description="Trace exporter when OTEL_TRACES_EXPORTER is not set: otlp, console or none (default: "
+        "no traces).",
+    )
+    TRACING_OTLP_ENDPOINT = ConfigOption(
+        "tracing.otlp.endpoint", str, None,
+        description="OTLP receiver base URL when OTEL_EXPORTER_OTLP_ENDPOINT is not set (/v1/traces is appended).",
+    )
+    TRACING_OTLP_PROTOCOL = ConfigOption(
+        "tracing.otlp.protocol", str, None,
+        description="OTLP protocol when OTEL_EXPORTER_OTLP_PROTOCOL is not set: http/protobuf (default) or grpc.",
+    )
+    TRACING_SERVICE_NAME = ConfigOption(
+        "tracing.service_name", str, None,
+        description="service.name of the traces when OTEL_SERVICE_NAME is not set (default flink-agents).",
+    )
+    TRACING_CAPTURE_MESSAGE_CONTENT = ConfigOption(
+        "tracing.capture_message_content", bool, None,
+        description="Record model output and tool results in spans when "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is not set (default false; redacted of secrets).",
+    )
 
 
 _OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, RuntimeOptions)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Tuple
 
 from flink_agents.api.configuration import ConfigurationView, ReadableConfiguration
@@ -41,6 +42,7 @@ from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
 from flink_agents.runtime.features.event_log import EventLog
+from flink_agents.runtime.features.otel_export import job_tracing
 from flink_agents.runtime.features import register_all
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
@@ -135,6 +137,8 @@ class AgentEngine:
         self.mailboxes = SteeringMailboxes()
         # None unless something would be logged or told: no cost per event then.
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
+        # None unless traces are asked for (OTEL_TRACES_EXPORTER, tracing.exporter).
+        self.tracing = job_tracing(self.config, plan)
         self._task = task
 
     def report_shared_store(self) -> List[str]:
@@ -195,13 +199,19 @@ class AgentEngine:
         self.executors.install(asyncio.get_running_loop())
         run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
         self._journal_ids.add(run.journal_id)
+        # The run's trace (runtime.features.tracing): spans of what each commit wrote.
+        trace = None if self.tracing is None else self.tracing.for_run(
+            self.store, run.journal_id, run.key_text, record.seq, key, lambda: journal.journaled_entries())
         journal = await RunJournal.open(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
-            on_commit=_both(None if progress is None else progress.committed,
-                            None if run_log is None else run_log.committed),
+            on_commit=_both(_both(None if progress is None else progress.committed,
+                                  None if run_log is None else run_log.committed),
+                            None if trace is None else trace.committed),
             executors=self.executors,
             input_digest=lambda: input_digest(record.value),
         )
+        if trace is not None and journal.is_replay:
+            trace.replayed(journal.journaled_entries(), journal.trace_marks)
         if progress is not None and journal.is_replay:
             progress.replayed(journal.journaled_entries())
         self.counters.in_flight += 1
@@ -231,6 +241,8 @@ class AgentEngine:
             await journal.finish_async("skipped", force=await self._close_callbacks(run))
             if run_log is not None:
                 run_log.finished()
+            if trace is not None and journal.unwritten:
+                trace.ended_unwritten(journal.unwritten, "skipped", time.time_ns())
         except ActionFailed as failure:
             count_replayed(completed)
             # Keep what finished (calls, completed steps): a restart then
@@ -245,6 +257,8 @@ class AgentEngine:
                 self.callbacks.forget_run(run.key_text, run.seq)
             if progress is not None:
                 progress.failed(failure)
+            if trace is not None:
+                trace.failed(failure, time.time_ns())
             raise
         else:
             count_replayed(completed)  # the tokens of steps replayed from their completion
@@ -253,6 +267,8 @@ class AgentEngine:
                 run_log.finished()
             if progress is not None and progress.commits == 0 and not journal.is_replay:
                 progress.ended_without_commit("ok", outputs)
+            if trace is not None and journal.unwritten:
+                trace.ended_unwritten(journal.unwritten, "ok", time.time_ns())
             for output in outputs:
                 emit(output)
             self.counters.outputs += len(outputs)
@@ -320,6 +336,10 @@ class AgentEngine:
             self.executors.close()
             if self.event_log is not None:
                 self.event_log.close()
+            if self.tracing is not None:
+                # Before the store closes: an export's marks go to the store.
+                if not self.tracing.sink.flush(10.0):
+                    log.warning("spans still queued for export after 10 s at close; they may be lost")
             if self._owns_store:
                 self.store.close()
 

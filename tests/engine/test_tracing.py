@@ -1,0 +1,213 @@
+"""OpenTelemetry traces of runs (issue 30, part 1): the review agent on the
+production local path (``KeyedHost`` over ``LocalDriver``), its OpenAI
+connection the real SDK against a scripted server on 127.0.0.1, its spans
+exported by the real OTLP/HTTP exporter to a real receiver on 127.0.0.1
+(``tests/support/otlp_receiver``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Dict, List
+
+import pytest
+
+from flink_agents.runtime.features.otel_export import flush_all
+from flink_agents.runtime.features.tracing import span_id_of, trace_id_of
+from flink_agents.stores.journal import TRACE_STEP
+from flink_agents.stores.memory_store import InMemoryJournalStore
+from tests.support.framework_runs import Crash, crash_at_write, disarm, engine_for, run_records
+from tests.support.notify_tool import clear_notified  # noqa: F401 (an autouse fixture)
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.unit.test_openai_chat_model import ANSWER, REVIEW, TOOL_CALL_REPLY, openai_review_agent
+
+ROOT = "invoke_agent ReviewAgent"
+
+
+@pytest.fixture(autouse=True)
+def _otel_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces configured by the job's options only; a short export delay."""
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_SDK_DISABLED",
+                 "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
+@pytest.fixture
+def receiver():
+    with OtlpReceiver() as server:
+        yield server
+
+
+def _tracing(receiver: OtlpReceiver, **extra: Any) -> Dict[str, Any]:
+    return {"tracing.exporter": "otlp", "tracing.otlp.endpoint": receiver.endpoint,
+            "tracing.service_name": "reviews", **extra}
+
+
+def _script(server: Any, records: int) -> None:
+    for _ in range(records):
+        server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+
+
+def _by_id(spans: List[ReceivedSpan]) -> Dict[str, ReceivedSpan]:
+    return {span.span_id: span for span in spans}
+
+
+def _check_tree(spans: List[ReceivedSpan], key: str, seq: int = 0) -> Dict[str, List[ReceivedSpan]]:
+    """The one trace of record ``key#seq``: one root, every parent in the
+    trace; returns its spans by name."""
+    key_text = json.dumps(key)  # keys are journaled as JSON text
+    trace = f"{trace_id_of('job', key_text, seq):032x}"
+    mine = [s for s in spans if s.trace_id == trace]
+    roots = [s for s in mine if s.parent_id is None]
+    assert [r.name for r in roots] == [ROOT], [s.name for s in mine]
+    ids = _by_id(mine)
+    for span in mine:
+        assert span.parent_id is None or span.parent_id in ids, f"{span.name}: parent not in the trace"
+        assert span.start_ns <= span.end_ns
+    by_name: Dict[str, List[ReceivedSpan]] = {}
+    for span in mine:
+        by_name.setdefault(span.name, []).append(span)
+    return by_name
+
+
+def test_each_records_run_is_one_trace_of_its_steps_model_calls_and_tool_calls(receiver, scripted_chat_server):
+    _script(scripted_chat_server, 2)
+    engine = engine_for(openai_review_agent(scripted_chat_server.base_url), InMemoryJournalStore(),
+                        _tracing(receiver))
+    run_records(engine, [("B01", REVIEW), ("B02", REVIEW)])  # closes the engine: flushed
+
+    assert len(receiver.spans) == len({s.span_id for s in receiver.spans}), "a span was exported twice"
+    for key in ("B01", "B02"):
+        spans = _check_tree(receiver.spans, key)
+        (root,) = spans[ROOT]
+        assert root.service_name == "reviews"
+        assert root.attributes["flink_agents.key"] == key and root.attributes["flink_agents.seq"] == 0
+        assert root.attributes["flink_agents.journal_id"] == "job"
+        assert root.attributes["flink_agents.outcome"] == "ok" and root.status_code == 0
+        assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
+        chats = [s for name, group in spans.items() if name.startswith("chat ") for s in group]
+        assert len(chats) == 2
+        for chat in chats:
+            step = _by_id(receiver.spans)[chat.parent_id]
+            assert step.parent_id == root.span_id  # chat <- its action's step <- the run
+            assert chat.kind == 3  # SPAN_KIND_CLIENT
+            assert chat.attributes["gen_ai.operation.name"] == "chat"
+            assert chat.attributes["gen_ai.provider.name"] == "openai"
+            assert chat.attributes["gen_ai.request.model"] == "gpt-test"
+            assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+            assert chat.attributes["gen_ai.usage.output_tokens"] > 0
+            assert "gen_ai.output.messages" not in chat.attributes  # content only when opted in
+        assert sorted(c.attributes["gen_ai.response.finish_reasons"][0] for c in chats) == ["stop", "tool_calls"]
+        (tool,) = spans["execute_tool notify_shipping_manager"]
+        assert tool.attributes["gen_ai.tool.call.id"] == "call_0"
+        assert _by_id(receiver.spans)[tool.parent_id].parent_id == root.span_id
+        # The run's usage is its calls' usage, counted once.
+        for field in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+            assert root.attributes[field] == sum(c.attributes[field] for c in chats)
+        assert root.attributes["flink_agents.model_calls"] == 2 and root.attributes["flink_agents.tool_calls"] == 1
+        steps = [s for s in _by_id(receiver.spans).values()
+                 if s.parent_id == root.span_id and s.trace_id == root.trace_id]
+        assert {s.attributes["flink_agents.action"] for s in steps} >= {"ask", "answer"}
+        assert min(s.start_ns for s in steps) >= root.start_ns and max(s.end_ns for s in steps) <= root.end_ns
+
+
+def test_a_run_interrupted_and_replayed_is_one_trace_without_a_duplicate_span(receiver, scripted_chat_server):
+    _script(scripted_chat_server, 2)
+    store = InMemoryJournalStore()
+    agent = openai_review_agent(scripted_chat_server.base_url)
+    crash_at_write(store, "after_write", 3)  # after the tool's result is durable, before the second model call
+    with pytest.raises(Crash):
+        run_records(engine_for(agent, store, _tracing(receiver)), [("B01", REVIEW)])
+    disarm(store, "after_write")
+    assert flush_all(10)
+    before = len(receiver.spans)
+    assert before > 0 and not [s for s in receiver.spans if s.name == ROOT]  # the run has not ended yet
+    assert any(entry.step == TRACE_STEP for entry in store.load_run("job", '"B01"', 0).values())  # marked
+
+    run_records(engine_for(agent, store, _tracing(receiver)), [("B01", REVIEW)])
+
+    ids = Counter(s.span_id for s in receiver.spans)
+    assert max(ids.values()) == 1, "a span was exported twice"
+    spans = _check_tree(receiver.spans, "B01")
+    chats = [s for name, group in spans.items() if name.startswith("chat ") for s in group]
+    assert len(chats) == 2 and len(spans["execute_tool notify_shipping_manager"]) == 1
+    (root,) = spans[ROOT]
+    assert root.attributes["gen_ai.usage.input_tokens"] == sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats)
+    assert len(scripted_chat_server.requests) == 2  # the first model call was replayed, not asked again
+    # The crash came as write 3 landed, before its spans were handed over: only
+    # they go out with the replay (marked); what went out before is not sent again.
+    replayed = [s for s in receiver.spans if s.attributes.get("flink_agents.replayed")]
+    assert replayed and all(s in receiver.spans[before:] for s in replayed)
+    assert not any(s.attributes.get("flink_agents.replayed") for s in receiver.spans[:before])
+
+
+def test_spans_whose_export_was_lost_go_out_with_the_replay_marked_replayed(receiver, scripted_chat_server):
+    """A worker died with its spans still queued: the replay of the run
+    exports what no mark says went out, marked, once, with the usage once."""
+    _script(scripted_chat_server, 1)
+    store = InMemoryJournalStore()
+    agent = openai_review_agent(scripted_chat_server.base_url)
+    crash_at_write(store, "after_write", 3)
+    with pytest.raises(Crash):
+        run_records(engine_for(agent, store), [("B01", REVIEW)])  # tracing off: as if the queue was lost
+    disarm(store, "after_write")
+
+    run_records(engine_for(agent, store, _tracing(receiver)), [("B01", REVIEW)])
+
+    assert max(Counter(s.span_id for s in receiver.spans).values()) == 1
+    spans = _check_tree(receiver.spans, "B01")
+    chats = [s for name, group in spans.items() if name.startswith("chat ") for s in group]
+    assert len(chats) == 2
+    replayed = {s.name for s in receiver.spans if s.attributes.get("flink_agents.replayed")}
+    assert "execute_tool notify_shipping_manager" in replayed  # journaled before the crash
+    (root,) = spans[ROOT]
+    assert root.attributes["gen_ai.usage.output_tokens"] == sum(c.attributes["gen_ai.usage.output_tokens"]
+                                                                 for c in chats)
+    # The marks: each exported span id is in the run's journal, so a later replay sends nothing.
+    marked = {span for entry in store.load_run("job", '"B01"', 0).values() if entry.step == TRACE_STEP
+              for span in json.loads(entry.payload)["spans"]}
+    assert {s.span_id for s in receiver.spans} <= marked
+    exported = len(receiver.spans)
+    run_records(engine_for(agent, store, _tracing(receiver)), [("B01", REVIEW)])  # the record again: a full replay
+    assert len(receiver.spans) == exported
+
+
+def test_content_is_captured_only_when_asked_and_redacted(receiver, scripted_chat_server, monkeypatch):
+    scripted_chat_server.replies.extend([TOOL_CALL_REPLY, {
+        "role": "assistant", "content": "done; connect with postgresql://app:hunter2@db/x"}])
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    run_records(engine_for(openai_review_agent(scripted_chat_server.base_url), InMemoryJournalStore(),
+                           _tracing(receiver)), [("B01", REVIEW)])
+
+    spans = _check_tree(receiver.spans, "B01")
+    outputs = [s.attributes["gen_ai.output.messages"] for name, group in spans.items() if name.startswith("chat ")
+               for s in group]
+    assert any("notify_shipping_manager" in text for text in outputs)
+    assert any("postgresql://app:***@db/x" in text for text in outputs)
+    assert not any("hunter2" in text for text in outputs)
+    (tool,) = spans["execute_tool notify_shipping_manager"]
+    assert "gen_ai.tool.call.result" in tool.attributes
+
+
+def test_with_tracing_off_the_engine_builds_nothing(scripted_chat_server):
+    scripted_chat_server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+    store = InMemoryJournalStore()
+    engine = engine_for(openai_review_agent(scripted_chat_server.base_url), store)
+    assert engine.tracing is None
+    run_records(engine, [("B01", REVIEW)])
+    assert not [e for e in store.load_run("job", '"B01"', 0).values() if e.step == TRACE_STEP]
+
+
+def test_an_unknown_exporter_fails_at_start_naming_the_setting():
+    with pytest.raises(ValueError, match="tracing.exporter: 'zipkin' is not supported"):
+        engine_for(openai_review_agent("http://127.0.0.1:9"), InMemoryJournalStore(), {"tracing.exporter": "zipkin"})
+
+
+def test_span_ids_are_derived_from_the_runs_identity():
+    trace = trace_id_of("job", '"B01"', 0)
+    assert trace == trace_id_of("job", '"B01"', 0) != trace_id_of("job", '"B01"', 1)
+    assert span_id_of(trace, "call", "ask@0", 0) == span_id_of(trace, "call", "ask@0", 0)
+    assert span_id_of(trace, "call", "ask@0", 0) != span_id_of(trace, "call", "ask@0", 1)
+    assert 0 < trace < 2**128
