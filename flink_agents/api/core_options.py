@@ -395,6 +395,21 @@ class RuntimeOptions:
         "tracing.service_name", str, None,
         description="service.name of the traces when OTEL_SERVICE_NAME is not set (default flink-agents).",
     )
+    TRACING_EXPORT_INTERVAL_MS = ConfigOption(
+        "tracing.export_interval_ms", float, None,
+        description="How often queued spans are exported (ms) when OTEL_BSP_SCHEDULE_DELAY is not set "
+        "(default 5000).",
+    )
+    TRACING_OTLP_TIMEOUT_S = ConfigOption(
+        "tracing.otlp.timeout_s", float, None,
+        description="One OTLP export's timeout, retries included (seconds), when OTEL_EXPORTER_OTLP_TIMEOUT "
+        "is not set (default 10).",
+    )
+    TRACING_RECOVERY_WINDOW_S = ConfigOption(
+        "tracing.recovery_window_s", float, 3600.0, check=lambda v: v >= 0, requirement="must be >= 0",
+        description="At a job's (re)start, export the spans lost with a worker of runs finished this long "
+        "before (seconds; 0: none).",
+    )
     TRACING_CAPTURE_MESSAGE_CONTENT = ConfigOption(
         "tracing.capture_message_content", bool, None,
         description="Record model output and tool results in spans when "

@@ -139,6 +139,11 @@ class AgentEngine:
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
         # None unless traces are asked for (OTEL_TRACES_EXPORTER, tracing.exporter).
         self.tracing = job_tracing(self.config, plan)
+        # One subtask recovers the spans a dead worker lost (otel_export).
+        self._trace_recovery = (
+            self.tracing.start_recovery(self.store, job_id, self.config.get(RuntimeOptions.TRACING_RECOVERY_WINDOW_S))
+            if self.tracing is not None and task[1] == 0 else None
+        )
         self._task = task
 
     def report_shared_store(self) -> List[str]:
@@ -211,7 +216,13 @@ class AgentEngine:
             input_digest=lambda: input_digest(record.value),
         )
         if trace is not None and journal.is_replay:
-            trace.replayed(journal.journaled_entries(), journal.trace_marks)
+            if journal.is_finished:
+                # A finished run commits nothing more; spans its first run
+                # lost go out with the recovery (otel_export), not here: two
+                # replays of it could race to export them.
+                trace = None
+            else:
+                trace.replayed(journal.journaled_entries(), journal.trace_marks)
         if progress is not None and journal.is_replay:
             progress.replayed(journal.journaled_entries())
         self.counters.in_flight += 1
@@ -336,6 +347,8 @@ class AgentEngine:
             self.executors.close()
             if self.event_log is not None:
                 self.event_log.close()
+            if self._trace_recovery is not None:
+                self._trace_recovery.set()
             if self.tracing is not None:
                 # Before the store closes: an export's marks go to the store.
                 if not self.tracing.sink.flush(10.0):

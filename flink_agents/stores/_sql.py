@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Tuple
 
-from flink_agents.stores.journal import RUN_END, RUN_STEP, JournalEntry
+from flink_agents.stores.journal import RUN_END, RUN_STEP, TRACE_STEP, JournalEntry
 
 SCHEMA_VERSION = 1
 TABLE = "journal"
@@ -121,6 +121,17 @@ SELECT_ENDED = (
     f" WHERE {RUN_END_PREDICATE} AND journal_id = {{p}} AND committed_at < {{p}}"
     f" AND ({_PAGED}) > ({{p}}, {{p}}, {{p}})"
     f" ORDER BY {_PAGED} LIMIT {PRUNE_WINDOW_RUNS}"
+)
+# Finished runs of a journal in a commit-time range whose trace root was not
+# marked exported (tracing's recovery): the run-end index, then a primary-key
+# probe per run.
+SELECT_UNMARKED_ENDED = (
+    f"SELECT key, seq FROM {TABLE} AS ended"
+    f" WHERE {RUN_END_PREDICATE} AND journal_id = {{p}} AND committed_at >= {{p}} AND committed_at < {{p}}"
+    f" AND NOT EXISTS (SELECT 1 FROM {TABLE} AS mark WHERE mark.journal_id = ended.journal_id"
+    " AND mark.key = ended.key AND mark.seq = ended.seq"
+    f" AND mark.step = '{TRACE_STEP}' AND mark.function_id = 'root')"
+    " ORDER BY committed_at LIMIT {p}"
 )
 BEFORE_ALL_ENDED = (float("-inf"), "", -(2**63))  # SELECT_ENDED's first page
 

@@ -110,6 +110,14 @@ class JournalStore(ABC):
         a store that cannot tell returns ``[]``."""
         return []
 
+    def runs_without_root_mark(self, journal_id: str, since_s: float, before_s: float, limit: int) -> List[Tuple[str, int]]:
+        """Up to ``limit`` runs ``(key text, seq)`` of ``journal_id`` whose
+        run end was committed in ``[since_s, before_s)`` (Unix seconds) and
+        that hold no ``TRACE_STEP`` entry with function id ``"root"`` (their
+        trace's root span was never marked exported: ``runtime.features.tracing``).
+        A store that cannot tell returns ``[]``."""
+        return []
+
     @abstractmethod
     def count_entries(self) -> int:
         """How many entries the store holds (for sizing and tests)."""

@@ -28,7 +28,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from flink_agents.stores.journal import RUN_END, RUN_STEP, JournalEntry, JournalStore, RunKey
+from flink_agents.stores.journal import RUN_END, RUN_STEP, TRACE_STEP, JournalEntry, JournalStore, RunKey
+
+RunKeyTail = Tuple[str, int]  # (key, seq) within one journal
 from flink_agents.stores.memory_callbacks import PRUNE_BATCH_RUNS, InMemoryCallbacks, nested_in
 
 __all__ = ["InMemoryJournalStore"]
@@ -138,6 +140,18 @@ class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
         """Up to ``limit`` journal ids with a finished run, sorted."""
         with self._lock:
             return sorted(journal_id for journal_id, heap in self._run_ends.items() if heap)[: max(limit, 0)]
+
+    def runs_without_root_mark(self, journal_id: str, since_s: float, before_s: float, limit: int) -> List[RunKeyTail]:
+        """See ``JournalStore.runs_without_root_mark``."""
+        with self._lock:
+            found = []
+            for committed_at, key, seq in sorted(self._run_ends.get(journal_id, [])):
+                if not since_s <= committed_at < before_s or not self._is_current(journal_id, (committed_at, key, seq)):
+                    continue
+                run = self._runs.get((journal_id, key, seq), {})
+                if not any(slot[0] == TRACE_STEP and entry.function_id == "root" for slot, (entry, _) in run.items()):
+                    found.append((key, seq))
+            return found[: max(limit, 0)]
 
     def _is_current(self, journal_id: str, run_end: _RunEnd) -> bool:
         """Whether ``run_end`` of ``journal_id`` is its run's marker as it

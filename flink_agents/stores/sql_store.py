@@ -191,6 +191,20 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
         return self._call("journal_ids", None, read) if limit > 0 else []
 
+    def runs_without_root_mark(self, journal_id: str, since_s: float, before_s: float, limit: int) -> List[Tuple[str, int]]:
+        """See ``JournalStore.runs_without_root_mark`` (``_sql.SELECT_UNMARKED_ENDED``).
+
+        Raises:
+            JournalStoreError: As ``load_run``.
+        """
+        def read(connection: Any) -> List[Tuple[str, int]]:
+            selected = connection.execute(
+                self._sql(_sql.SELECT_UNMARKED_ENDED), (journal_id, float(since_s), float(before_s), int(limit))
+            ).fetchall()
+            return [(str(row[0]), int(row[1])) for row in selected]
+
+        return self._call("runs_without_root_mark", None, read) if limit > 0 else []
+
     def count_entries(self) -> int:
         """How many entries the journal holds, over all journals and runs.
 

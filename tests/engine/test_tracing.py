@@ -211,3 +211,47 @@ def test_span_ids_are_derived_from_the_runs_identity():
     assert span_id_of(trace, "call", "ask@0", 0) == span_id_of(trace, "call", "ask@0", 0)
     assert span_id_of(trace, "call", "ask@0", 0) != span_id_of(trace, "call", "ask@0", 1)
     assert 0 < trace < 2**128
+
+
+def test_a_restart_exports_the_spans_a_dead_worker_lost_once(receiver, scripted_chat_server, tmp_path, monkeypatch):
+    """Runs that finished while their spans were still queued (the worker
+    died; here: tracing was off) are found at the next start, by the one
+    subtask that recovers, in a real SQLite journal: exported once, marked
+    replayed; the start after that finds nothing."""
+    import time
+
+    from flink_agents.runtime.engine import AgentEngine
+    from flink_agents.plan.agent_plan import AgentPlan
+    from flink_agents.stores.factory import open_journal_store
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.2")  # recovery waits 1.25 s
+    _script(scripted_chat_server, 2)
+    agent = openai_review_agent(scripted_chat_server.base_url)
+    config = {"journal.store": "sqlite", "journal.sqlite.path": str(tmp_path / "journal.db")}
+    store = open_journal_store(config)
+    run_records(engine_for(agent, store), [("B01", REVIEW), ("B02", REVIEW)])  # finished, never traced
+
+    def start(task: int) -> AgentEngine:
+        return AgentEngine(AgentPlan.from_agent(agent), {**config, **_tracing(receiver)}, job_id="job",
+                           store=store, task=("agent", task))
+
+    quiet = start(1)  # not the recovering subtask
+    time.sleep(0.5)
+    quiet.close()
+    assert receiver.spans == []
+    engine = start(0)
+    deadline = time.monotonic() + 20
+    while len([s for s in receiver.spans if s.name == ROOT]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine.close()
+    for key in ("B01", "B02"):
+        spans = _check_tree(receiver.spans, key)
+        assert len([s for name, group in spans.items() if name.startswith("chat ") for s in group]) == 2
+    assert all(s.attributes.get("flink_agents.replayed") for s in receiver.spans)
+    assert max(Counter(s.span_id for s in receiver.spans).values()) == 1
+    exported = len(receiver.spans)
+    again = start(0)
+    time.sleep(1.6)
+    again.close()
+    assert len(receiver.spans) == exported  # every root is marked now
+    store.close()

@@ -280,6 +280,11 @@ class RunJournal:
         return list(self._journaled.values())
 
     @property
+    def is_finished(self) -> bool:
+        """Whether the journal holds the run's end (a replay of a finished run)."""
+        return (RUN_STEP, RUN_END) in self._journaled
+
+    @property
     def is_replay(self) -> bool:
         """Whether the journal already held entries of this run."""
         return bool(self._journaled)

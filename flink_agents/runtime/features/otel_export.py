@@ -19,12 +19,13 @@ environment                            ``agent:`` option                     mea
 / ``OTEL_EXPORTER_OTLP_ENDPOINT``                                            gets ``/v1/traces``
 ``OTEL_SERVICE_NAME``                  ``tracing.service_name``              ``service.name``
                                                                              (default ``flink-agents``)
+``OTEL_BSP_SCHEDULE_DELAY``            ``tracing.export_interval_ms``        export interval (ms, 5000)
+``OTEL_EXPORTER_OTLP_TIMEOUT``          ``tracing.otlp.timeout_s``            one export's timeout (s, 10)
 ``OTEL_SDK_DISABLED=true``             (none)                                turns tracing off
 =====================================  ====================================  ==========================
 
-The rest (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``,
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_BSP_*``: batch size, delay, queue) the
-SDK reads itself. An environment variable wins over the option: it is the
+The rest (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_RESOURCE_ATTRIBUTES``, the
+other ``OTEL_BSP_*``: batch size, queue) the SDK reads itself. An environment variable wins over the option: it is the
 operator's word on that machine.
 
 Spans go through the SDK's ``BatchSpanProcessor`` (a queue and one export
@@ -43,6 +44,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from flink_agents.runtime.features.tracing import SpanRecord
@@ -85,6 +87,22 @@ def tracing_requested(config: Mapping[str, Any], env: Mapping[str, str] | None =
     return exporters[0] if exporters else None
 
 
+def _export_timeout_s(env: Mapping[str, str], config: Mapping[str, Any]) -> float:
+    """One export's timeout, retries included (seconds): the OTLP exporter's
+    ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`` / ``OTEL_EXPORTER_OTLP_TIMEOUT``
+    (seconds in this SDK), else ``tracing.otlp.timeout_s``, else 10."""
+    value = _setting(env, config, ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"],
+                     "tracing.otlp.timeout_s")
+    return float(value) if value else 10.0
+
+
+def _schedule_delay_ms(env: Mapping[str, str], config: Mapping[str, Any]) -> float:
+    """The batch processor's export interval (ms): ``OTEL_BSP_SCHEDULE_DELAY``,
+    else ``tracing.export_interval_ms``, else the SDK's 5000."""
+    value = _setting(env, config, ["OTEL_BSP_SCHEDULE_DELAY"], "tracing.export_interval_ms")
+    return float(value) if value else 5000.0
+
+
 def _traces_url(endpoint: str, per_signal: bool) -> str:
     """``OTEL_EXPORTER_OTLP_ENDPOINT`` is a base URL: the traces path is
     appended (the specification's rule); the per-signal variable is used as is."""
@@ -107,7 +125,8 @@ def _exporter(kind: str, env: Mapping[str, str], config: Mapping[str, Any]) -> A
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         # Without an endpoint the exporter reads its own default (localhost:4318).
-        return OTLPSpanExporter(endpoint=_traces_url(endpoint, per_signal) if endpoint else None)
+        return OTLPSpanExporter(endpoint=_traces_url(endpoint, per_signal) if endpoint else None,
+                                timeout=_export_timeout_s(env, config))
     if protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
@@ -137,24 +156,32 @@ class _MarkingExporter:
 
         result = self._inner.export(spans)
         with self._lock:
-            runs = [(span.context.span_id, self._runs.pop(span.context.span_id, None)) for span in spans]
+            runs = [(span.context.span_id, span.parent is None, self._runs.pop(span.context.span_id, None))
+                    for span in spans]
         if result != SpanExportResult.SUCCESS:
             return result
         by_run: Dict[Tuple[int, str, str, int], List[int]] = {}
+        with_root: set[Tuple[int, str, str, int]] = set()
         stores: Dict[int, Any] = {}
-        for span_id, run in runs:
+        for span_id, is_root, run in runs:
             if run is None or run[0] is None:
                 continue
             stores[id(run[0])] = run[0]
-            by_run.setdefault((id(run[0]), run[1], run[2], run[3]), []).append(span_id)
-        for (store_id, journal_id, key_text, seq), span_ids in by_run.items():
+            key = (id(run[0]), run[1], run[2], run[3])
+            by_run.setdefault(key, []).append(span_id)
+            if is_root:
+                with_root.add(key)
+        for run_key, span_ids in by_run.items():
+            store_id, journal_id, key_text, seq = run_key
             ids = sorted(f"{s:016x}" for s in span_ids)
             # One mark per run and batch; its ordinal from its content, so
-            # marking the same spans again replaces the row (appends are upserts).
+            # marking the same spans again replaces the row (appends are
+            # upserts). "root": the run's trace is complete (recovery looks
+            # for finished runs without one).
             ordinal = int(ids[0][:7], 16)
             try:
-                stores[store_id].append(journal_id, key_text, seq, [
-                    JournalEntry(TRACE_STEP, ordinal, "", "", json.dumps({"spans": ids}))])
+                stores[store_id].append(journal_id, key_text, seq, [JournalEntry(
+                    TRACE_STEP, ordinal, "root" if run_key in with_root else "", "", json.dumps({"spans": ids}))])
             except Exception as error:  # the spans went out; without the mark a replay may send them again
                 log.warning("could not mark %d exported span(s) of run %s/%s#%d: %r",
                             len(ids), journal_id, key_text, seq, error)
@@ -190,7 +217,9 @@ class OtelSink:
         self._resource = Resource.create(attributes)  # reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
         self._scope = InstrumentationScope("flink_agents", "0.1.0")
         self._exporter = _MarkingExporter(_exporter(kind, env, config))
-        self._processor = BatchSpanProcessor(self._exporter)
+        self.schedule_delay_ms = _schedule_delay_ms(env, config)
+        self.export_timeout_s = _export_timeout_s(env, config)
+        self._processor = BatchSpanProcessor(self._exporter, schedule_delay_millis=self.schedule_delay_ms)
         self.spans_exported = 0
 
     def export(self, run: Tuple[Any, str, str, int], spans: List[SpanRecord]) -> None:
@@ -223,6 +252,9 @@ class OtelSink:
         self._processor.shutdown()
 
 
+_RECOVERY_LIMIT = 100_000  # runs recovered per start at most
+
+
 _SINKS: Dict[Tuple[Any, ...], OtelSink] = {}
 _SINKS_LOCK = threading.Lock()
 
@@ -247,10 +279,12 @@ def open_sink(config: Mapping[str, Any]) -> Optional[OtelSink]:
             "tracing is on (OTEL_TRACES_EXPORTER / tracing.exporter) but the OpenTelemetry SDK is not installed: "
             "pip install 'flink-agents[otel]'") from None
     settings = (kind, *(config.get(k) for k in ("tracing.otlp.protocol", "tracing.otlp.endpoint",
-                                                "tracing.service_name")),
+                                                "tracing.service_name", "tracing.export_interval_ms",
+                                                "tracing.otlp.timeout_s")),
                 *(os.environ.get(k) for k in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL",
                                               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                                              "OTEL_SERVICE_NAME")))
+                                              "OTEL_SERVICE_NAME", "OTEL_BSP_SCHEDULE_DELAY",
+                                              "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")))
     with _SINKS_LOCK:
         sink = _SINKS.get(settings)
         if sink is None:
@@ -281,6 +315,42 @@ class JobTracing:
         from flink_agents.runtime.features.tracing import RunTrace
 
         return RunTrace(self.settings, self.sink, (store, journal_id, key_text, seq), key, all_entries)
+
+    def start_recovery(self, store: Any, journal_id: str, window_s: float) -> "threading.Event":
+        """Export, in a daemon thread, the spans that a worker's end lost:
+        of runs of ``journal_id`` finished in the ``window_s`` seconds before
+        now, those whose root span was never marked exported (their spans
+        were queued when the worker died, or their export failed). It first
+        waits one export interval and timeout (``recovery_delay_s``), so
+        that runs finished just before now have had their marks written.
+        Each such run's unmarked spans go out once, ``flink_agents.replayed``.
+        Set the returned event to stop it (the engine's close).
+        """
+        stop = threading.Event()
+        started = time.time()
+
+        def recover() -> None:
+            # One export interval and timeout, so that marks of spans queued
+            # before the start are written before it looks.
+            if stop.wait(self.sink.schedule_delay_ms / 1000.0 + self.sink.export_timeout_s + 1.0):
+                return
+            try:
+                runs = store.runs_without_root_mark(journal_id, started - window_s, started, _RECOVERY_LIMIT)
+                for key_text, seq in runs:
+                    if stop.is_set():
+                        return
+                    entries = store.load_run(journal_id, key_text, seq)
+                    marks = [entries.pop(slot) for slot in [s for s in entries if s[0] == TRACE_STEP]]
+                    trace = self.for_run(store, journal_id, key_text, seq, json.loads(key_text),
+                                         lambda entries=entries: list(entries.values()))
+                    trace.replayed(list(entries.values()), marks)
+                if runs:
+                    log.info("exported the lost spans of %d finished run(s) of journal %s", len(runs), journal_id)
+            except Exception as error:  # housekeeping: the next start tries again
+                log.warning("could not recover lost spans of journal %s: %r", journal_id, error)
+
+        threading.Thread(target=recover, name="flink-agents-trace-recovery", daemon=True).start()
+        return stop
 
 
 def job_tracing(config: Mapping[str, Any], plan: Any) -> Optional[JobTracing]:
