@@ -232,7 +232,7 @@ class AgentEngine:
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
                 RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key) if self.steering_enabled else None),
-                self.clock, run_log,
+                self.clock, run_log, trace=trace,
             )
             await run_record(completed, record)
         except RecordSkipped as skipped:

@@ -4,7 +4,9 @@
    Flink restarts it from the last completed checkpoint and the re-run
    replays journaled model replies instead of asking again: exactly one
    output per input, and no model request made again except those the
-   journal allows (in flight at the crash).
+   journal allows (in flight at the crash). The job exports its traces over
+   OTLP/HTTP to a receiver on 127.0.0.1 (issue 30): one trace per record,
+   whole, no span twice, usage counted once, across the crash.
 2. A job cancelled with a retained checkpoint and restored into a new job
    that reads more input continues each key's short-term memory and does not
    read the old input again.
@@ -46,6 +48,7 @@ from tests.support.flink_jobs import checkpoint_after as _checkpoint_after
 from tests.support.flink_jobs import completed_checkpoints as _completed_checkpoints
 from tests.support.flink_jobs import free_port as _free_port
 from tests.support.flink_jobs import write_jsonl as _write_jsonl
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 # The crash tool below runs in Flink's Python worker processes, which cannot
 # import this test module by name: ship its functions by value.
@@ -289,17 +292,25 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
         "taskmanager.numberOfTaskSlots": str(PARALLELISM),
     })
     agent = CrashingReviewAgent(scripted_chat_server.base_url)
-    job = Collected(_agent_outputs(env, _review_stream(env, input_dir), agent, **journal_config), "failover")
+    receiver = OtlpReceiver().__enter__()
+    tracing = {"tracing.exporter": "otlp", "tracing.otlp.endpoint": receiver.endpoint,
+               "tracing.export_interval_ms": "200", "tracing.otlp.timeout_s": "2"}
+    job = Collected(_agent_outputs(env, _review_stream(env, input_dir), agent, **journal_config, **tracing),
+                    "failover")
     started = time.monotonic()
+    products = Counter(r["id"] for r in reviews)
     try:
         outputs = job.take(N_REVIEWS)
         elapsed = time.monotonic() - started
         # Nothing more comes: the next outputs are the end-of-input markers'.
-        products = Counter(r["id"] for r in reviews)
         _take_end_of_input(job, input_dir, products, first_ts=max(r["ts"] for r in reviews) + 1)
         counters = _agent_counters(rest_port)
+        # Every record's trace, before the job (and its span queues) goes.
+        _wait_for_roots(receiver, N_REVIEWS + len(products), timeout_s=30)
     finally:
         job.close()
+        receiver.__exit__(None, None, None)
+    _check_traces(receiver.spans, products)
 
     # (a) The worker crashed once and the job recovered. Requests pause while
     # the job restarts (old workers cancelled, restart delay, new workers):
@@ -382,6 +393,52 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
     for subtask, values in sorted(counters.items()):
         per_record = values.get("journal_writes", 0) / max(values.get("records", 0), 1)
         print(f"  restarted subtask {subtask}: {per_record:.2f} journal writes per record; {values}")
+
+
+def _wait_for_roots(receiver: OtlpReceiver, records: int, timeout_s: float) -> None:
+    """Until the receiver has a root span per record (spans go out every
+    200 ms; lost ones with the restarted job's recovery, a few s later)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len({s.span_id for s in receiver.spans if s.parent_id is None}) >= records:
+            return
+        time.sleep(0.2)
+
+
+def _check_traces(spans: List[ReceivedSpan], products: Counter) -> None:
+    """One trace per record (its key and sequence number): one root, every
+    span's parent in its trace, no span twice, the run's usage its model
+    calls' usage."""
+    ids = Counter(s.span_id for s in spans)
+    assert max(ids.values()) == 1, f"spans exported twice: {[i for i, n in ids.items() if n > 1][:5]}"
+    by_trace: Dict[str, List[ReceivedSpan]] = defaultdict(list)
+    for span in spans:
+        by_trace[span.trace_id].append(span)
+    roots = [s for s in spans if s.parent_id is None]
+    runs = Counter((r.attributes["flink_agents.key"], r.attributes["flink_agents.seq"]) for r in roots)
+    assert max(runs.values()) == 1 and len(roots) == len(by_trace)
+    # Each key's records, seq 0.. in order, each with its trace (the markers' too).
+    assert {key: sorted(seq for k, seq in runs if k == key) for key in products} == {
+        key: list(range(n + 1)) for key, n in products.items()}
+    crash_tools = 0
+    for root in roots:
+        trace = {s.span_id: s for s in by_trace[root.trace_id]}
+        assert root.name == "invoke_agent CrashingReviewAgent" and root.attributes["flink_agents.outcome"] == "ok"
+        chats = [s for s in trace.values() if s.name.startswith("chat ")]
+        assert chats, f"record {root.attributes['flink_agents.key']}#{root.attributes['flink_agents.seq']}: no model call"
+        for span in trace.values():
+            if span is not root:
+                assert span.parent_id in trace, f"{span.name}: its parent is not in its trace"
+        for chat in chats:
+            assert trace[chat.parent_id].parent_id == root.span_id  # model call <- its step <- the run
+            assert chat.attributes["gen_ai.provider.name"] == "openai"
+        for field in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+            assert root.attributes[field] == sum(c.attributes[field] for c in chats)
+        crash_tools += sum(1 for s in trace.values() if s.name == "execute_tool crash_worker_once")
+    # The crashing tool call ran twice; the first never completed, so one span.
+    assert crash_tools == 1
+    print(f"  traces: {len(roots)} records, {len(spans)} spans, "
+          f"{sum(1 for s in spans if s.attributes.get('flink_agents.replayed'))} exported after the crash")
 
 
 # --- 2. restore a retained checkpoint into a new job --------------------------------------

@@ -103,6 +103,8 @@ class Run:
             usage this run counted in the metrics already
             (``ActionContext.journaled_call``'s ``count``): a retried
             action replays them without counting them again.
+        trace: The run's ``RunTrace`` (None: traces are off); a sub-agent
+            call's child nests its spans under it.
         tokens: The tokens this run counted, ``[action, model, prompt,
             completion]`` per model call (a sub-agent call's child's
             included): journaled with a sub-agent's result
@@ -122,3 +124,4 @@ class Run:
     event_log: Any = None
     counted: set = field(default_factory=set)
     tokens: list = field(default_factory=list)
+    trace: Any = None  # the run's RunTrace (runtime.features.tracing), None when not traced

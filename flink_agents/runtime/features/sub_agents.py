@@ -120,14 +120,21 @@ class SubAgentRunner:
         if explicit_session:
             memory = parent.short_term_memory.get(session_path(session_id)) or {}
         state = KeyState(journal_id=run.journal_id, short_term_memory=memory)
+        # Traced, its spans go under the call's span in the parent's trace.
+        parent_trace = parent.runtime_run.trace
+        trace = None if parent_trace is None else parent_trace.child(
+            self._store, run.journal_id, call_id, lambda: journal.journaled_entries())
         journal = await RunJournal.open(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
-                             executors=self._executors)
+                                        on_commit=None if trace is None else trace.committed,
+                                        executors=self._executors)
+        if trace is not None and journal.is_replay:
+            trace.replayed(journal.journaled_entries(), journal.trace_marks)
         outputs: list = []
         child = Run(
             self._root.children[handle.child_key], run, state, journal,
             self.resources_of(handle.child_key).get, self._config, self._counters, outputs.append,
             RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
-            self._clock,
+            self._clock, trace=trace,
         )
         try:
             await run_record(child, PendingRecord(run.seq, prompt))

@@ -169,19 +169,25 @@ class RunTrace:
             where its export marks go.
         key: The key as the user's key selector gave it (for the root span).
         all_entries: The run's journaled entries so far (``RunJournal.journaled_entries``).
+        parent: ``(trace id, span id)`` of the sub-agent call this run is
+            the child of (``child``): its spans go in that trace, under that
+            span, and it has no root of its own. None for a record's run.
     """
 
     def __init__(
         self, settings: TraceSettings, sink: SpanSink, run: Tuple[Any, str, str, int], key: Any,
-        all_entries: Callable[[], List[JournalEntry]],
+        all_entries: Callable[[], List[JournalEntry]], parent: Optional[Tuple[int, int]] = None,
     ) -> None:
         self._settings = settings
         self._sink = sink
         self._run = run
         self._key = key
         self._all_entries = all_entries
-        self.trace_id = trace_id_of(run[1], run[2], run[3])
-        self._root_id = span_id_of(self.trace_id, "run")
+        if parent is None:
+            self.trace_id = trace_id_of(run[1], run[2], run[3])
+            self._root_id = span_id_of(self.trace_id, "run")
+        else:
+            self.trace_id, self._root_id = parent
         self._turns: Dict[str, Tuple[int, str]] = {}  # turn anchor -> (start ns, "framework/agent")
         self._tool_call_ids: Dict[str, List[str]] = {}  # tool name -> ids the model asked for, not yet matched
         self._started_ns: Optional[int] = None
@@ -189,6 +195,18 @@ class RunTrace:
         self._callbacks: List[Tuple[str, int, str, int, int, str]] = []  # waits ended, not yet emitted
         self.root_emitted = False
         self.failures = 0  # errors building spans (logged)
+
+    def _id(self, *position: Any) -> int:
+        """The id of the span at ``position`` of this run (its journal id
+        in it: a sub-agent's steps are named like its parent's)."""
+        return span_id_of(self.trace_id, self._run[1], *position)
+
+    def child(self, store: Any, journal_id: str, call_id: str, all_entries: Callable[[], List[JournalEntry]],
+              ) -> "RunTrace":
+        """The trace of a sub-agent call's child run (journal ``journal_id``),
+        nested under the call's span (``invoke_agent <sub-agent>``)."""
+        return RunTrace(self._settings, self._sink, (store, journal_id, self._run[2], self._run[3]), self._key,
+                        all_entries, (self.trace_id, span_id_of(self.trace_id, "agent_call", call_id)))
 
     # -- what the engine calls ---------------------------------------------
     # Tracing never fails a run: an error building spans is logged and the
@@ -304,8 +322,8 @@ class RunTrace:
     def _parent_of(self, step: str) -> int:
         for anchor in self._turns:
             if step.startswith(anchor + "/"):
-                return span_id_of(self.trace_id, "turn", anchor)
-        return span_id_of(self.trace_id, "step", _action_step(step))
+                return self._id("turn", anchor)
+        return self._id("step", _action_step(step))
 
     def _step_spans(self, entry: JournalEntry) -> List[SpanRecord]:
         payload = json.loads(entry.payload)
@@ -313,7 +331,7 @@ class RunTrace:
         if times is None:
             return []  # written by a release before step times: nothing to place it by
         step = entry.step
-        step_id = span_id_of(self.trace_id, "step", step)
+        step_id = self._id("step", step)
         action = step.split("@", 1)[0]
         attributes: Dict[str, Any] = {
             "flink_agents.action": action,
@@ -331,7 +349,7 @@ class RunTrace:
                 continue
             framework, _, agent = name.partition("/")
             spans.append(self._span(
-                span_id_of(self.trace_id, "turn", anchor), step_id, f"invoke_agent {agent}",
+                self._id("turn", anchor), step_id, f"invoke_agent {agent}",
                 (start, self._turn_end(anchor, times[1])),
                 {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
                  "flink_agents.framework": framework, "flink_agents.step": anchor},
@@ -340,7 +358,7 @@ class RunTrace:
             self._callbacks.remove(wait)
             wait_step, ordinal, purpose, created_ms, finished_ms, state = wait
             spans.append(self._span(
-                span_id_of(self.trace_id, "callback", wait_step, ordinal), self._parent_of(wait_step),
+                self._id("callback", wait_step, ordinal), self._parent_of(wait_step),
                 f"await_callback {purpose}", (created_ms * 1_000_000, finished_ms * 1_000_000),
                 {"flink_agents.callback.purpose": purpose, "flink_agents.callback.state": state},
                 None if state == "resolved" else f"callback {state}",
@@ -410,7 +428,11 @@ class RunTrace:
         else:
             title = f"durable_call {entry.function_id.rpartition(':')[2] or entry.function_id}"
             attributes["flink_agents.function"] = entry.function_id
-        span_id = span_id_of(self.trace_id, "call", entry.step, entry.ordinal)
+        span_id = self._id("call", entry.step, entry.ordinal)
+        if kind == "agent" and isinstance(result, Mapping) and isinstance(result.get("result"), Mapping) \
+                and isinstance(result["result"].get("call_id"), str):
+            # Its child run's spans hang under it (``child``), by its call id.
+            span_id = span_id_of(self.trace_id, "agent_call", result["result"]["call_id"])
         return self._span(span_id, self._parent_of(entry.step), title, times, attributes, error, span_kind)
 
     def _chat_attributes(self, setup: str, reply: Any, attributes: Dict[str, Any]) -> str:
