@@ -255,3 +255,56 @@ def test_a_restart_exports_the_spans_a_dead_worker_lost_once(receiver, scripted_
     again.close()
     assert len(receiver.spans) == exported  # every root is marked now
     store.close()
+
+
+def test_a_sub_agents_run_nests_under_its_call_in_the_parents_trace(receiver):
+    from tests.support import golden_agents
+
+    run_records(engine_for(golden_agents.sub_agent_call(), InMemoryJournalStore(), _tracing(receiver)),
+                [("k", "hello")])
+
+    key_text = json.dumps("k")
+    trace = f"{trace_id_of('job', key_text, 0):032x}"
+    assert {s.trace_id for s in receiver.spans} == {trace}  # the child's spans too: one trace
+    spans = _by_id(receiver.spans)
+    (root,) = [s for s in spans.values() if s.parent_id is None]
+    (call,) = [s for s in spans.values() if s.name == "invoke_agent child"]
+    assert spans[call.parent_id].attributes["flink_agents.action"] == "call_child"
+    assert spans[call.parent_id].parent_id == root.span_id
+    (child_step,) = [s for s in spans.values() if s.attributes.get("flink_agents.action") == "shout"]
+    assert child_step.parent_id == call.span_id  # the child's step, under the call
+    (upper,) = [s for s in spans.values() if s.name.startswith("durable_call")]
+    assert upper.parent_id == child_step.span_id and "upper" in upper.name
+    assert call.start_ns <= child_step.start_ns and child_step.end_ns <= call.end_ns
+    assert len(spans) == len(receiver.spans)
+
+
+def test_a_callback_wait_is_a_span_of_the_step_that_waited(receiver):
+    import threading
+    import time
+
+    from flink_agents.stores.callbacks import PENDING, RESOLVED
+    from tests.engine.test_callbacks import FAST, WaitingAgent
+    from tests.support.framework_runs import engine_for as _engine_for
+
+    store = InMemoryJournalStore()
+
+    def resolve() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            rows = [r for r in store._callback_rows().values() if r.state == PENDING]
+            if rows:
+                time.sleep(0.05)
+                store.complete(rows[0].callback_id, RESOLVED, b"approved", int(time.time() * 1000))
+                return
+            time.sleep(0.005)
+
+    threading.Thread(target=resolve, daemon=True).start()
+    run_records(_engine_for(WaitingAgent(), store, {**FAST, **_tracing(receiver)}), [("k", {"purpose": "approval"})])
+
+    (wait,) = [s for s in receiver.spans if s.name == "await_callback approval"]
+    assert wait.attributes["flink_agents.callback.state"] == "resolved" and wait.status_code == 0
+    assert wait.end_ns - wait.start_ns >= 40_000_000  # it waited for the resolve (50 ms)
+    step = _by_id(receiver.spans)[wait.parent_id]
+    assert step.attributes["flink_agents.action"] == "wait"
+    assert not any(s.attributes.get("flink_agents.callback.id") for s in receiver.spans)  # no capability in a span

@@ -400,8 +400,12 @@ class ActionContext(RunnerContext):
         if self._callbacks is None:
             raise RuntimeError("this runtime context cannot create callbacks")
         step, ordinal = self._next_position("callback")
+        trace = self.runtime_run.trace
         return self._callbacks.create(
-            self.callback_ref(ordinal, step), self._run.key, purpose, timeout_s, before_wait=self.commit_journal
+            self.callback_ref(ordinal, step), self._run.key, purpose, timeout_s, before_wait=self.commit_journal,
+            on_waited=None if trace is None else lambda record: trace.callback_waited(
+                step, ordinal, record.purpose, record.created_ms, record.completed_ms or record.created_ms,
+                record.state),
         )
 
     def callback_ref(self, ordinal: int = 0, step: str | None = None) -> CallbackRef:

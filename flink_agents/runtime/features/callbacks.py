@@ -148,9 +148,11 @@ class RuntimeCallback(Callback):
     def __init__(
         self, hub: "CallbackHub", record: CallbackRecord, base_url: str,
         before_wait: Optional[Callable[[], Awaitable[None]]] = None, signing_key: Optional[str] = None,
+        on_waited: Optional[Callable[[CallbackRecord], None]] = None,
     ) -> None:
         self._hub = hub
         self._before_wait = before_wait
+        self._on_waited = on_waited
         self.record = record
         self.callback_id = record.callback_id
         self.purpose = record.purpose
@@ -170,6 +172,8 @@ class RuntimeCallback(Callback):
             # wait of hours must not make it again.
             await self._before_wait()
         record = await self._hub.wait_record(self.callback_id)
+        if self._on_waited is not None:
+            self._on_waited(record)  # the run's trace (runtime.features.tracing)
         return outcome_of(record)
 
     def cancel(self) -> "asyncio.Task[bool]":
@@ -264,6 +268,7 @@ class CallbackHub:
     async def create(
         self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float,
         before_wait: Optional[Callable[[], Awaitable[None]]] = None,
+        on_waited: Optional[Callable[[CallbackRecord], None]] = None,
     ) -> RuntimeCallback:
         """Register (or, on replay, find) the callback of ``ref``.
 
@@ -296,7 +301,7 @@ class CallbackHub:
             self._runs.setdefault((ref.key, ref.seq), []).append(record)
         if self._on_deadline is not None and record.state == PENDING:
             self._on_deadline(key, record.callback_id, record.deadline_ms, ref.seq)
-        return RuntimeCallback(self, record, self.base_url, before_wait, self._signing_key)
+        return RuntimeCallback(self, record, self.base_url, before_wait, self._signing_key, on_waited)
 
     # -- wait ----------------------------------------------------------------
 

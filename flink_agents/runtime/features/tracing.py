@@ -483,6 +483,11 @@ class RunTrace:
             kind = entry.function_id.partition(":")[0]
             if kind in ("tool", "mcp"):
                 calls["tool"] += 1
+            if kind == "agent":  # a sub-agent's model calls: its tokens, journaled with its result
+                tokens = _sub_agent_tokens(entry.payload)
+                if tokens is not None:
+                    total = tokens if total is None else total + tokens
+                continue
             if kind != "chat":
                 continue
             calls["chat"] += 1
@@ -569,3 +574,19 @@ def settings_of(plan: Any, capture_content: bool, prices: PriceTable) -> TraceSe
         provider = next((value for needle, value in _PROVIDERS if needle in clazz), None)
         chat_models[name] = (model if isinstance(model, str) else None, provider)
     return TraceSettings(str(plan.agent).rpartition(".")[2], chat_models, capture_content, prices)
+
+
+def _sub_agent_tokens(payload: str) -> Optional[Usage]:
+    """The tokens a sub-agent call's child counted (``[action, model,
+    prompt, completion]`` each, ``token_usage.count_sub_agent``), summed."""
+    data = json.loads(payload)
+    outcome = plain_json(data.get("ok")) if "ok" in data else None
+    tokens = outcome.get("tokens") if isinstance(outcome, Mapping) else None
+    if not isinstance(tokens, list):
+        return None
+    total = None
+    for entry in tokens:
+        if isinstance(entry, list) and len(entry) == 4 and all(isinstance(v, int) for v in entry[2:]):
+            usage = Usage(entry[2], entry[3])
+            total = usage if total is None else total + usage
+    return total
