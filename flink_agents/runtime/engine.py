@@ -206,7 +206,7 @@ class AgentEngine:
         self._journal_ids.add(run.journal_id)
         # The run's trace (runtime.features.tracing): spans of what each commit wrote.
         trace = None if self.tracing is None else self.tracing.for_run(
-            self.store, run.journal_id, run.key_text, record.seq, key, lambda: journal.journaled_entries())
+            self.store, run.journal_id, run.key_text, record.seq, key)
         journal = await RunJournal.open(
             self.store, run.journal_id, run.key_text, record.seq, self._count_write,
             on_commit=_both(_both(None if progress is None else progress.committed,

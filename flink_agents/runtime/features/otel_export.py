@@ -216,6 +216,12 @@ class OtelSink:
             attributes["service.name"] = str(config.get("tracing.service_name") or "flink-agents")
         self._resource = Resource.create(attributes)  # reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
         self._scope = InstrumentationScope("flink_agents", "0.1.0")
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+        self._api = (ReadableSpan, SpanContext, SpanKind, Status, StatusCode)  # imported once, not per span
+        self._sampled = TraceFlags(TraceFlags.SAMPLED)
+        self._unset = Status(StatusCode.UNSET)
         self._exporter = _MarkingExporter(_exporter(kind, env, config))
         self.schedule_delay_ms = _schedule_delay_ms(env, config)
         self.export_timeout_s = _export_timeout_s(env, config)
@@ -230,14 +236,12 @@ class OtelSink:
             self.spans_exported += 1
 
     def _readable(self, span: SpanRecord) -> Any:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-        flags = TraceFlags(TraceFlags.SAMPLED)
+        ReadableSpan, SpanContext, SpanKind, Status, StatusCode = self._api
+        flags = self._sampled
         context = SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=flags)
         parent = (None if span.parent_id is None
                   else SpanContext(span.trace_id, span.parent_id, is_remote=False, trace_flags=flags))
-        status = Status(StatusCode.ERROR, span.error) if span.error is not None else Status(StatusCode.UNSET)
+        status = Status(StatusCode.ERROR, span.error) if span.error is not None else self._unset
         return ReadableSpan(
             name=span.name, context=context, parent=parent, resource=self._resource,
             attributes=span.attributes, kind=SpanKind.CLIENT if span.kind == "client" else SpanKind.INTERNAL,
@@ -310,11 +314,11 @@ class JobTracing:
         self.settings = settings
         self.sink = sink
 
-    def for_run(self, store: Any, journal_id: str, key_text: str, seq: int, key: Any,
-                all_entries: Any) -> Any:
+    def for_run(self, store: Any, journal_id: str, key_text: str, seq: int, key: Any) -> Any:
+        """The ``RunTrace`` of one record's run."""
         from flink_agents.runtime.features.tracing import RunTrace
 
-        return RunTrace(self.settings, self.sink, (store, journal_id, key_text, seq), key, all_entries)
+        return RunTrace(self.settings, self.sink, (store, journal_id, key_text, seq), key)
 
     def start_recovery(self, store: Any, journal_id: str, window_s: float) -> "threading.Event":
         """Export, in a daemon thread, the spans that a worker's end lost:
@@ -341,8 +345,7 @@ class JobTracing:
                         return
                     entries = store.load_run(journal_id, key_text, seq)
                     marks = [entries.pop(slot) for slot in [s for s in entries if s[0] == TRACE_STEP]]
-                    trace = self.for_run(store, journal_id, key_text, seq, json.loads(key_text),
-                                         lambda entries=entries: list(entries.values()))
+                    trace = self.for_run(store, journal_id, key_text, seq, json.loads(key_text))
                     trace.replayed(list(entries.values()), marks)
                 if runs:
                     log.info("exported the lost spans of %d finished run(s) of journal %s", len(runs), journal_id)

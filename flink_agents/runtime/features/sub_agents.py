@@ -122,8 +122,7 @@ class SubAgentRunner:
         state = KeyState(journal_id=run.journal_id, short_term_memory=memory)
         # Traced, its spans go under the call's span in the parent's trace.
         parent_trace = parent.runtime_run.trace
-        trace = None if parent_trace is None else parent_trace.child(
-            self._store, run.journal_id, call_id, lambda: journal.journaled_entries())
+        trace = None if parent_trace is None else parent_trace.child(self._store, run.journal_id, call_id)
         journal = await RunJournal.open(self._store, run.journal_id, run.key_text, run.seq, self._on_write,
                                         on_commit=None if trace is None else trace.committed,
                                         executors=self._executors)

@@ -99,11 +99,8 @@ class SpanSink(Protocol):
 
 
 def _digest_int(bits: int, *parts: Any) -> int:
-    hasher = hashlib.blake2b(digest_size=bits // 8)
-    for part in parts:
-        hasher.update(str(part).encode("utf-8", "surrogatepass"))
-        hasher.update(b"\x00")
-    value = int.from_bytes(hasher.digest(), "big")
+    text = "\x00".join(map(str, parts)).encode("utf-8", "surrogatepass")
+    value = int.from_bytes(hashlib.blake2b(text, digest_size=bits // 8).digest(), "big")
     return value or 1  # 0 is the invalid id in OpenTelemetry
 
 
@@ -168,7 +165,6 @@ class RunTrace:
         run: ``(store, journal id, key text, seq)``: the run's identity, and
             where its export marks go.
         key: The key as the user's key selector gave it (for the root span).
-        all_entries: The run's journaled entries so far (``RunJournal.journaled_entries``).
         parent: ``(trace id, span id)`` of the sub-agent call this run is
             the child of (``child``): its spans go in that trace, under that
             span, and it has no root of its own. None for a record's run.
@@ -176,13 +172,12 @@ class RunTrace:
 
     def __init__(
         self, settings: TraceSettings, sink: SpanSink, run: Tuple[Any, str, str, int], key: Any,
-        all_entries: Callable[[], List[JournalEntry]], parent: Optional[Tuple[int, int]] = None,
+        parent: Optional[Tuple[int, int]] = None,
     ) -> None:
         self._settings = settings
         self._sink = sink
         self._run = run
         self._key = key
-        self._all_entries = all_entries
         if parent is None:
             self.trace_id = trace_id_of(run[1], run[2], run[3])
             self._root_id = span_id_of(self.trace_id, "run")
@@ -193,6 +188,14 @@ class RunTrace:
         self._started_ns: Optional[int] = None
         self._exported: set[int] = set()
         self._callbacks: List[Tuple[str, int, str, int, int, str]] = []  # waits ended, not yet emitted
+        # The run's figures, kept as its entries pass (``_note``).
+        self._noted: set[Tuple[str, int]] = set()
+        self._failed_attempts: Dict[str, int] = {}
+        self._turn_ends: Dict[str, int] = {}
+        self._usage: Optional[Usage] = None
+        self._cost: Optional[float] = None
+        self._model_calls = 0
+        self._tool_calls = 0
         self.root_emitted = False
         self.failures = 0  # errors building spans (logged)
 
@@ -201,12 +204,11 @@ class RunTrace:
         in it: a sub-agent's steps are named like its parent's)."""
         return span_id_of(self.trace_id, self._run[1], *position)
 
-    def child(self, store: Any, journal_id: str, call_id: str, all_entries: Callable[[], List[JournalEntry]],
-              ) -> "RunTrace":
+    def child(self, store: Any, journal_id: str, call_id: str) -> "RunTrace":
         """The trace of a sub-agent call's child run (journal ``journal_id``),
         nested under the call's span (``invoke_agent <sub-agent>``)."""
         return RunTrace(self._settings, self._sink, (store, journal_id, self._run[2], self._run[3]), self._key,
-                        all_entries, (self.trace_id, span_id_of(self.trace_id, "agent_call", call_id)))
+                        (self.trace_id, span_id_of(self.trace_id, "agent_call", call_id)))
 
     # -- what the engine calls ---------------------------------------------
     # Tracing never fails a run: an error building spans is logged and the
@@ -254,8 +256,7 @@ class RunTrace:
     def _ended_unwritten(self, entries: List[JournalEntry], outcome: str, ended_ns: int) -> None:
         ordered = sorted(entries, key=lambda e: (e.ordinal == COMPLETION, e.step, e.ordinal))
         spans = self._spans_of(ordered, self._completed_steps(ordered))
-        spans.append(self._root(outcome, "skipped: an action failed" if outcome == "skipped" else None,
-                                ended_ns, list(entries)))
+        spans.append(self._root(outcome, "skipped: an action failed" if outcome == "skipped" else None, ended_ns))
         self._send(spans)
 
     def failed(self, error: BaseException, ended_ns: int) -> None:
@@ -264,7 +265,7 @@ class RunTrace:
 
     def _failed(self, error: BaseException, ended_ns: int) -> None:
         if not self.root_emitted:
-            self._send([self._root("failed", f"{type(error).__name__}: {error}", ended_ns, self._all_entries())])
+            self._send([self._root("failed", f"{type(error).__name__}: {error}", ended_ns)])
 
     # -- building spans ------------------------------------------------------
 
@@ -288,36 +289,71 @@ class RunTrace:
         return SpanRecord(self.trace_id, span_id, parent, name, kind, times[0], times[1], attributes, error)
 
     def _spans_of(self, entries: List[JournalEntry], completed: set[str]) -> List[SpanRecord]:
+        """The spans of ``entries`` (each entry of a run comes here once:
+        committed, replayed or unwritten), parsing each payload once and
+        keeping the run's running figures (start, usage, failed attempts,
+        turn ends) for the spans that close later. Calls first, then step
+        completions (a step's span closes over its calls), the run end last."""
+        parsed = [(entry, json.loads(entry.payload)) for entry in entries]
+        for entry, payload in parsed:
+            self._note(entry, payload)
         spans: List[SpanRecord] = []
-        for entry in entries:
-            if entry.function_id.startswith("turn:"):
-                self._note_turn(entry)
-        for entry in entries:
-            if entry.step == RUN_STEP:
-                if entry.ordinal == RUN_END:
-                    payload = json.loads(entry.payload)
-                    times = _times(payload)
-                    outcome = str(payload.get("outcome"))
-                    spans.append(self._root(outcome, "skipped: an action failed" if outcome == "skipped" else None,
-                                            times[1] if times else None, self._all_entries(), times))
-                continue
-            if entry.ordinal == FAILED_ATTEMPTS:
-                continue
-            if entry.ordinal == COMPLETION:
-                spans.extend(self._step_spans(entry))
+        for entry, payload in parsed:
+            if entry.step == RUN_STEP or entry.ordinal in (COMPLETION, FAILED_ATTEMPTS):
                 continue
             if entry.function_id.startswith("turn:"):
                 continue  # its span goes out with its step's completion (it has no end before)
-            span = self._call_span(entry)
+            span = self._call_span(entry, payload)
             if span is not None:
                 spans.append(span)
+        for entry, payload in parsed:
+            if entry.ordinal == COMPLETION:
+                spans.extend(self._step_spans(entry, payload))
+        for entry, payload in parsed:
+            if entry.step == RUN_STEP and entry.ordinal == RUN_END:
+                times = _times(payload)
+                outcome = str(payload.get("outcome"))
+                spans.append(self._root(outcome, "skipped: an action failed" if outcome == "skipped" else None,
+                                        times[1] if times else None, times))
         return spans
 
-    def _note_turn(self, entry: JournalEntry) -> None:
-        payload = json.loads(entry.payload)
+    def _note(self, entry: JournalEntry, payload: Dict[str, Any]) -> None:
+        """Keep what later spans need of ``entry`` (once per position)."""
+        position = (entry.step, entry.ordinal)
+        if position in self._noted:
+            return
+        self._noted.add(position)
         times = _times(payload)
-        if times is not None:
+        if times is not None and (self._started_ns is None or times[0] < self._started_ns):
+            self._started_ns = times[0]
+        if entry.ordinal == FAILED_ATTEMPTS:
+            failed = payload.get("failed")
+            self._failed_attempts[entry.step] = failed if isinstance(failed, int) else 0
+            return
+        kind = entry.function_id.partition(":")[0]
+        if kind == "turn" and times is not None:
             self._turns[entry.step] = (times[0], entry.function_id[len("turn:"):])
+        if times is not None:
+            for anchor in self._turns:
+                if entry.step.startswith(anchor + "/"):
+                    self._turn_ends[anchor] = max(self._turn_ends.get(anchor, 0), times[1])
+        if kind in ("tool", "mcp"):
+            self._tool_calls += 1
+        elif kind == "agent":  # a sub-agent's model calls: its tokens, journaled with its result
+            self._add_usage(_sub_agent_tokens(payload), None)
+        elif kind == "chat":
+            self._model_calls += 1
+            if "ok" in payload:
+                reply = plain_json(payload["ok"])
+                model, usage = usage_of_reply(reply) if isinstance(reply, Mapping) else (None, None)
+                request_model = self._settings.chat_models.get(entry.function_id[len("chat:"):], (None, None))[0]
+                self._add_usage(usage, self._settings.prices.cost(model or request_model, usage))
+
+    def _add_usage(self, usage: Optional[Usage], cost: Optional[float]) -> None:
+        if usage is not None:
+            self._usage = usage if self._usage is None else self._usage + usage
+        if cost is not None:
+            self._cost = cost if self._cost is None else self._cost + cost
 
     def _parent_of(self, step: str) -> int:
         for anchor in self._turns:
@@ -325,8 +361,7 @@ class RunTrace:
                 return self._id("turn", anchor)
         return self._id("step", _action_step(step))
 
-    def _step_spans(self, entry: JournalEntry) -> List[SpanRecord]:
-        payload = json.loads(entry.payload)
+    def _step_spans(self, entry: JournalEntry, payload: Dict[str, Any]) -> List[SpanRecord]:
         times = _times(payload)
         if times is None:
             return []  # written by a release before step times: nothing to place it by
@@ -339,7 +374,7 @@ class RunTrace:
             "flink_agents.events": [e.get("type", "").rpartition(":")[2] for e in payload.get("events", [])
                                     if isinstance(e, dict)],
         }
-        failed = self._failed_attempts(step)
+        failed = self._failed_attempts.get(step)
         if failed:
             attributes["flink_agents.failed_attempts"] = failed
         spans = [self._span(step_id, self._root_id, action, times, attributes)]
@@ -350,7 +385,7 @@ class RunTrace:
             framework, _, agent = name.partition("/")
             spans.append(self._span(
                 self._id("turn", anchor), step_id, f"invoke_agent {agent}",
-                (start, self._turn_end(anchor, times[1])),
+                (start, self._turn_ends.get(anchor, times[1])),
                 {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
                  "flink_agents.framework": framework, "flink_agents.step": anchor},
             ))
@@ -365,22 +400,7 @@ class RunTrace:
             ))
         return spans
 
-    def _failed_attempts(self, step: str) -> int:
-        for entry in self._all_entries():
-            if entry.step == step and entry.ordinal == FAILED_ATTEMPTS:
-                try:
-                    return int(json.loads(entry.payload).get("failed", 0))
-                except (ValueError, TypeError, AttributeError):
-                    return 0
-        return 0
-
-    def _turn_end(self, anchor: str, step_end: int) -> int:
-        ends = [t[1] for e in self._all_entries() if e.step.startswith(anchor + "/")
-                for t in [_times(json.loads(e.payload))] if t is not None]
-        return max(ends) if ends else step_end
-
-    def _call_span(self, entry: JournalEntry) -> Optional[SpanRecord]:
-        payload = json.loads(entry.payload)
+    def _call_span(self, entry: JournalEntry, payload: Dict[str, Any]) -> Optional[SpanRecord]:
         times = _times(payload)
         if times is None:
             return None
@@ -473,42 +493,12 @@ class RunTrace:
                 }])
         return f"chat {response_model or request_model or setup}"
 
-    def _root(self, outcome: str, error: Optional[str], ended_ns: Optional[int], entries: List[JournalEntry],
+    def _root(self, outcome: str, error: Optional[str], ended_ns: Optional[int],
               times: Optional[Tuple[int, int]] = None) -> SpanRecord:
+        """The run's span: its figures summed over every entry noted, once each."""
         self.root_emitted = True
-        total: Optional[Usage] = None
-        cost: Optional[float] = None
-        calls = {"chat": 0, "tool": 0}
-        for entry in entries:
-            kind = entry.function_id.partition(":")[0]
-            if kind in ("tool", "mcp"):
-                calls["tool"] += 1
-            if kind == "agent":  # a sub-agent's model calls: its tokens, journaled with its result
-                tokens = _sub_agent_tokens(entry.payload)
-                if tokens is not None:
-                    total = tokens if total is None else total + tokens
-                continue
-            if kind != "chat":
-                continue
-            calls["chat"] += 1
-            payload = json.loads(entry.payload)
-            if "ok" not in payload:
-                continue
-            reply = plain_json(payload["ok"])
-            model, usage = usage_of_reply(reply) if isinstance(reply, Mapping) else (None, None)
-            if usage is None:
-                continue
-            total = usage if total is None else total + usage
-            request_model = self._settings.chat_models.get(entry.function_id[len("chat:"):], (None, None))[0]
-            call_cost = self._settings.prices.cost(model or request_model, usage)
-            if call_cost is not None:
-                cost = call_cost if cost is None else cost + call_cost
-        for entry in entries:
-            times_of = _times(json.loads(entry.payload)) if entry.payload.startswith("{") else None
-            if times_of is not None and (self._started_ns is None or times_of[0] < self._started_ns):
-                self._started_ns = times_of[0]
-        start = min(v for v in (self._started_ns, times[0] if times else None) if v is not None) \
-            if (self._started_ns is not None or times) else (ended_ns or 0)
+        starts = [v for v in (self._started_ns, times[0] if times else None) if v is not None]
+        start = min(starts) if starts else (ended_ns or 0)
         end = ended_ns if ended_ns is not None else start
         attributes: Dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -517,13 +507,13 @@ class RunTrace:
             "flink_agents.seq": self._run[3],
             "flink_agents.journal_id": self._run[1],
             "flink_agents.outcome": outcome,
-            "flink_agents.model_calls": calls["chat"],
-            "flink_agents.tool_calls": calls["tool"],
+            "flink_agents.model_calls": self._model_calls,
+            "flink_agents.tool_calls": self._tool_calls,
         }
-        if total is not None:
-            attributes.update(_usage_attributes(total))
-        if cost is not None:
-            attributes["flink_agents.cost_usd"] = cost
+        if self._usage is not None:
+            attributes.update(_usage_attributes(self._usage))
+        if self._cost is not None:
+            attributes["flink_agents.cost_usd"] = self._cost
         return SpanRecord(self.trace_id, self._root_id, None, f"invoke_agent {self._settings.agent_name}",
                           "internal", start, max(start, end), attributes, error)
 
@@ -576,10 +566,9 @@ def settings_of(plan: Any, capture_content: bool, prices: PriceTable) -> TraceSe
     return TraceSettings(str(plan.agent).rpartition(".")[2], chat_models, capture_content, prices)
 
 
-def _sub_agent_tokens(payload: str) -> Optional[Usage]:
+def _sub_agent_tokens(data: Mapping[str, Any]) -> Optional[Usage]:
     """The tokens a sub-agent call's child counted (``[action, model,
     prompt, completion]`` each, ``token_usage.count_sub_agent``), summed."""
-    data = json.loads(payload)
     outcome = plain_json(data.get("ok")) if "ok" in data else None
     tokens = outcome.get("tokens") if isinstance(outcome, Mapping) else None
     if not isinstance(tokens, list):
