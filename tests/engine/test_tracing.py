@@ -308,3 +308,29 @@ def test_a_callback_wait_is_a_span_of_the_step_that_waited(receiver):
     step = _by_id(receiver.spans)[wait.parent_id]
     assert step.attributes["flink_agents.action"] == "wait"
     assert not any(s.attributes.get("flink_agents.callback.id") for s in receiver.spans)  # no capability in a span
+
+
+def test_an_agent_frameworks_turn_is_a_span_over_its_model_requests_and_tool_calls(receiver):
+    pytest.importorskip("pydantic_ai")
+    from tests.engine import test_framework_pydantic_ai as pydantic_turns
+    from tests.support.scripted_openai_server import OpenAIScriptedServer
+
+    with OpenAIScriptedServer([pydantic_turns._tool_calls(2), pydantic_turns._answer("0 and 2")]) as server:
+        pydantic_turns.SETTINGS["agent"] = pydantic_turns._agent(server.base_url)
+        try:
+            run_records(engine_for(pydantic_turns.PydanticAIAgent(), InMemoryJournalStore(), _tracing(receiver)),
+                        [("k", "go")])
+        finally:
+            pydantic_turns.SETTINGS.clear()
+            pydantic_turns.CALLS.clear()
+
+    spans = _by_id(receiver.spans)
+    (turn,) = [s for s in spans.values() if s.name == "invoke_agent reviewer"]
+    assert turn.attributes["flink_agents.framework"] == "pydantic_ai"
+    assert spans[turn.parent_id].attributes["flink_agents.action"] == "respond"
+    chats = [s for s in spans.values() if s.name.startswith("chat ")]
+    tools = [s for s in spans.values() if s.name == "execute_tool double"]
+    assert len(chats) == 2 and len(tools) == 2
+    assert all(s.parent_id == turn.span_id for s in chats + tools)
+    assert sorted(t.attributes.get("gen_ai.tool.call.id", "") for t in tools) != ["", ""]
+    assert turn.start_ns <= min(s.start_ns for s in chats) and max(s.end_ns for s in chats + tools) <= turn.end_ns
