@@ -32,6 +32,7 @@ from flink_agents.jobs.review_records import read_reviews
 from flink_agents.runtime.flink.operator import HOST_SILENCE_S
 from tests.support.flink_jobs import write_jsonl
 from tests.support.scripted_openai_server import ScriptedChatServer
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.standalone_cluster import REPO_ROOT, StandaloneCluster
 from tests.support.scripted_reviews import committed_outputs, expected_review_outputs, scripted_review_reply
 
@@ -42,9 +43,21 @@ SUBMIT_TIMEOUT_S = 150.0
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+def trace_receiver() -> Iterator[OtlpReceiver]:
+    """The OTLP receiver the cluster's TaskManagers export traces to."""
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, trace_receiver: OtlpReceiver) -> Iterator[StandaloneCluster]:
     directory = tmp_path_factory.mktemp("cluster")
-    started = StandaloneCluster.start(directory, taskmanagers=1, slots=3, env={"OPENAI_API_KEY": OPENAI_KEY})
+    # Traces configured the OpenTelemetry way, in the TaskManagers' environment.
+    tracing = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": trace_receiver.endpoint,
+               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "standalone-cluster",
+               "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    started = StandaloneCluster.start(directory, taskmanagers=1, slots=3,
+                                      env={"OPENAI_API_KEY": OPENAI_KEY, **tracing})
     print(f"\n[cluster] up at {started.rest_url} in {started.start_s:.1f} s")
     try:
         yield started
@@ -108,10 +121,14 @@ def test_cluster_status_and_an_idempotent_start(cluster: StandaloneCluster) -> N
     assert other_shape.returncode == 1 and "stop it first" in other_shape.stderr
 
 
-def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_outputs, tmp_path) -> None:
+def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_outputs, tmp_path,
+                                                              trace_receiver) -> None:
     """The job's default execution mode (thread): the TaskManager's embedded
     interpreter finds pemja and the project through the python.pythonpath
-    the runtime set; the journal is the default SQLite one beside the output."""
+    the runtime set; the journal is the default SQLite one beside the output.
+    The TaskManager's OTEL_* environment sends each record's trace to the
+    test's receiver."""
+    spans_before = len(trace_receiver.spans)
     output = tmp_path / "thread.jsonl"
     elapsed = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py"),
                       "--output", str(output), "--parallelism", "2", "--restart-attempts", "0")
@@ -120,6 +137,18 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     assert (tmp_path / "thread.jsonl.journal.db").is_file()
     jobs = [job for job in cluster.jobs() if job["name"] == "review-analysis"]
     assert jobs and all(job["state"] == "FINISHED" for job in jobs)
+    deadline = time.monotonic() + 15  # a finished job's operator flushed its spans at close
+    while time.monotonic() < deadline:
+        roots = [s for s in trace_receiver.spans[spans_before:] if s.parent_id is None]
+        if len(roots) >= len(local_outputs):
+            break
+        time.sleep(0.2)
+    spans = trace_receiver.spans[spans_before:]
+    roots = [s for s in spans if s.parent_id is None]
+    assert len(roots) == len(local_outputs), f"{len(roots)} traces for {len(local_outputs)} records"
+    assert {s.service_name for s in spans} == {"standalone-cluster"}
+    assert len({s.trace_id for s in roots}) == len(roots)
+    assert sum(1 for s in spans if s.name.startswith("chat ")) >= len(local_outputs)
 
 
 def _without_job_scoped_ids(record: Any) -> Any:

@@ -185,6 +185,9 @@ def test_content_is_captured_only_when_asked_and_redacted(receiver, scripted_cha
     outputs = [s.attributes["gen_ai.output.messages"] for name, group in spans.items() if name.startswith("chat ")
                for s in group]
     assert any("notify_shipping_manager" in text for text in outputs)
+    inputs = [s.attributes["gen_ai.input.messages"] for name, group in spans.items() if name.startswith("chat ")
+              for s in group]
+    assert len(inputs) == 2 and all('"role": "user"' in text and "crushed" in text for text in inputs)
     assert any("postgresql://app:***@db/x" in text for text in outputs)
     assert not any("hunter2" in text for text in outputs)
     (tool,) = spans["execute_tool notify_shipping_manager"]

@@ -231,6 +231,9 @@ class ActionContext(RunnerContext):
                 failed attempt counted, counts nothing twice.
         """
         step, ordinal = self._next_position()
+        trace = self.runtime_run.trace
+        if trace is not None and trace.captures_content and function_id.startswith("chat:"):
+            trace.note_prompt(step, ordinal, digest_args[0])  # the messages asked (not journaled: for the span)
         result = await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
         if count is not None and (step, ordinal) not in self.runtime_run.counted:
             self.runtime_run.counted.add((step, ordinal))

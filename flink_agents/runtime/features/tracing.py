@@ -41,8 +41,9 @@ its journaled model calls by position, whichever attempt made them.
 ``tracing.capture_message_content``), as the conventions ask, and are always
 redacted of callback capabilities (``capability_redaction``) and of secrets
 (``api.redaction``'s rule: secret-named fields, URL passwords, bearer
-credentials). Prompts are not journaled (only their digest),
-so ``gen_ai.input.messages`` is never set.
+credentials). A built-in model call's messages (``gen_ai.input.messages``)
+are not journaled (only their digest): they are noted as the call is made
+(``note_prompt``), so a span a replay exports has none.
 
 This module builds spans (``SpanRecord``); ``otel_export`` hands them to the
 OpenTelemetry SDK. With tracing off the engine builds no ``RunTrace``: the
@@ -188,6 +189,7 @@ class RunTrace:
         self._started_ns: Optional[int] = None
         self._exported: set[int] = set()
         self._callbacks: List[Tuple[str, int, str, int, int, str]] = []  # waits ended, not yet emitted
+        self._prompts: Dict[Tuple[str, int], Any] = {}  # model calls' messages (content capture)
         # The run's figures, kept as its entries pass (``_note``).
         self._noted: set[Tuple[str, int]] = set()
         self._failed_attempts: Dict[str, int] = {}
@@ -241,6 +243,17 @@ class RunTrace:
 
     def _committed(self, entries: List[JournalEntry]) -> None:
         self._send(self._spans_of(entries, self._completed_steps(entries)))
+
+    @property
+    def captures_content(self) -> bool:
+        """Whether spans record message content (module docstring)."""
+        return self._settings.capture_content
+
+    def note_prompt(self, step: str, ordinal: int, messages: Any) -> None:
+        """The messages a built-in model call at ``(step, ordinal)`` asks
+        with, for its span's ``gen_ai.input.messages`` (content capture on;
+        not journaled, so a span exported by a replay has none)."""
+        self._prompts[(step, ordinal)] = messages
 
     def callback_waited(self, step: str, ordinal: int, purpose: str, created_ms: int, finished_ms: int,
                         state: str) -> None:
@@ -417,6 +430,9 @@ class RunTrace:
         span_kind = "internal"
         if kind == "chat":
             title, span_kind = self._chat_attributes(name, result, attributes), "client"
+            prompt = self._prompts.pop((entry.step, entry.ordinal), None)
+            if prompt is not None and self._settings.capture_content:
+                attributes["gen_ai.input.messages"] = _content(_as_parts(prompt))
         elif kind in ("tool", "mcp"):
             tool = name.rpartition("/")[2] if kind == "mcp" else name
             title = f"execute_tool {tool}"
@@ -579,3 +595,26 @@ def _sub_agent_tokens(data: Mapping[str, Any]) -> Optional[Usage]:
             usage = Usage(entry[2], entry[3])
             total = usage if total is None else total + usage
     return total
+
+
+def _as_parts(messages: Any) -> Any:
+    """Chat messages (``ChatMessage`` dumps) in the conventions' shape:
+    ``[{"role", "parts": [{"type": "text", "content"}, ...]}]``."""
+    if not isinstance(messages, list):
+        return messages
+    shaped = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            shaped.append(message)
+            continue
+        parts: List[Dict[str, Any]] = []
+        if message.get("content") not in (None, ""):
+            parts.append({"type": "text", "content": message.get("content")})
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name"),
+                              "arguments": function.get("arguments")})
+        role = message.get("role")
+        shaped.append({"role": getattr(role, "value", role), "parts": parts})
+    return shaped
