@@ -268,7 +268,8 @@ class AnthropicScriptedServer(ScriptedServer):
             "model": request.get("model"),
             "stop_reason": reply.get("stop_reason") or ("tool_use" if calls_tools else "end_turn"),
             "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": _words(content)},
+            # a reply's usage_extra (cache_read_input_tokens, ...) is merged in
+            "usage": {"input_tokens": input_tokens, "output_tokens": _words(content), **(reply.get("usage_extra") or {})},
         }
         self.sent.append(body)
         return 200, body

@@ -266,7 +266,9 @@ class DashScopeScriptedServer(ScriptedServer):
             "request_id": str(uuid.uuid4()),
             "output": {"choices": [{"finish_reason": "tool_calls" if calls else "stop", "message": message}]},
             "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                      "total_tokens": input_tokens + output_tokens},
+                      "total_tokens": input_tokens + output_tokens,
+                      **(reply.get("usage_extra") or {})},  # e.g. prompt_tokens_details
+
         }
         return self._sent(body)
 

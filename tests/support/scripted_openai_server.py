@@ -7,7 +7,9 @@ answered from a script of replies. (Ollama's dialect, strictly:
 ``tests/support/scripted_ollama_server.py``.)
 
 A reply is an OpenAI chat ``message`` dict, e.g. ``{"role": "assistant",
-"content": "hi"}`` or one carrying ``tool_calls``. Replies are served in order,
+"content": "hi"}`` or one carrying ``tool_calls``; its ``usage_extra``
+(``{"prompt_tokens_details": {"cached_tokens": 3}}``) is merged into the
+response's ``usage``. Replies are served in order,
 one per request. Once
 the script is exhausted the server answers 500 with a JSON error naming the
 request index. Every request received takes the next index, including one
@@ -76,6 +78,7 @@ class ScriptedChatServer(ScriptedServer):
 
 def _openai_response(request: dict, message: dict, index: int) -> dict:
     message = copy.deepcopy(message)
+    usage_extra = message.pop("usage_extra", None) or {}  # e.g. prompt_tokens_details: merged into usage
     message.setdefault("role", "assistant")
     message.setdefault("content", None)
     tool_calls = message.get("tool_calls")
@@ -107,6 +110,7 @@ def _openai_response(request: dict, message: dict, index: int) -> dict:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            **usage_extra,
         },
     }
 

@@ -159,6 +159,25 @@ def test_plain_answer_records_usage_stop_reason_and_model():
     assert server.exchanges[0].headers["anthropic-version"]
 
 
+def test_cache_reads_and_writes_count_in_the_input_and_reads_as_cached():
+    reply_with_cache = {"role": "assistant", "content": "Four stars.",
+                        "usage_extra": {"cache_read_input_tokens": 100, "cache_creation_input_tokens": 20}}
+    with AnthropicScriptedServer([reply_with_cache]) as server:
+        connection = _connection(server)
+        try:
+            reply = connection.chat([ChatMessage(content="nice shoes")], model="claude-test", max_tokens=64)
+        finally:
+            connection.close()
+    (sent,) = server.sent
+    # prompt_tokens is every input token (uncached + cache reads + cache writes), as OpenAI counts them
+    assert reply.extra_args["usage"] == {
+        "prompt_tokens": sent["usage"]["input_tokens"] + 120,
+        "completion_tokens": sent["usage"]["output_tokens"],
+        "cached_tokens": 100,
+    }
+    assert reply.extra_args["model_name"] == "claude-test"
+
+
 def test_achat_uses_an_async_client_per_event_loop():
     replies = [{"role": "assistant", "content": f"answer {n}", "stop_reason": "max_tokens"} for n in range(2)]
     with AnthropicScriptedServer(replies) as server:

@@ -537,3 +537,22 @@ def test_strict_schemas_close_every_object_and_require_every_property() -> None:
     assert (part["additionalProperties"], part["required"]) == (False, ["default", "note"])
     assert "default" in part["properties"] and "default" not in part["properties"]["default"]
     assert strict["properties"]["parts"]["items"] == {"$ref": "#/$defs/Part"}
+
+
+def test_cached_and_reasoning_tokens_reach_the_reply_when_reported(scripted_chat_server):
+    server = scripted_chat_server
+    server.replies.extend([
+        {"content": "Positive.", "usage_extra": {"prompt_tokens_details": {"cached_tokens": 2},
+                                                  "completion_tokens_details": {"reasoning_tokens": 1}}},
+        {"content": "Positive."},
+    ])
+    connection = OpenAIChatModelConnection(base_url=server.base_url)
+    try:
+        detailed = _setup_over(connection).chat([ChatMessage(content="great shoes")])
+        plain = _setup_over(connection).chat([ChatMessage(content="great shoes")])
+    finally:
+        connection.close()
+    assert detailed.extra_args["usage"] == {"prompt_tokens": 2, "completion_tokens": 1, "cached_tokens": 2,
+                                            "reasoning_tokens": 1}
+    assert plain.extra_args["usage"] == {"prompt_tokens": 2, "completion_tokens": 1}  # not reported: absent
+    assert detailed.extra_args["model_name"] == server.requests[0]["model"]

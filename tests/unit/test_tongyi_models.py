@@ -111,6 +111,22 @@ def test_plain_answer_usage_and_request(monkeypatch):
     }
 
 
+def test_cached_and_reasoning_tokens_when_dashscope_reports_them(monkeypatch):
+    monkeypatch.setenv("DASHSCOPE_API_KEY", KEY)
+    reply = {"role": "assistant", "content": "Hello from Qwen",
+             "usage_extra": {"prompt_tokens_details": {"cached_tokens": 1},
+                             "output_tokens_details": {"reasoning_tokens": 2}}}
+    with DashScopeScriptedServer([reply]) as server:
+        connection = TongyiChatModelConnection(base_url=server.base_url)
+        answer = connection.chat(HI, model="qwen-plus")
+    sent_usage = server.sent[0]["usage"]
+    assert answer.extra_args["usage"] == {
+        "prompt_tokens": sent_usage["input_tokens"], "completion_tokens": sent_usage["output_tokens"],
+        "cached_tokens": 1, "reasoning_tokens": 2,
+    }
+    assert answer.extra_args["model_name"] == "qwen-plus"
+
+
 def test_tool_call_loop_through_the_local_runner():
     tool_call = {"role": "assistant", "content": None, "tool_calls": [{
         "id": "call_abc", "type": "function",

@@ -181,6 +181,22 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+def dashscope_usage(usage: Any) -> Dict[str, int]:
+    """DashScope's ``usage`` (a dict) as ``{"prompt_tokens",
+    "completion_tokens"[, "cached_tokens"][, "reasoning_tokens"]}``."""
+    fields = {
+        "prompt_tokens": int(usage.get("input_tokens") or 0),
+        "completion_tokens": int(usage.get("output_tokens") or 0),
+    }
+    for name, details, key in (("cached_tokens", "prompt_tokens_details", "cached_tokens"),
+                               ("reasoning_tokens", "output_tokens_details", "reasoning_tokens")):
+        found = usage.get(details)
+        value = found.get(key) if isinstance(found, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            fields[name] = value
+    return fields
+
+
 def from_dashscope_response(response: Any, model: str, extract_reasoning: bool = False) -> ChatMessage:  # noqa: FBT001
     """A successful generation response (``result_format="message"``) as the reply.
 
@@ -198,7 +214,10 @@ def from_dashscope_response(response: Any, model: str, extract_reasoning: bool =
         as ``{"id", "type": "function", "function": {"name", "arguments":
         dict (the model's text when it is not a JSON object: the tool action
         answers it with an error result)}, "original_id"}``, ``extra_args`` with ``usage``
-        (``prompt_tokens``/``completion_tokens``), ``model_name`` and
+        (``prompt_tokens``/``completion_tokens``, and ``cached_tokens`` /
+        ``reasoning_tokens`` from ``prompt_tokens_details.cached_tokens`` /
+        ``output_tokens_details.reasoning_tokens`` when DashScope reports
+        them), ``model_name`` and
         ``stop_reason`` (DashScope's ``finish_reason``).
 
     Raises:
@@ -231,10 +250,7 @@ def from_dashscope_response(response: Any, model: str, extract_reasoning: bool =
     extra: Dict[str, Any] = {"model_name": model}
     usage = response.usage
     if usage:
-        extra["usage"] = {
-            "prompt_tokens": int(usage.get("input_tokens") or 0),
-            "completion_tokens": int(usage.get("output_tokens") or 0),
-        }
+        extra["usage"] = dashscope_usage(usage)
     if choice.get("finish_reason"):
         extra["stop_reason"] = choice["finish_reason"]
     reasoning = message.get("reasoning_content")

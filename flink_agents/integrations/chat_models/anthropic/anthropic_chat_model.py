@@ -216,6 +216,21 @@ def _structured_output_tool(schema: OutputSchema) -> Dict[str, Any]:
     }
 
 
+def anthropic_usage(usage: Any) -> Dict[str, int]:
+    """An Anthropic ``Usage`` as ``{"prompt_tokens" (every input token:
+    uncached, cache reads and cache writes), "completion_tokens"[,
+    "cached_tokens" (cache reads)]}``."""
+    read = getattr(usage, "cache_read_input_tokens", None)
+    created = getattr(usage, "cache_creation_input_tokens", None)
+    fields = {
+        "prompt_tokens": (usage.input_tokens or 0) + (read or 0) + (created or 0),
+        "completion_tokens": usage.output_tokens or 0,
+    }
+    if isinstance(read, int):
+        fields["cached_tokens"] = read
+    return fields
+
+
 def from_anthropic_message(message: Any, output_tool: str | None = None) -> ChatMessage:
     """A Messages API response as the reply message.
 
@@ -233,7 +248,12 @@ def from_anthropic_message(message: Any, output_tool: str | None = None) -> Chat
         ``{"id", "type": "function", "function": {"name", "arguments":
         dict}, "original_id"}`` (both ids Anthropic's ``tool_use`` id; the
         runtime assigns its own), ``extra_args`` ``{"model_name",
-        "stop_reason", "usage": {"prompt_tokens", "completion_tokens"}}``.
+        "stop_reason", "usage": {"prompt_tokens", "completion_tokens"[,
+        "cached_tokens"]}}``. ``prompt_tokens`` is the whole input, as
+        OpenAI counts it: Anthropic's ``input_tokens`` (the uncached rest)
+        plus ``cache_read_input_tokens`` plus ``cache_creation_input_tokens``;
+        ``cached_tokens`` is ``cache_read_input_tokens``, present when the
+        response reports it (``runtime.execution.usage``).
 
     Raises:
         ModelResponseError: A ``tool_use`` input is not a JSON object.
@@ -262,10 +282,7 @@ def from_anthropic_message(message: Any, output_tool: str | None = None) -> Chat
         text = json.dumps(answer)
     extra: Dict[str, Any] = {"model_name": message.model, "stop_reason": message.stop_reason}
     if message.usage is not None:
-        extra["usage"] = {
-            "prompt_tokens": message.usage.input_tokens,
-            "completion_tokens": message.usage.output_tokens,
-        }
+        extra["usage"] = anthropic_usage(message.usage)
     return ChatMessage(role=MessageRole.ASSISTANT, content=text, tool_calls=calls, extra_args=extra)
 
 

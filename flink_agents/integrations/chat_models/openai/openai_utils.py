@@ -166,6 +166,20 @@ def convert_from_openai_message(message: Any, extra_args: Dict[str, Any], *, pro
     )
 
 
+def openai_usage(usage: Any) -> Dict[str, int]:
+    """A ``CompletionUsage`` as ``{"prompt_tokens", "completion_tokens"[,
+    "cached_tokens"][, "reasoning_tokens"]}`` (the details only when
+    reported: ``runtime.execution.usage``)."""
+    fields: Dict[str, int] = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+    if isinstance(cached, int):
+        fields["cached_tokens"] = cached
+    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+    if isinstance(reasoning, int):
+        fields["reasoning_tokens"] = reasoning
+    return fields
+
+
 def from_openai_completion(completion: Any, *, provider: str = "openai", model_name: str | None = None) -> ChatMessage:
     """The reply message of a ``ChatCompletion`` (its first choice).
 
@@ -177,7 +191,12 @@ def from_openai_completion(completion: Any, *, provider: str = "openai", model_n
 
     Returns:
         As ``convert_from_openai_message``, with ``extra_args``:
-        ``"usage": {"prompt_tokens", "completion_tokens"}`` when reported,
+        ``"usage": {"prompt_tokens", "completion_tokens"[, "cached_tokens"][,
+        "reasoning_tokens"]}`` when reported (the last two from
+        ``prompt_tokens_details.cached_tokens`` and
+        ``completion_tokens_details.reasoning_tokens``, only when the
+        provider reports them; ``prompt_tokens`` counts the cached ones,
+        ``completion_tokens`` the reasoning ones, as OpenAI does),
         ``"model_name"`` and ``"stop_reason"`` (the choice's ``finish_reason``).
 
     Raises:
@@ -189,7 +208,7 @@ def from_openai_completion(completion: Any, *, provider: str = "openai", model_n
     extra: Dict[str, Any] = {}
     usage = getattr(completion, "usage", None)
     if usage is not None:
-        extra["usage"] = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+        extra["usage"] = openai_usage(usage)
     name = model_name or getattr(completion, "model", None)
     if name:
         extra["model_name"] = name
