@@ -5,6 +5,7 @@ section of Flink's YAML file (public names re-exported by
 from __future__ import annotations
 
 import enum
+import json
 import math
 from pathlib import Path
 from typing import Any, Dict, Mapping, Type
@@ -19,7 +20,8 @@ _FALSE = frozenset({"false", "no", "off", "0"})
 def type_name(config_type: Type[Any]) -> str:
     if isinstance(config_type, type) and issubclass(config_type, enum.Enum):
         return f"one of {', '.join(repr(str(m.value)) for m in config_type)}"
-    return {int: "an integer", float: "a number", bool: "a boolean", str: "a string", list: "a list"}.get(
+    return {int: "an integer", float: "a number", bool: "a boolean", str: "a string", list: "a list",
+            dict: "a mapping or a JSON object string"}.get(
         config_type, getattr(config_type, "__name__", str(config_type))
     )
 
@@ -32,7 +34,7 @@ def convert_value(key: str, value: Any, config_type: Type[Any]) -> Any:
     ``true``/``false``/``yes``/``no``/``on``/``off`` in any case; for ``str``
     a string or a number; for an ``Enum`` a member, its value or its name
     (any case); for ``list`` a list, a tuple or a string split at ``;`` or
-    ``,``. 0.3.1 calls ``config_type(value)``, which reads ``"false"`` as
+    ``,``; for ``dict`` a mapping or a string holding a JSON object. 0.3.1 calls ``config_type(value)``, which reads ``"false"`` as
     true; this does not.
 
     Raises:
@@ -102,6 +104,14 @@ def _convert(value: Any, config_type: Type[Any]) -> Any:
         if isinstance(value, str):
             separator = ";" if ";" in value else ","
             return [part.strip() for part in value.split(separator) if part.strip()]
+        raise TypeError(value)
+    if config_type is dict:
+        if isinstance(value, Mapping):
+            return dict(value)
+        if isinstance(value, str):
+            parsed = json.loads(value)
+            if isinstance(parsed, dict):
+                return parsed
         raise TypeError(value)
     if isinstance(value, config_type):
         return value

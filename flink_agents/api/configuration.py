@@ -75,8 +75,11 @@ class ConfigOption:
 
     Args:
         key: The key, as written in code and in ``config.yaml``.
-        config_type: ``int``, ``float``, ``bool``, ``str``, ``list`` or an
-            ``Enum`` class.
+        config_type: ``int``, ``float``, ``bool``, ``str``, ``list``,
+            ``dict`` or an ``Enum`` class. A ``dict`` option set as a nested
+            mapping (flattened to dotted keys by ``Configuration`` and the
+            YAML loader) reads as the flat remainder of its keys:
+            ``usage.prices.gpt-4o.input: 2.5`` gives ``{"gpt-4o.input": 2.5}``.
         default: The value when no spelling of the key is set (not converted).
         description: What the option does, for the docs.
         aliases: Other spellings of the key: strings (same type and meaning)
@@ -215,6 +218,8 @@ class ReadableConfiguration(Mapping[str, Any], ABC):
         found: List[Tuple[str, Any, Any]] = []
         for key in option.keys:
             raw = Mapping.get(self, key)
+            if raw is None and option.get_type() is dict:
+                raw = self.get_config_data_by_prefix(key) or None  # a nested mapping, flattened
             if raw is not None:
                 found.append((key, raw, option.convert(raw, key)))
         if not found:

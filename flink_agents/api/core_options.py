@@ -27,6 +27,7 @@ import functools
 from enum import Enum
 from typing import Any, Dict, FrozenSet, Mapping, Tuple
 
+from flink_agents.api._prices import parse_prices
 from flink_agents.api.configuration import ConfigAlias, ConfigOption, ReadableConfiguration, readable
 
 __all__ = [
@@ -96,6 +97,11 @@ def _positive(value: float) -> bool:
 
 def _non_negative(value: float) -> bool:
     return value >= 0
+
+
+def _valid_prices(prices: Mapping[str, Any]) -> bool:
+    parse_prices(prices)  # raises ValueError naming the model and field
+    return True
 
 
 _NOT_USED = "Declared for 0.3.1 compatibility; not used: this runtime journals into its own stores (journal.store)."
@@ -414,6 +420,12 @@ class RuntimeOptions:
         "tracing.capture_message_content", bool, None,
         description="Record model output and tool results in spans when "
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is not set (default false; redacted of secrets).",
+    )
+    USAGE_PRICES = ConfigOption(
+        "usage.prices", dict, None, check=_valid_prices,
+        requirement="must map each model to {input, output[, cached_input]} in USD per million tokens",
+        description="Prices per model in USD per million tokens ({model: {input, output, cached_input}}): "
+        "the cost of each model call, record and key (docs/durability.md#usage).",
     )
 
 

@@ -280,18 +280,19 @@ async def _ask(
     # Tokens counted from the journaled reply, once per call in this engine
     # (a replay after a restart too; ActionContext.journaled_call).
     reply = await _journaled(ctx)(f"chat:{model}", digest, ask,
-                                  count=lambda answer: _count_tokens(ctx, setup, model, answer))
+                                  count=lambda answer, position: _count_tokens(ctx, setup, model, answer, position))
     if not isinstance(reply, ChatMessage):
         raise TypeError(f"chat model {model!r} returned a {type(reply).__name__}, not a ChatMessage")
     return reply
 
 
-def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any) -> Any:
-    """Built-in metrics ``action.<action>.model.<model>.promptTokens`` and
-    ``.completionTokens`` (Flink Agents 0.3.1's names) of a model call whose
-    reply reached the action, run or replayed, once per call and engine
+def _count_tokens(ctx: RunnerContext, setup: Any, resource: str, reply: Any, position: Any) -> None:
+    """Built-in metrics ``action.<action>.model.<model>.promptTokens``,
+    ``.completionTokens`` (Flink Agents 0.3.1's names), ``.cachedTokens``,
+    ``.reasoningTokens`` and ``.costMicroUsd`` of a model call whose reply
+    reached the action, run or replayed, once per call and run
     (``runtime.execution.token_usage``)."""
-    return count_tokens(ctx.action_metric_group, getattr(setup, "model", None), resource, reply)
+    count_tokens(ctx.runtime_run, ctx.action_name, position, setup, resource, reply)
 
 
 def _result_renderers(ctx: RunnerContext, model: str) -> Dict[str, Callable[[Any, str | None], str]]:

@@ -17,6 +17,8 @@ checked and typed as a ``DurableContext``:
 - ``journaled_call_at(step, function_id, digest_args, run)``: the awaited
   ``run()`` journaled at ``step`` under an anchor (a model request, a tool
   call); a replay returns the journaled result, or re-raises its error.
+  With ``count_usage`` (a model request), the ``usage`` and ``model`` of
+  the stored dict are counted in the metrics once per run.
 - ``record_at(step, function_id, produce)``: a value the run decides itself
   (a turn's start: its clock, its prompt), journaled at ``step``; commits
   with the run's next write.
@@ -33,6 +35,10 @@ anchor: the framework's run id) and ``tool_call_id(turn_id, request, index)``.
 **The codec** (what the journal keeps): ``encode``/``decode`` (an
 ``EncodeError`` names what cannot be journaled), ``trust_package`` (stored
 data may name classes of a framework's package).
+
+**Usage** (``Usage``): the one shape of a model call's tokens
+(``runtime.execution.usage``), which a framework's model request journals
+beside its response.
 
 **Tool results**: ``json_data`` (a value as JSON data, as the built-in tool
 action shows it), ``wrap_untrusted`` (text from outside, marked as data).
@@ -53,6 +59,7 @@ from flink_agents.runtime.durability.codec import EncodeError, decode, encode
 from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.ids import RunIdentity, framework_tool_call_id, framework_turn_id
 from flink_agents.runtime.execution.context import ActionContext
+from flink_agents.runtime.execution.usage import Usage
 from flink_agents.runtime.features.conversation import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
@@ -72,6 +79,7 @@ __all__ = [
     "EncodeError",
     "MESSAGE_OVERHEAD_TOKENS",
     "RunIdentity",
+    "Usage",
     "action_context",
     "compact",
     "conversation_path",
@@ -110,6 +118,7 @@ class DurableContext(Protocol):
 
     async def journaled_call_at(
         self, step: str, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
+        count_usage: bool = False,
     ) -> Any: ...
 
     def record_at(self, step: str, function_id: str, produce: Callable[[], Any]) -> Any: ...

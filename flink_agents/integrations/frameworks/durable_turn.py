@@ -22,9 +22,12 @@ model request and tool call then goes through a ``DurableTurn``:
   with the first model request, so a plain turn costs 2 writes as a native
   one (the start, then the reply with the run's end), a replay 0.
 - **Followers.** A model request is journaled as ``{"content", "tool_calls",
-  "response"}`` (the first two in ``ChatMessage`` shape, ``response`` the
-  framework's own JSON), so the progress stream shows a ``model_reply``
-  with its tool calls, and each ``tool:<name>`` result, as for native turns.
+  "response"[, "usage"][, "model"]}`` (the first two in ``ChatMessage``
+  shape, ``response`` the framework's own JSON, ``usage`` its tokens as
+  ``Usage.as_dict()`` and ``model`` the responding model, read from the
+  framework's response by the integration), so the progress stream shows a
+  ``model_reply`` with its tool calls and usage, and each ``tool:<name>``
+  result, as for native turns; the metrics count the usage once.
 - **Ids, randomness, clock.** ``run_id`` and ``new_id`` derive from the
   record's identity and the anchor (UUIDv5); ``now`` is the journaled start
   time; ``random`` is seeded from the run id.
@@ -62,7 +65,7 @@ import flink_agents.runtime.durable as durable
 
 __all__ = [
     "USAGE_KEY", "DurableTurn", "ToolCallView", "UsageLedger", "current_turn", "in_journaled_body",
-    "require_action_context", "steering_texts",
+    "require_action_context", "steering_texts", "token_count",
 ]
 
 # (id, name, arguments as JSON text) of one tool call in a model response.
@@ -110,6 +113,12 @@ def split_usage(stored: Any) -> Tuple[Any, Any]:
     if isinstance(stored, dict) and len(stored) == 2 and USAGE_KEY in stored and "unit" in stored:
         return stored["unit"], stored[USAGE_KEY]
     return stored, None
+
+
+def token_count(value: Any) -> Optional[int]:
+    """``value`` when it is a token count (an int >= 0) in a framework's
+    response JSON, else None (a model request's ``usage`` reader)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def current_turn() -> Optional["DurableTurn"]:
@@ -274,6 +283,7 @@ class DurableTurn:
         digest: Any,
         call: Callable[[int], Awaitable[Any]],
         view: Callable[[Any], Tuple[Optional[str], Sequence[ToolCallView]]],
+        usage: Optional[Callable[[Any], Tuple[Optional[str], Optional[durable.Usage]]]] = None,
     ) -> Any:
         """Journal one model request.
 
@@ -286,6 +296,11 @@ class DurableTurn:
                 with ``tool_call_id(request_index, j)``.
             view: ``(text, [(id, name, arguments)])`` of a response, for
                 followers.
+            usage: ``(response model name, Usage)`` of a response, either
+                None where the framework reports none: journaled beside the
+                response as ``"usage"`` (``Usage.as_dict()``) and
+                ``"model"``, out of the digest, and counted in the metrics
+                once per run (``runtime.execution.token_usage``).
 
         Returns:
             The response JSON ``call`` returned (journaled, or replayed).
@@ -300,7 +315,7 @@ class DurableTurn:
             with _journaled_body():
                 response = await call(index)
             content, calls = view(response)
-            return {
+            stored: Dict[str, Any] = {
                 "content": content,
                 "tool_calls": [
                     {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -308,8 +323,17 @@ class DurableTurn:
                 ],
                 "response": response,
             }
+            if usage is not None:
+                model, used = usage(response)
+                if used is not None:
+                    stored["usage"] = used.as_dict()
+                if model:
+                    stored["model"] = model
+            return stored
 
-        stored = await self._ctx.journaled_call_at(f"{self.anchor}/m{index}", self.chat_function_id, digest, run)
+        stored = await self._ctx.journaled_call_at(
+            f"{self.anchor}/m{index}", self.chat_function_id, digest, run, count_usage=True,
+        )
         return stored["response"]
 
     async def tool_call(

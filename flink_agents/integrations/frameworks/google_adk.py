@@ -87,10 +87,10 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import BaseModel, PrivateAttr
 
-from flink_agents.runtime.durable import trust_package
+from flink_agents.runtime.durable import Usage, trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
-    DurableTurn, current_turn, require_action_context, steering_texts,
+    DurableTurn, current_turn, require_action_context, steering_texts, token_count,
 )
 
 # A turn's journal rows hold ADK events and the google-genai types in them; stored data may
@@ -302,7 +302,11 @@ class JournaledLlm(BaseLlm):
             responses = [r async for r in self.inner.generate_content_async(request, stream)]
             return [_rewrite_call_ids(turn, index, r).model_dump(mode="json", exclude_none=True) for r in responses]
 
-        stored = await turn.model_request(_request_digest(request), call, _view)
+        def usage(responses: List[Dict[str, Any]]) -> Tuple[Optional[str], Optional[Usage]]:
+            model, used = response_usage(responses)
+            return model or (self.model if isinstance(self.model, str) else None), used
+
+        stored = await turn.model_request(_request_digest(request), call, _view, usage)
         for response in stored:
             yield LlmResponse.model_validate(response)
 
@@ -339,6 +343,25 @@ def _dump(value: Any) -> Any:
     if isinstance(value, list):
         return [_dump(v) for v in value]
     return value if value is None or isinstance(value, (str, int, float, bool, dict)) else repr(value)
+
+
+def response_usage(responses: List[Dict[str, Any]]) -> Tuple[Optional[str], Optional[Usage]]:
+    """``(model_version, Usage)`` of a journaled request's responses: the
+    last ``usage_metadata`` (a stream reports its totals at the end):
+    input ``prompt_token_count`` (cached ones included), output
+    ``candidates_token_count`` plus ``thoughts_token_count``, reasoning
+    ``thoughts_token_count``, cached ``cached_content_token_count``."""
+    model = next((r["model_version"] for r in reversed(responses)
+                  if isinstance(r.get("model_version"), str) and r["model_version"]), None)
+    usage = next((r["usage_metadata"] for r in reversed(responses) if isinstance(r.get("usage_metadata"), dict)), None)
+    if usage is None:
+        return model, None
+    thoughts = token_count(usage.get("thoughts_token_count"))
+    return model, Usage(
+        token_count(usage.get("prompt_token_count")) or 0,
+        (token_count(usage.get("candidates_token_count")) or 0) + (thoughts or 0),
+        token_count(usage.get("cached_content_token_count")), thoughts,
+    )
 
 
 def _view(responses: List[Dict[str, Any]]) -> Tuple[Optional[str], List[Tuple[str, str, str]]]:

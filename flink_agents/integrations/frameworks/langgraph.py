@@ -75,10 +75,10 @@ except ImportError as error:  # pragma: no cover - depends on the extra
         "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents[langgraph]'"
     ) from error
 
-from flink_agents.runtime.durable import trust_package
+from flink_agents.runtime.durable import Usage, trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
-    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts, token_count,
 )
 
 # A turn's journal rows hold LangChain messages and LangGraph's values; stored data may
@@ -159,6 +159,24 @@ def _text(content: Any) -> Optional[str]:
     parts = [b if isinstance(b, str) else b.get("text", "") for b in content or []
              if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")]
     return "".join(parts) or None
+
+
+def response_usage(response: Dict[str, Any]) -> Tuple[Optional[str], Optional[Usage]]:
+    """``(model, Usage)`` of a journaled reply: the ``AIMessage``'s
+    ``usage_metadata`` (``input_tokens`` counts cache reads;
+    ``input_token_details.cache_read``, ``output_token_details.reasoning``
+    when given) and ``response_metadata``'s ``model_name`` (or ``model``)."""
+    data = response["message"]["data"]
+    metadata = data.get("response_metadata") or {}
+    model = metadata.get("model_name") or metadata.get("model")
+    model = model if isinstance(model, str) and model else None
+    usage = data.get("usage_metadata")
+    if not isinstance(usage, dict):
+        return model, None
+    cached = (usage.get("input_token_details") or {}).get("cache_read")
+    reasoning = (usage.get("output_token_details") or {}).get("reasoning")
+    return model, Usage(token_count(usage.get("input_tokens")) or 0, token_count(usage.get("output_tokens")) or 0,
+                        token_count(cached), token_count(reasoning))
 
 
 def _view(response: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCallView]]:
@@ -254,7 +272,7 @@ class DurableChatModel(BaseChatModel):
                 "llm_output": result.llm_output,
             }, default=str))
 
-        response = await turn.model_request(digest, call, _view)
+        response = await turn.model_request(digest, call, _view, response_usage)
         message = messages_from_dict([response["message"]])[0]
         return ChatResult(
             generations=[ChatGeneration(message=message, generation_info=response["generation_info"])],

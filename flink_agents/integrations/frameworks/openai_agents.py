@@ -89,10 +89,10 @@ from openai.types.responses import ResponseFunctionToolCall
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from flink_agents.runtime.durable import trust_package
+from flink_agents.runtime.durable import Usage as CallUsage, trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
-    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts, token_count,
 )
 import flink_agents.runtime.durable as durable
 
@@ -245,7 +245,12 @@ class JournaledModel(Model):
         async def call(index: int) -> Dict[str, Any]:
             return _dump_response(await ask(), turn.tool_call_id, index)
 
-        stored = await turn.model_request(digest, call, _view)
+        model_name = getattr(self.inner, "model", None)  # a ModelResponse does not name its model
+
+        def usage(stored: Dict[str, Any]) -> Tuple[Optional[str], Optional[CallUsage]]:
+            return (model_name if isinstance(model_name, str) else None), response_usage(stored)
+
+        stored = await turn.model_request(digest, call, _view, usage)
         return _RESPONSE.validate_python(stored["model_response"])
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -326,6 +331,22 @@ def _dump_response(response: ModelResponse, tool_call_id: Any, index: int) -> Di
         "model_response": _RESPONSE.dump_python(response, mode="json", by_alias=True),
         "provider_tool_call_ids": provider_ids,
     }
+
+
+def response_usage(stored: Dict[str, Any]) -> Optional[CallUsage]:
+    """The ``Usage`` of a journaled ``ModelResponse`` (``input_tokens``
+    counts the cached ones; ``input_tokens_details.cached_tokens`` and
+    ``output_tokens_details.reasoning_tokens`` kept when above 0: the SDK
+    fills 0 for what a provider did not say); None without usage."""
+    usage = stored["model_response"].get("usage")
+    if not isinstance(usage, dict):
+        return None
+    given, taken = token_count(usage.get("input_tokens")), token_count(usage.get("output_tokens"))
+    if not given and not taken:
+        return None  # a model that reports nothing leaves the SDK's zeros
+    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    return CallUsage(given or 0, taken or 0, token_count(cached) or None, token_count(reasoning) or None)
 
 
 def _view(stored: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCallView]]:

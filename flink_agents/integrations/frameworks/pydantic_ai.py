@@ -76,11 +76,11 @@ from pydantic_ai.durable_exec import (
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 from pydantic_ai.usage import RunUsage
 
-from flink_agents.runtime.durable import trust_package
+from flink_agents.runtime.durable import Usage, trust_package
 from flink_agents.runtime.durable import json_data
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
-    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts,
+    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts, token_count,
 )
 
 # A turn's journal rows hold Pydantic AI messages, results and errors; stored data may
@@ -141,7 +141,8 @@ class _JournalBackend(CallableOperationBackend):
             _expect_layout(cache_key, 5, "model request")
             _, messages, settings, parameters, _ = cache_key
             return await turn.model_request(
-                request_digest(messages, settings, parameters), _rewriting_ids(turn, body), response_view
+                request_digest(messages, settings, parameters), _rewriting_ids(turn, body), response_view,
+                response_usage,
             )
         if isinstance(operation_id, ToolsetCallToolId):
             _expect_layout(cache_key, 4, "tool call")
@@ -387,6 +388,26 @@ def response_view(response: Dict[str, Any]) -> Tuple[Optional[str], List[ToolCal
         if p.get("part_kind") == "tool-call"
     ]
     return ("".join(texts) if texts else None), calls
+
+
+def response_usage(response: Dict[str, Any]) -> Tuple[Optional[str], Optional[Usage]]:
+    """``(model_name, Usage)`` of a ``ModelResponse`` JSON: its
+    ``RequestUsage`` (``input_tokens`` counts cache reads, as Pydantic AI's
+    models report it; ``cache_read_tokens`` and the reasoning tokens,
+    ``output_reasoning_tokens`` or ``details["reasoning_tokens"]``, only
+    when above 0: Pydantic AI fills 0 for what a provider did not say)."""
+    usage = response.get("usage")
+    model = response.get("model_name")
+    model = model if isinstance(model, str) and model else None
+    if not isinstance(usage, dict):
+        return model, None
+    details = usage.get("details") if isinstance(usage.get("details"), dict) else {}
+    cached = token_count(usage.get("cache_read_tokens"))
+    reasoning = token_count(usage.get("output_reasoning_tokens")) or token_count(details.get("reasoning_tokens"))
+    return model, Usage(
+        token_count(usage.get("input_tokens")) or 0, token_count(usage.get("output_tokens")) or 0,
+        cached or None, reasoning or None,
+    )
 
 
 def _rewriting_ids(turn: DurableTurn, body: Callable[[], Awaitable[object]]) -> Callable[[int], Awaitable[Any]]:

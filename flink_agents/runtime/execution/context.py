@@ -31,7 +31,7 @@ from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
 from flink_agents.runtime.execution.run import Run
-from flink_agents.runtime.execution.token_usage import count_sub_agent
+from flink_agents.runtime.execution.token_usage import count_model_call, count_sub_agent
 from flink_agents.stores.callbacks import CallbackRef
 
 __all__ = ["ActionContext"]
@@ -222,9 +222,10 @@ class ActionContext(RunnerContext):
         """Runtime-internal: journal a built-in call (model, tool).
 
         Args:
-            count: Counts the call's usage in the metrics from its result
-                (the chat action's token counters): called once per call
-                per run of the record in this engine, whether the result
+            count: ``count(result, (step, ordinal))`` counts the call's
+                usage in the metrics from its result (the chat action's:
+                ``token_usage.count_tokens``, which counts a position once
+                per run of the record in this engine), whether the result
                 came from the call or from the journal, so a replay after
                 a restart counts what the restarted engine's metrics would
                 otherwise miss, and a retried action, replaying what its
@@ -235,11 +236,8 @@ class ActionContext(RunnerContext):
         if trace is not None and trace.captures_content and function_id.startswith("chat:"):
             trace.note_prompt(step, ordinal, digest_args[0])  # the messages asked (not journaled: for the span)
         result = await self._journal.call(step, ordinal, function_id, args_digest(digest_args), run, alive=self._alive)
-        if count is not None and (step, ordinal) not in self.runtime_run.counted:
-            self.runtime_run.counted.add((step, ordinal))
-            counted = count(result)  # (model, prompt, completion) or None
-            if counted:
-                self.runtime_run.tokens.append([self.action_name, *counted])
+        if count is not None:
+            count(result, (step, ordinal))
         return result
 
     @property
@@ -270,11 +268,23 @@ class ActionContext(RunnerContext):
 
     async def journaled_call_at(
         self, step: str, function_id: str, digest_args: Any, run: Callable[[], Awaitable[Any]],
+        count_usage: bool = False,
     ) -> Any:
         """Seam (``runtime.durable``): ``journaled_call`` at an explicit position
-        (``step`` under an ``anchor``, ordinal 0)."""
+        (``step`` under an ``anchor``, ordinal 0).
+
+        Args:
+            count_usage: The call is a model request (``chat:...``) whose
+                result, a dict, may carry ``usage`` and ``model``: count
+                them in the metrics once per run, run or replayed
+                (``runtime.execution.token_usage``).
+        """
         self._check_under_step(step)
-        return await self._journal.call(step, 0, function_id, args_digest(digest_args), run, alive=self._alive)
+        result = await self._journal.call(step, 0, function_id, args_digest(digest_args), run, alive=self._alive)
+        if count_usage and isinstance(result, dict):
+            count_model_call(self.runtime_run, self.action_name, (step, 0), result,
+                             function_id.partition(":")[2] or function_id)
+        return result
 
     def record_at(self, step: str, function_id: str, produce: Callable[[], Any]) -> Any:
         """Seam (``runtime.durable``): journal a value the run decides itself (a

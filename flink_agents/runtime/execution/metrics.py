@@ -19,14 +19,20 @@ Built-in metric names follow Flink Agents 0.3.1 where it has them
     action.<a>.numOfActionsExecuted, ...PerSec              the same, per action
     action.<a>.actionExecutionTimeMs                        histogram, ms per executed step
     action.<a>.model.<m>.promptTokens, .completionTokens    model calls of the records run, once each
+    action.<a>.model.<m>.cachedTokens, .reasoningTokens     the same, when the provider reports them
+    action.<a>.model.<m>.costMicroUsd                       cost in micro-USD (a model in usage.prices)
     numOfToolCalls, action.<a>.tool.<t>.numOfToolCalls      tool calls that ran (not replays)
 
-(token and tool counters are counted by ``runtime.builtin_actions`` through
-``ctx.action_metric_group``; tool calls inside the journaled call, so only
-when it runs; tokens from the journaled reply, once per call per run of the
-record in this engine, whether it ran or was replayed: an engine restarted
-after a crash counts the tokens of the calls its replay returns, as an
-uninterrupted engine would have, and an action retry counts none twice)
+(tool counters are counted by ``runtime.builtin_actions`` through
+``ctx.action_metric_group``, inside the journaled call, so only when it
+runs; usage counters by ``runtime.execution.token_usage`` from the
+journaled reply of every model call, built-in or an agent framework's,
+once per call per run of the record in this engine, whether it ran or was
+replayed: an engine restarted after a crash counts the tokens of the calls
+its replay returns, as an uninterrupted engine would have, and an action
+retry counts none twice. ``costMicroUsd`` is a counter, as Flink's hold
+integers: the exact cost summed as a float per action and model, the
+counter kept at its rounded value)
     eventLogTruncatedEvents                                 event log records truncated
 """
 
@@ -311,6 +317,8 @@ class BuiltinMetrics:
         self._registry = registry
         self._root = registry.root
         self._per_action: Dict[str, Tuple[LocalCounter, LocalHistogram]] = {}
+        self._cost_usd: Dict[Tuple[str, str], float] = {}  # exact cost so far per (action, model)
+        self._cost_lock = threading.Lock()
         if counters is not None:
             # Read from the engine's totals, which the action loop counts
             # anyway (``events``: every event taken, replays included;
@@ -336,6 +344,23 @@ class BuiltinMetrics:
             metrics = self._per_action.setdefault(action, (counter, group.get_histogram("actionExecutionTimeMs")))
         metrics[0]._count += 1
         metrics[1].update(duration_ms)
+
+    def model_usage(self, action: str, model: str, usage: Any, cost_usd: float | None) -> None:
+        """One model call of ``action`` on ``model`` used ``usage``
+        (``runtime.execution.usage.Usage``), costing ``cost_usd`` (None: no
+        price known): the ``action.<a>.model.<m>`` counters."""
+        group = self.action_group(action).get_sub_group("model", model)
+        group.get_counter("promptTokens").inc(usage.input_tokens)
+        group.get_counter("completionTokens").inc(usage.output_tokens)
+        if usage.cached_input_tokens is not None:
+            group.get_counter("cachedTokens").inc(usage.cached_input_tokens)
+        if usage.reasoning_tokens is not None:
+            group.get_counter("reasoningTokens").inc(usage.reasoning_tokens)
+        if cost_usd is not None:
+            with self._cost_lock:
+                total = self._cost_usd[(action, model)] = self._cost_usd.get((action, model), 0.0) + cost_usd
+                counter = group.get_counter("costMicroUsd")
+                counter.inc(round(total * 1e6) - counter.get_count())
 
     def action_group(self, action: str) -> LocalMetricGroup:
         """``action.<action>``: the group ``ctx.action_metric_group`` gives."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Optional
 
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.runtime.durability.ids import RunIdentity
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from flink_agents.runtime.durability.journal import RunJournal
     from flink_agents.runtime.execution.metrics import RunCounters
     from flink_agents.runtime.execution.state import KeyState
+    from flink_agents.runtime.execution.usage import PriceTable
 
 __all__ = ["Clock", "NO_SERVICES", "Run", "RunServices", "SYSTEM_CLOCK"]
 
@@ -106,9 +107,12 @@ class Run:
         trace: The run's ``RunTrace`` (None: traces are off); a sub-agent
             call's child nests its spans under it.
         tokens: The tokens this run counted, ``[action, model, prompt,
-            completion]`` per model call (a sub-agent call's child's
-            included): journaled with a sub-agent's result
+            completion, cached, reasoning]`` per model call (a sub-agent
+            call's child's included): journaled with a sub-agent's result
             (``runtime.execution.token_usage``).
+        prices: The engine's price table (``usage.prices``,
+            ``runtime.execution.usage.PriceTable``); None: built from
+            ``config`` when first needed (``token_usage.prices_of``).
     """
 
     plan: "AgentPlan"
@@ -125,3 +129,4 @@ class Run:
     counted: set = field(default_factory=set)
     tokens: list = field(default_factory=list)
     trace: Any = None  # the run's RunTrace (runtime.features.tracing), None when not traced
+    prices: Optional["PriceTable"] = None

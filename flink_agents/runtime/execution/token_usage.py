@@ -1,64 +1,107 @@
-"""The built-in chat action's token counters, counted once per model call
-in the engine that runs the record (docs/durability.md, "Usage").
+"""Model-call usage in the metrics, counted once per model call in the
+engine that runs the record (docs/durability.md, "Usage").
 
-The usage a provider reports travels in the reply's ``extra_args``
-(``usage: {prompt_tokens, completion_tokens}``, or Flink Agents 0.3.1's
-``promptTokens``/``completionTokens``/``model_name``), so it is journaled
-with the reply. A call is counted when its reply reaches the action, run or
-replayed (``ActionContext.journaled_call``'s ``count``); the calls of steps
-a replay does not run again (their completion journaled) are counted from
-the journal when the record's run ends, however it ends: done, skipped or
-failed (``count_replayed``). ``Run.counted`` holds the positions counted,
-so no call counts twice in one run (a retried action replays its failed
-attempt's calls without counting them again).
+Every model call is a journal entry ``chat:<name>``: a built-in chat call
+(``chat:<setup resource>``, its reply a ``ChatMessage`` whose
+``extra_args`` carry the provider's usage) or an agent framework's model
+request (``chat:<framework>/<agent>``, the stored request carrying
+``usage`` and ``model``: ``integrations.frameworks.durable_turn``). Both
+read through one function, ``runtime.execution.usage.usage_of_reply``, so
+the usage is journaled with the reply and read back the same on a replay.
+
+A call is counted when its reply reaches the action, run or replayed
+(``ActionContext.journaled_call``'s ``count``, ``journaled_call_at``'s
+``count_usage``); the calls of steps a replay does not run again (their
+completion journaled) are counted from the journal when the record's run
+ends, however it ends: done, skipped or failed (``count_replayed``).
+``Run.counted`` holds the positions counted, so no call counts twice in
+one run (a retried action replays its failed attempt's calls without
+counting them again).
+
+Metrics, under ``action.<a>.model.<m>`` (``m`` the response's model name,
+else the setup's ``model``, else the resource or ``<framework>/<agent>``):
+``promptTokens``, ``completionTokens`` (Flink Agents 0.3.1's names: every
+input token, cached ones included; every output token, reasoning ones
+included), ``cachedTokens`` and ``reasoningTokens`` (when the provider
+reports them) and ``costMicroUsd`` (with a price for ``m`` in
+``usage.prices``: the cost so far in micro-USD, rounded from the exact sum).
 
 A sub-agent call journals, with its result, the tokens its child's run
-counted (``Run.tokens``: ``[action, model, prompt, completion]`` each,
-grandchildren included); a replay that returns the result without running
+counted (``Run.tokens``: ``[action, model, prompt, completion, cached,
+reasoning]`` each, grandchildren included; entries of earlier releases
+have the first four); a replay that returns the result without running
 the child counts them (``count_sub_agent``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
-from flink_agents.api.chat_message import ChatMessage
-from flink_agents.api.metric_group import MetricGroup
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.api.resource import ResourceType
 from flink_agents.runtime.durability.codec import decode_outcome
 from flink_agents.runtime.execution.run import Run
+from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_usage, usage_of_reply
 
-__all__ = ["AGENT_PREFIX", "CHAT_PREFIX", "count_replayed", "count_sub_agent", "count_tokens"]
+__all__ = [
+    "AGENT_PREFIX", "CHAT_PREFIX", "count_model_call", "count_replayed", "count_sub_agent", "count_tokens",
+    "prices_of",
+]
 
-CHAT_PREFIX = "chat:"  # the function id of a built-in model call: chat:<setup resource>
+CHAT_PREFIX = "chat:"  # the function id of a model call: chat:<setup resource> or chat:<framework>/<agent>
 AGENT_PREFIX = "agent:"  # the function id of a sub-agent call: agent:<resource>
 
 
-def count_tokens(action_group: MetricGroup, model: Any, resource: str, reply: Any) -> Optional[Tuple[str, int, int]]:
-    """Add ``reply``'s usage to ``action.<a>.model.<m>.promptTokens`` and
-    ``.completionTokens`` under ``action_group``; ``m`` is the provider's
-    model name, else ``model`` (the setup's), else ``resource``.
+def prices_of(run: Run) -> PriceTable:
+    """The run's price table: ``run.prices`` (the engine's, built once),
+    else built from ``run.config``'s ``usage.prices`` and kept on the run."""
+    if run.prices is None:
+        run.prices = PriceTable(run.config.get(RuntimeOptions.USAGE_PRICES))
+    return run.prices
 
-    Returns:
-        ``(m, prompt tokens, completion tokens)`` counted; None (nothing
-        counted) when the provider reported no usage.
+
+def count_model_call(run: Run, action: str, position: Tuple[str, int], reply: Any, fallback_model: str) -> None:
+    """Count one model call's usage, once per run (``run.counted``), in the
+    metrics (module docstring) and in ``run.tokens``.
+
+    Args:
+        action: The action that made the call (its metric group).
+        position: ``(step, ordinal)`` of the call's journal entry.
+        reply: The reply as journaled: a ``ChatMessage``, or a framework
+            request's stored dict (plain JSON).
+        fallback_model: The model name when the reply names none.
     """
-    extra = getattr(reply, "extra_args", None) or {}
-    usage = extra.get("usage") if isinstance(extra.get("usage"), dict) else {}
-    prompt = usage.get("prompt_tokens", extra.get("promptTokens"))
-    completion = usage.get("completion_tokens", extra.get("completionTokens"))
-    if prompt is None and completion is None:
-        return None
-    name = str(extra.get("model_name") or model or resource)
-    _add(action_group, name, int(prompt or 0), int(completion or 0))
-    return name, int(prompt or 0), int(completion or 0)
+    if position in run.counted:
+        return
+    run.counted.add(position)
+    model, usage = usage_of_reply(_plain(reply))
+    if usage is None:
+        return  # the provider reported no usage
+    name = model or fallback_model
+    _add(run, action, name, usage)
+    run.tokens.append([action, name, usage.input_tokens, usage.output_tokens,
+                       usage.cached_input_tokens, usage.reasoning_tokens])
 
 
-def _add(action_group: MetricGroup, model: str, prompt: int, completion: int) -> None:
-    group = action_group.get_sub_group("model", model)
-    group.get_counter("promptTokens").inc(prompt)
-    group.get_counter("completionTokens").inc(completion)
+def count_tokens(run: Run, action: str, position: Tuple[str, int], setup: Any, resource: str, reply: Any) -> None:
+    """``count_model_call`` of a built-in chat call: the model name falls
+    back to the setup's ``model``, then to ``resource``."""
+    count_model_call(run, action, position, reply, str(getattr(setup, "model", None) or resource))
+
+
+def _plain(reply: Any) -> Mapping[str, Any]:
+    """What ``usage_of_reply`` reads of a reply: a stored dict itself, a
+    ``ChatMessage``'s ``extra_args``."""
+    if isinstance(reply, Mapping):
+        return reply
+    extra = getattr(reply, "extra_args", None)
+    return {"extra_args": extra} if isinstance(extra, Mapping) else {}
+
+
+def _add(run: Run, action: str, model: str, usage: Usage) -> None:
+    cost = prices_of(run).cost(model, usage)
+    run.counters.metrics.builtin.model_usage(action, model, usage, cost)
 
 
 def count_sub_agent(run: Run, position: Tuple[str, int], outcome: Any, ran: bool) -> None:
@@ -70,29 +113,48 @@ def count_sub_agent(run: Run, position: Tuple[str, int], outcome: Any, ran: bool
 
     Raises:
         ValueError: ``outcome["tokens"]`` is not a list of ``[action,
-            model, prompt, completion]``.
+            model, prompt, completion[, cached, reasoning]]``.
     """
     if position in run.counted:
         return
     run.counted.add(position)
-    tokens = outcome.get("tokens") if isinstance(outcome, dict) else None
-    for entry in tokens or []:
-        if not (isinstance(entry, list) and len(entry) == 4 and all(isinstance(v, str) for v in entry[:2])
-                and all(isinstance(v, int) for v in entry[2:])):
-            raise ValueError(f"sub-agent call at {position[0]}#{position[1]}: journaled tokens entry {entry!r:.120} "
-                             "is not [action, model, prompt, completion]")
-        action, model, prompt, completion = entry
+    for action, model, usage in sub_agent_tokens(outcome, f"{position[0]}#{position[1]}"):
         if not ran:
-            _add(run.counters.metrics.builtin.action_group(action), model, prompt, completion)
-        run.tokens.append(list(entry))
+            _add(run, action, model, usage)
+        run.tokens.append([action, model, usage.input_tokens, usage.output_tokens,
+                           usage.cached_input_tokens, usage.reasoning_tokens])
+
+
+def sub_agent_tokens(outcome: Any, where: str) -> List[Tuple[str, str, Usage]]:
+    """``(action, model, usage)`` of each entry of a sub-agent outcome's
+    journaled ``tokens``.
+
+    Raises:
+        ValueError: An entry is not ``[action, model, prompt, completion[,
+            cached, reasoning]]`` (``where`` names the call).
+    """
+    tokens = outcome.get("tokens") if isinstance(outcome, dict) else None
+    found = []
+    for entry in tokens or []:
+        if not (isinstance(entry, list) and len(entry) in (4, 6) and all(isinstance(v, str) for v in entry[:2])
+                and all(_count(v) for v in entry[2:4])
+                and all(v is None or _count(v) for v in entry[4:])):
+            raise ValueError(f"sub-agent call at {where}: journaled tokens entry {entry!r:.120} "
+                             "is not [action, model, prompt, completion, cached, reasoning]")
+        cached, reasoning = (entry[4], entry[5]) if len(entry) == 6 else (None, None)
+        found.append((entry[0], entry[1], Usage(entry[2], entry[3], cached, reasoning)))
+    return found
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def count_replayed(run: Run) -> None:
-    """Count the built-in model calls and sub-agent calls of ``run``'s
-    journal not counted yet (those of steps replayed from their
-    completion), under the action of their step (``"<action>@<n>[/<branch>]"``).
-    Errors and entries of framework turns (not ``ChatMessage`` replies)
-    count nothing."""
+    """Count the model calls (built-in or a framework's) and sub-agent
+    calls of ``run``'s journal not counted yet (those of steps replayed
+    from their completion), under the action of their step
+    (``"<action>@<n>[/<branch>]"``). Failed calls count nothing."""
     setups = run.plan.resources.get(ResourceType.CHAT_MODEL, {})
     for entry in run.journal.journaled_entries():
         position = (entry.step, entry.ordinal)
@@ -103,18 +165,21 @@ def count_replayed(run: Run) -> None:
             if "error" not in json.loads(entry.payload):
                 count_sub_agent(run, position, decode_outcome(entry.payload), ran=False)
             continue
-        resource = function_id[len(CHAT_PREFIX):]
-        if not function_id.startswith(CHAT_PREFIX) or resource not in setups:
+        if not function_id.startswith(CHAT_PREFIX):
             continue
+        name = function_id[len(CHAT_PREFIX):]
         run.counted.add(position)
-        if "error" in json.loads(entry.payload):
-            continue  # a failed call reported no usage
-        reply = decode_outcome(entry.payload)
-        if isinstance(reply, ChatMessage):
-            setup = run.resources(resource, ResourceType.CHAT_MODEL)
-            action = entry.step.split("@", 1)[0]
-            counted = count_tokens(run.counters.metrics.builtin.action_group(action),
-                                   getattr(setup, "model", None), resource, reply)
-            if counted:
-                run.tokens.append([action, *counted])
+        model, usage = model_call_usage(function_id, entry.payload)
+        if usage is None:
+            continue  # failed, or no usage reported
+        if model is None:
+            model = _setup_model(run, name) if name in setups else None
+        action = entry.step.split("@", 1)[0]
+        _add(run, action, model or name, usage)
+        run.tokens.append([action, model or name, usage.input_tokens, usage.output_tokens,
+                           usage.cached_input_tokens, usage.reasoning_tokens])
 
+
+def _setup_model(run: Run, resource: str) -> Optional[str]:
+    model = getattr(run.resources(resource, ResourceType.CHAT_MODEL), "model", None)
+    return str(model) if model else None

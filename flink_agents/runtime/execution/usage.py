@@ -22,7 +22,7 @@ the first run read and nothing is counted twice:
   response (``DurableTurn.model_request``).
 
 Cost: an optional price table in the ``agent:`` config, USD per million
-tokens per model (``usage.prices``, ``UsageOptions``)::
+tokens per model (``usage.prices``, ``RuntimeOptions.USAGE_PRICES``)::
 
     usage.prices:
       gpt-4o-mini: {input: 0.15, cached_input: 0.075, output: 0.60}
@@ -37,6 +37,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
+
+from flink_agents.api._prices import parse_prices
 
 __all__ = ["PriceTable", "Usage", "model_call_usage", "usage_of_reply"]
 
@@ -127,7 +129,8 @@ class PriceTable:
     """USD per million tokens per model (module docstring).
 
     Args:
-        prices: ``{model: {"input": x, "output": y[, "cached_input": z]}}``.
+        prices: ``{model: {"input": x, "output": y[, "cached_input": z]}}``
+            (or its flattened form: ``flink_agents.api._prices``).
 
     Raises:
         ValueError: A model's prices are not a mapping of those names to
@@ -135,23 +138,7 @@ class PriceTable:
     """
 
     def __init__(self, prices: Mapping[str, Any] | None) -> None:
-        self._prices: Dict[str, Tuple[float, float, float]] = {}
-        for model, entry in (prices or {}).items():
-            if not isinstance(entry, Mapping):
-                raise ValueError(f"usage.prices[{model!r}] must map input/output/cached_input to USD per million "
-                                 f"tokens, got {entry!r:.80}")
-            unknown = set(entry) - {"input", "output", "cached_input"}
-            if unknown:
-                raise ValueError(f"usage.prices[{model!r}]: unknown field(s) {sorted(unknown)}; "
-                                 "expected input, output, cached_input")
-            rates = []
-            for field in ("input", "output", "cached_input"):
-                value = entry.get(field, entry.get("input", 0.0) if field == "cached_input" else 0.0)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                    raise ValueError(f"usage.prices[{model!r}].{field} must be a number >= 0 "
-                                     f"(USD per million tokens), got {value!r}")
-                rates.append(float(value))
-            self._prices[str(model)] = (rates[0], rates[1], rates[2])
+        self._prices: Dict[str, Tuple[float, float, float]] = parse_prices(prices)
 
     def __bool__(self) -> bool:
         return bool(self._prices)

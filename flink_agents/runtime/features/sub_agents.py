@@ -107,7 +107,8 @@ class SubAgentRunner:
 
         Returns:
             ``{"result": SubAgentResult, "session_memory": dict | None,
-            "tokens": [[action, model, prompt, completion], ...]}``: what the
+            "tokens": [[action, model, prompt, completion, cached,
+            reasoning], ...]}``: what the
             parent journals (the session memory and the child's tokens are
             re-applied on replay; ``runtime.execution.token_usage``).
         """
@@ -133,7 +134,7 @@ class SubAgentRunner:
             self._root.children[handle.child_key], run, state, journal,
             self.resources_of(handle.child_key).get, self._config, self._counters, outputs.append,
             RunServices(sub_agents=self, callbacks=self._callbacks),  # no steering inside a child
-            self._clock, trace=trace,
+            self._clock, trace=trace, prices=parent.runtime_run.prices,
         )
         try:
             await run_record(child, PendingRecord(run.seq, prompt))
