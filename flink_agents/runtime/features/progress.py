@@ -27,6 +27,21 @@ Record shape (JSON-like dict)::
 
     {"key", "seq", "commit", "kind", "step", ...kind fields, ["replayed": true]}
 
+Each record of a journal entry that carries its times (``"t"``: calls,
+step completions, the run's end) has ``start`` (ISO-8601 UTC with
+milliseconds, as the event log's timestamps: ``"2026-01-15T10:30:00.123Z"``)
+and ``duration_ms``; a replay's re-publish shows the first run's times.
+
+Usage (``runtime.execution.usage``): a ``model_reply`` has ``usage``
+(``{"input_tokens", "output_tokens"[, "cached_input_tokens"][,
+"reasoning_tokens"]}``) and ``response_model`` when the reply reports
+them, and ``cost_usd`` when the price table (``usage.prices``) prices that
+model. ``run_finished`` and ``run_failed`` have the record's total
+``usage`` over every model call journaled for it (replayed ones included,
+each once; a sub-agent's calls included, from the tokens journaled with
+its result) and ``cost_usd``, the cost of the calls whose model has a
+price (absent when none has).
+
 Callback URLs and ids in any field are redacted (``capability_redaction``:
 ``[callback <fingerprint>]``): a follower never holds a capability.
 
@@ -34,7 +49,8 @@ Callback URLs and ids in any field are redacted (``capability_redaction``:
 Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
 ``tool_calls``: ``[{"id", "name", "arguments"}]``); ``tool_result`` (``tool``,
 ``result`` or ``error``); ``call_result`` (``function``, ``result`` or
-``error``: ``durable_execute``); ``sub_agent_result`` (``agent``,
+``error``: ``durable_execute``); ``model_reply`` also ``usage``,
+``response_model``, ``cost_usd`` (above); ``sub_agent_result`` (``agent``,
 ``result``); ``turn_started`` (``framework``, ``agent``, ``prompt``: an
 agent framework's turn, ``integrations.frameworks``); ``steering_consumed`` (``messages``); ``attempt_failed``
 (``failed_attempts``: a retry of the step began); ``step_completed``
@@ -47,9 +63,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from flink_agents.runtime.durability.codec import plain_json
+from flink_agents.runtime.execution.token_usage import sub_agent_tokens
+from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_usage, usage_of_reply
 from flink_agents.runtime.features.capability_redaction import redact
 from flink_agents.stores.journal import COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry
 
@@ -74,8 +93,52 @@ def _outcome_fields(payload: str) -> Dict[str, Any]:
     return {"error": f"{data['error']['type'].rpartition(':')[2]}: {data['error']['message']}"}
 
 
-def records_of(entry: JournalEntry) -> List[Record]:
-    """The progress records of one journal entry (without key/seq/commit)."""
+def records_of(entry: JournalEntry, prices: Optional[PriceTable] = None) -> List[Record]:
+    """The progress records of one journal entry (without key/seq/commit),
+    with its times when journaled (``start``, ``duration_ms``).
+
+    Args:
+        prices: Gives a ``model_reply`` its ``cost_usd``; None: no cost.
+    """
+    records = _records_of(entry, prices)
+    times = _times(entry.payload)
+    if times is not None:
+        for record in records:
+            record.update(times)
+    return records
+
+
+def _times(payload: str) -> Optional[Dict[str, Any]]:
+    """``{"start", "duration_ms"}`` of an entry's ``"t": [start ns,
+    duration ns]`` (``durability.journal.timed``); None without it."""
+    if '"t":' not in payload:
+        return None
+    t = json.loads(payload).get("t")
+    if not (isinstance(t, list) and len(t) == 2 and all(isinstance(v, int) for v in t)):
+        return None
+    start_ns, duration_ns = t
+    start = datetime.fromtimestamp(start_ns // 1_000_000 / 1000, timezone.utc)
+    return {"start": start.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "duration_ms": round(duration_ns / 1e6, 3)}
+
+
+def _usage_fields(reply: Any, prices: Optional[PriceTable]) -> Dict[str, Any]:
+    """``usage``, ``response_model`` and ``cost_usd`` of a model reply (plain JSON)."""
+    if not isinstance(reply, dict):
+        return {}
+    model, usage = usage_of_reply(reply)
+    fields: Dict[str, Any] = {}
+    if usage is not None:
+        fields["usage"] = usage.as_dict()
+    if model is not None:
+        fields["response_model"] = model
+    cost = prices.cost(model, usage) if prices else None
+    if cost is not None:
+        fields["cost_usd"] = cost
+    return fields
+
+
+def _records_of(entry: JournalEntry, prices: Optional[PriceTable]) -> List[Record]:
     if entry.step == RUN_STEP and entry.ordinal == RUN_END:
         return [{"kind": "run_finished", "step": None, "outcome": json.loads(entry.payload).get("outcome")}]
     if entry.ordinal == FAILED_ATTEMPTS:  # a retry of the step began (runtime.execution.action_loop)
@@ -103,7 +166,7 @@ def records_of(entry: JournalEntry) -> List[Record]:
             for c in reply.get("tool_calls") or []
         ]
         return [{"kind": "model_reply", "step": entry.step, "model": name,
-                 "content": reply.get("content"), "tool_calls": calls}]
+                 "content": reply.get("content"), "tool_calls": calls, **_usage_fields(reply, prices)}]
     if kind == "tool":
         return [{"kind": "tool_result", "step": entry.step, "tool": name, **fields}]
     if kind == "turn" and "result" in fields:  # an agent framework's turn began (integrations.frameworks)
@@ -137,15 +200,66 @@ class RunProgress:
         key: The run's key (as the user's key selector gave it).
         seq: The record's sequence number.
         publish: Called once per commit with that commit's records, in order.
+        prices: The engine's price table (``usage.prices``): costs in
+            ``model_reply`` and the run's end; None: no costs.
     """
 
-    def __init__(self, key: Any, seq: int, publish: Callable[[List[Record]], None]) -> None:
+    def __init__(self, key: Any, seq: int, publish: Callable[[List[Record]], None],
+                 prices: Optional[PriceTable] = None) -> None:
         self._key = key
         self._seq = seq
         self._publish = publish
+        self._prices = prices
         self._started = False
         self.commits = 0
         self.publishes = 0
+        self._totaled: set = set()  # (step, ordinal) of the entries in the totals
+        self._usage: Optional[Usage] = None
+        self._cost: Optional[float] = None
+
+    def _records(self, entries: Iterable[JournalEntry]) -> List[Record]:
+        """The records of ``entries``, the record's usage totals kept, and
+        given to its end."""
+        records: List[Record] = []
+        for entry in entries:
+            self._total(entry)
+            records += records_of(entry, self._prices)
+        for record in records:
+            if record["kind"] in ("run_finished", "run_failed"):
+                record.update(self._totals())
+        return records
+
+    def _total(self, entry: JournalEntry) -> None:
+        position = (entry.step, entry.ordinal)
+        if position in self._totaled:
+            return
+        self._totaled.add(position)
+        if entry.function_id.startswith("chat:"):
+            self._add(*model_call_usage(entry.function_id, entry.payload))
+        elif entry.function_id.startswith("agent:"):
+            data = json.loads(entry.payload)
+            try:
+                tokens = sub_agent_tokens(plain_json(data["ok"]), entry.step) if "ok" in data else []
+            except ValueError:
+                return  # the metrics report it (token_usage); a follower's totals skip it
+            for _, model, usage in tokens:
+                self._add(model, usage)
+
+    def _add(self, model: Optional[str], usage: Optional[Usage]) -> None:
+        if usage is None:
+            return
+        self._usage = usage if self._usage is None else self._usage + usage
+        cost = self._prices.cost(model, usage) if self._prices else None
+        if cost is not None:
+            self._cost = cost if self._cost is None else self._cost + cost
+
+    def _totals(self) -> Dict[str, Any]:
+        totals: Dict[str, Any] = {}
+        if self._usage is not None:
+            totals["usage"] = self._usage.as_dict()
+        if self._cost is not None:
+            totals["cost_usd"] = self._cost
+        return totals
 
     def _send(self, commit: int, records: Iterable[Record], replayed: bool = False) -> None:
         batch = []
@@ -169,12 +283,12 @@ class RunProgress:
         """Re-publish what a replayed run's journal already held."""
         entries = sorted(journaled, key=_step_order)
         if entries:
-            self._send(0, self._started_record() + [r for e in entries for r in records_of(e)], replayed=True)
+            self._send(0, self._started_record() + self._records(entries), replayed=True)
 
     def committed(self, entries: List[JournalEntry]) -> None:
         """A commit of ``entries`` landed: publish them."""
         self.commits += 1
-        self._send(self.commits, self._started_record() + [r for e in entries for r in records_of(e)])
+        self._send(self.commits, self._started_record() + self._records(entries))
 
     def ended_without_commit(self, outcome: str, outputs: List[Any]) -> None:
         """The run ended having committed nothing: publish it once."""
@@ -186,5 +300,5 @@ class RunProgress:
     def failed(self, error: BaseException) -> None:
         """The run failed (after its last commit): publish that."""
         self._send(self.commits + 1, self._started_record() + [
-            {"kind": "run_failed", "step": None, "error": f"{type(error).__name__}: {error}"}
+            {"kind": "run_failed", "step": None, "error": f"{type(error).__name__}: {error}", **self._totals()}
         ])
