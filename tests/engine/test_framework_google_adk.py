@@ -32,7 +32,7 @@ from flink_agents.integrations.frameworks.google_adk import run_durably  # noqa:
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, THREE_TOOLS_COMMITS, Crash, check_one_request_turn, crash_and_recover, engine_for,
+    CRASH_MODES, PRICES, THREE_TOOLS_COMMITS, Crash, check_usage, check_one_request_turn, crash_and_recover, engine_for,
     first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer  # noqa: E402
@@ -399,3 +399,18 @@ def test_the_events_and_usage_of_a_delegating_tool_are_the_same_after_a_crash_an
     # call (an AgentTool's runner) do not shift the run's later ids.
     assert run_local(AdkDelegationAgent(), journal, "adk-delegation") == uninterrupted
     assert len(server.requests) == asked + 1, "only the reviewer's last request is asked after the crash"
+
+
+def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown_to_followers(
+    server: AnthropicScriptedServer,
+) -> None:
+    # Anthropic reports cache reads and writes beside input_tokens; ADK's
+    # prompt_token_count (and so the usage's input) counts all three.
+    server.set_reply_fn(lambda request, index: {
+        **_reply(request, index), "usage_extra": {"cache_read_input_tokens": 3, "cache_creation_input_tokens": 4}})
+    _SETTINGS["tools"] = 1
+    store = InMemoryJournalStore()
+    shown = check_usage([("k", "go")], lambda: progress_engine(AdkAgent(), store, PRICES), "respond", "claude-test",
+                        cached=3, reasoning=None)
+    assert all(r["usage"]["input_tokens"] > 7 for r in shown)
+    assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing

@@ -42,7 +42,7 @@ from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, Crash, check_one_request_turn, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
+    CRASH_MODES, OPENAI_USAGE_DETAILS, PRICES, Crash, check_one_request_turn, check_usage, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
     process, progress_engine, recoveries, refuse_writes, run_local, run_records, without_langsmith,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
@@ -476,3 +476,15 @@ def test_the_usage_a_delegated_graph_added_to_the_usage_callback_is_the_same_aft
         run_local(DelegatingGraphAgent(), journal, "langgraph-usage")
     assert run_local(DelegatingGraphAgent(), journal, "langgraph-usage") == uninterrupted
     assert CALLS["expert"] == 1, "the journaled tool ran again"
+
+
+def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown_to_followers(
+    server: OpenAIScriptedServer,
+) -> None:
+    reply = scripted_reply(1)
+    server.set_reply_fn(lambda request, index: {**reply(request, index), "usage_extra": OPENAI_USAGE_DETAILS})
+    _SETTINGS["tools"] = 1
+    store = InMemoryJournalStore()
+    shown = check_usage([("k", "go")], lambda: _engine(store, **PRICES), "respond", "gpt-4o-mini",
+                        cached=2, reasoning=1)
+    assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing

@@ -34,7 +34,7 @@ from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, Crash, check_one_request_turn, crash_and_recover, crash_at_write, disarm, first_model_reply,
+    CRASH_MODES, OPENAI_USAGE_DETAILS, PRICES, Crash, check_one_request_turn, check_usage, crash_and_recover, crash_at_write, disarm, first_model_reply,
     kinds_by_commit, process, progress_engine, refuse_writes, run_local, run_records,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
@@ -470,3 +470,14 @@ def test_the_usage_a_delegated_agent_added_is_the_same_after_a_crash_and_replay(
         SETTINGS["agent"] = lambda: _delegating_agent(server)
         assert run_local(UsageAgent(), journal, "agents-usage") == uninterrupted
         assert len(server.requests) == 3, "the journaled expert was asked again"
+
+
+def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown_to_followers() -> None:
+    store = InMemoryJournalStore()
+    replies = [{**_tool_calls(("double", {"n": 1})), "usage_extra": OPENAI_USAGE_DETAILS},
+               {**_answer("fine"), "usage_extra": OPENAI_USAGE_DETAILS}]
+    with OpenAIScriptedServer(replies) as server:
+        SETTINGS["agent"] = lambda: _agent(server, [double])
+        shown = check_usage([("k", "go")], lambda: _engine(store, PRICES), "respond", "gpt-4o-mini",
+                            cached=2, reasoning=1)
+        assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing

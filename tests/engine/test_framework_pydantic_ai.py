@@ -29,8 +29,8 @@ from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
-    CRASH_MODES, THREE_TOOLS_COMMITS, Crash, check_one_request_turn, check_repeated_calls, crash_and_recover,
-    first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_records,
+    CRASH_MODES, OPENAI_USAGE_DETAILS, PRICES, THREE_TOOLS_COMMITS, Crash, check_one_request_turn, check_repeated_calls, crash_and_recover,
+    check_usage, first_model_reply, kinds_by_commit, process, progress_engine, refuse_writes, run_records,
 )
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 from tests.support import host_runs  # noqa: E402
@@ -343,3 +343,14 @@ def test_bad_arguments_are_refused_with_a_clear_error() -> None:
         asyncio.run(run_durably(Ctx(), object(), "go"))
     with pytest.raises(TypeError, match="needs the ctx an action of this runtime gets, got object"):
         asyncio.run(run_durably(object(), nameless, "go", conversation="per_key"))
+
+
+def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown_to_followers() -> None:
+    store = InMemoryJournalStore()
+    replies = [{**_tool_calls(1), "usage_extra": OPENAI_USAGE_DETAILS},
+               {**_answer("fine"), "usage_extra": OPENAI_USAGE_DETAILS}]
+    with OpenAIScriptedServer(replies) as server:
+        SETTINGS["agent"] = _agent(server.base_url)
+        shown = check_usage([("k", "go")], lambda: _engine(store, PRICES), "respond", "gpt-4o-mini",
+                            cached=2, reasoning=1)
+        assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing

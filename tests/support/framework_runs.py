@@ -15,6 +15,7 @@ import pytest
 from flink_agents.api.agents.agent import Agent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.execution.usage import PriceTable, Usage
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.flink_jobs import mini_cluster_env
@@ -206,3 +207,55 @@ def collect_keyed_job(
     stream = agents_env.from_datastream(env.from_collection(records), key_selector).apply(agent).to_datastream()
     with stream.execute_and_collect(job_name) as collected:
         return list(collected)
+
+
+# -- usage (docs/durability.md, "Usage") ------------------------------------------------
+
+# What the scripted OpenAI server adds to a reply's usage (``usage_extra``):
+# 2 cached prompt tokens, 1 reasoning token.
+OPENAI_USAGE_DETAILS = {"prompt_tokens_details": {"cached_tokens": 2},
+                        "completion_tokens_details": {"reasoning_tokens": 1}}
+PRICES = {"usage.prices": {"gpt-4o-mini": {"input": 1.0, "cached_input": 0.5, "output": 4.0}}}
+
+
+def check_usage(
+    records: Iterable[Tuple[Any, Any]], make_engine: Callable[[], AgentEngine], action: str, model: str,
+    cached: Optional[int], reasoning: Optional[int],
+) -> List[Dict[str, Any]]:
+    """Run ``records`` on ``make_engine()``, then replay them on a second
+    engine over the same store; check both engines' usage metrics
+    (``action.<action>.model.<model>.*``) equal the usage the progress
+    stream shows per model reply (with its times and ``response_model``),
+    and that the run's end carries the total. Returns the first run's model replies."""
+    snapshots = []
+    replies: List[Dict[str, Any]] = []
+    for attempt in range(2):
+        engine = make_engine()
+        driver = run_records(engine, records)
+        if attempt == 0:
+            replies = [r for r in driver.progress if r["kind"] == "model_reply"]
+            assert replies, "no model reply"
+            for reply in replies:
+                assert reply["response_model"] == model
+                assert reply["start"].endswith("Z") and reply["duration_ms"] >= 0
+                assert reply["usage"]["input_tokens"] > 0 and reply["usage"]["output_tokens"] > 0
+                assert reply["usage"].get("cached_input_tokens") == cached
+                assert reply["usage"].get("reasoning_tokens") == reasoning
+            finished = [r for r in driver.progress if r["kind"] == "run_finished"]
+            total = {name: sum(r["usage"].get(name, 0) for r in replies) for name in replies[0]["usage"]}
+            assert len(finished) == len({r["seq"] for r in replies}) and "start" in finished[-1]
+            if len(finished) == 1:
+                assert finished[0]["usage"] == total
+        snapshots.append({name: value for name, value in engine.counters.metrics.snapshot().items()
+                          if ".model." in name})
+    first, replayed = snapshots
+    group = f"action.{action}.model.{model}."
+    assert first[group + "promptTokens"] == sum(r["usage"]["input_tokens"] for r in replies)
+    assert first[group + "completionTokens"] == sum(r["usage"]["output_tokens"] for r in replies)
+    assert first.get(group + "cachedTokens") == (None if cached is None else cached * len(replies))
+    assert first.get(group + "reasoningTokens") == (None if reasoning is None else reasoning * len(replies))
+    costs = [PriceTable(PRICES["usage.prices"]).cost(model, Usage(**r["usage"])) for r in replies]
+    expected_cost = None if None in costs else round(sum(costs) * 1e6)
+    assert first.get(group + "costMicroUsd") == expected_cost
+    assert replayed == first, "a replay counts each journaled call once, as the first run did"
+    return replies
