@@ -32,8 +32,10 @@ from flink_agents.runtime.errors import ActionFailed
 CALLS: Counter = Counter()
 CRASH: Dict[str, bool] = {}
 
-# Usage the provider reports per question: (prompt, completion) tokens.
-USAGE = {"first": (11, 3), "second": (17, 5)}
+# Usage the provider reports per question: (prompt, completion, cached, reasoning) tokens.
+USAGE = {"first": (11, 3, 4, 1), "second": (17, 5, 6, 2)}
+# USD per million tokens of counting-1 (usage.prices).
+PRICES = {"usage.prices": {"counting-1": {"input": 2.0, "cached_input": 1.0, "output": 10.0}}}
 
 
 class Crash(BaseException):
@@ -48,9 +50,10 @@ class CountingModel(BaseChatModelConnection):
         CALLS[question] += 1
         if CRASH.pop(question, False):
             raise Crash(f"the process dies asking {question!r}")
-        prompt, completion = USAGE[question]
+        prompt, completion, cached, reasoning = USAGE[question]
         return ChatMessage(role=MessageRole.ASSISTANT, content=question.upper(), extra_args={
-            "model_name": "counting-1", "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+            "model_name": "counting-1", "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                                  "cached_tokens": cached, "reasoning_tokens": reasoning},
         })
 
 
@@ -92,11 +95,11 @@ def _metrics(agent: Agent, journal: Path, config: Dict[str, Any] | None = None) 
     except ActionFailed as failed:
         outputs = failed
     (metrics,) = env.last_metrics
-    return outputs, {name: value for name, value in metrics.items() if name.endswith("Tokens")}
+    return outputs, {name: value for name, value in metrics.items() if name.endswith(("Tokens", "MicroUsd"))}
 
 
-def _run(journal: Path) -> Dict[str, Any]:
-    outputs, tokens = _metrics(_agent(), journal)
+def _run(journal: Path, config: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    outputs, tokens = _metrics(_agent(), journal, config)
     assert outputs == [{"k": "SECOND"}]
     return tokens
 
@@ -110,17 +113,24 @@ def _reset() -> Any:
 
 
 def test_token_metrics_after_a_crash_and_replay_equal_an_uninterrupted_runs(tmp_path: Path) -> None:
-    uninterrupted = _run(tmp_path / "uninterrupted.db")
-    assert sorted(uninterrupted.values()) == [3 + 5, 11 + 17]  # both calls, once each
+    uninterrupted = _run(tmp_path / "uninterrupted.db", PRICES)
+    # Both calls (the built-in chat action's), once each, under one model group.
+    (group,) = {name.rpartition(".")[0] for name in uninterrupted}
+    assert group.endswith(".model.counting-1")
+    assert {name.rpartition(".")[2]: value for name, value in uninterrupted.items()} == {
+        "promptTokens": 11 + 17, "completionTokens": 3 + 5, "cachedTokens": 4 + 6, "reasoningTokens": 1 + 2,
+        # ((11 - 4) x 2 + 4 x 1 + 3 x 10) + ((17 - 6) x 2 + 6 x 1 + 5 x 10) micro-USD
+        "costMicroUsd": 48 + 78,
+    }
     CALLS.clear()
 
     journal = tmp_path / "journal.db"
     CRASH["second"] = True
     with pytest.raises(Crash):
-        _run(journal)
+        _run(journal, PRICES)
     assert CALLS == Counter(first=1, second=1)
 
-    assert _run(journal) == uninterrupted  # the replayed first call counted, nothing twice
+    assert _run(journal, PRICES) == uninterrupted  # the replayed first call counted, nothing twice
     assert CALLS == Counter(first=1, second=2), "the journaled first call ran again"
 
 
@@ -156,7 +166,7 @@ def test_token_metrics_of_a_record_that_ends_skipped_or_failed_after_a_replay_eq
     config = {"error_strategy": strategy}
     outputs, uninterrupted = _metrics(_failing_agent(), tmp_path / "uninterrupted.db", config)
     assert outputs == [] if strategy == "skip" else isinstance(outputs, ActionFailed)
-    assert sorted(uninterrupted.values()) == [3, 11]  # the first call, once
+    assert sorted(uninterrupted.values()) == [1, 3, 4, 11]  # the first call, once (cached 4, reasoning 1)
     CALLS.clear()
 
     journal = tmp_path / "journal.db"
@@ -247,7 +257,7 @@ def _parent_agent() -> Agent:
 def test_token_metrics_count_the_child_of_a_sub_agent_call_replayed_from_its_result(tmp_path: Path) -> None:
     outputs, uninterrupted = _metrics(_parent_agent(), tmp_path / "uninterrupted.db")
     assert outputs == [{"k": ["FIRST"]}]
-    assert sorted(uninterrupted.values()) == [3, 11]  # the child's call
+    assert sorted(uninterrupted.values()) == [1, 3, 4, 11]  # the child's call (cached 4, reasoning 1 journaled too)
     CALLS.clear()
 
     journal = tmp_path / "journal.db"
