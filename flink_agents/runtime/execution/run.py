@@ -107,7 +107,7 @@ class Run:
         trace: The run's ``RunTrace`` (None: traces are off); a sub-agent
             call's child nests its spans under it.
         tokens: The tokens this run counted, ``[action, model, prompt,
-            completion, cached, reasoning]`` per model call (a sub-agent
+            completion[, cached, reasoning]]`` per model call (a sub-agent
             call's child's included): journaled with a sub-agent's result
             (``runtime.execution.token_usage``).
         prices: The engine's price table (``usage.prices``,

@@ -27,9 +27,9 @@ reports them) and ``costMicroUsd`` (with a price for ``m`` in
 ``usage.prices``: the cost so far in micro-USD, rounded from the exact sum).
 
 A sub-agent call journals, with its result, the tokens its child's run
-counted (``Run.tokens``: ``[action, model, prompt, completion, cached,
-reasoning]`` each, grandchildren included; entries of earlier releases
-have the first four); a replay that returns the result without running
+counted (``Run.tokens``: ``[action, model, prompt, completion[, cached,
+reasoning]]`` each, the last two only when reported, grandchildren
+included: ``tokens_entry``); a replay that returns the result without running
 the child counts them (``count_sub_agent``).
 """
 
@@ -46,7 +46,7 @@ from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_u
 
 __all__ = [
     "AGENT_PREFIX", "CHAT_PREFIX", "count_model_call", "count_replayed", "count_sub_agent", "count_tokens",
-    "prices_of",
+    "prices_of", "sub_agent_tokens", "tokens_entry",
 ]
 
 CHAT_PREFIX = "chat:"  # the function id of a model call: chat:<setup resource> or chat:<framework>/<agent>
@@ -80,8 +80,7 @@ def count_model_call(run: Run, action: str, position: Tuple[str, int], reply: An
         return  # the provider reported no usage
     name = model or fallback_model
     _add(run, action, name, usage)
-    run.tokens.append([action, name, usage.input_tokens, usage.output_tokens,
-                       usage.cached_input_tokens, usage.reasoning_tokens])
+    run.tokens.append(tokens_entry(action, name, usage))
 
 
 def count_tokens(run: Run, action: str, position: Tuple[str, int], setup: Any, resource: str, reply: Any) -> None:
@@ -121,8 +120,17 @@ def count_sub_agent(run: Run, position: Tuple[str, int], outcome: Any, ran: bool
     for action, model, usage in sub_agent_tokens(outcome, f"{position[0]}#{position[1]}"):
         if not ran:
             _add(run, action, model, usage)
-        run.tokens.append([action, model, usage.input_tokens, usage.output_tokens,
-                           usage.cached_input_tokens, usage.reasoning_tokens])
+        run.tokens.append(tokens_entry(action, model, usage))
+
+
+def tokens_entry(action: str, model: str, usage: Usage) -> List[Any]:
+    """One ``Run.tokens`` entry: ``[action, model, prompt, completion]``,
+    with ``cached, reasoning`` after them only when either was reported
+    (entries without them read as earlier releases wrote them)."""
+    entry: List[Any] = [action, model, usage.input_tokens, usage.output_tokens]
+    if usage.cached_input_tokens is not None or usage.reasoning_tokens is not None:
+        entry += [usage.cached_input_tokens, usage.reasoning_tokens]
+    return entry
 
 
 def sub_agent_tokens(outcome: Any, where: str) -> List[Tuple[str, str, Usage]]:
@@ -176,8 +184,7 @@ def count_replayed(run: Run) -> None:
             model = _setup_model(run, name) if name in setups else None
         action = entry.step.split("@", 1)[0]
         _add(run, action, model or name, usage)
-        run.tokens.append([action, model or name, usage.input_tokens, usage.output_tokens,
-                           usage.cached_input_tokens, usage.reasoning_tokens])
+        run.tokens.append(tokens_entry(action, model or name, usage))
 
 
 def _setup_model(run: Run, resource: str) -> Optional[str]:

@@ -107,8 +107,8 @@ class SubAgentRunner:
 
         Returns:
             ``{"result": SubAgentResult, "session_memory": dict | None,
-            "tokens": [[action, model, prompt, completion, cached,
-            reasoning], ...]}``: what the
+            "tokens": [[action, model, prompt, completion[, cached,
+            reasoning]], ...]}``: what the
             parent journals (the session memory and the child's tokens are
             re-applied on replay; ``runtime.execution.token_usage``).
         """
