@@ -38,6 +38,7 @@ from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
 from flink_agents.runtime.execution.token_usage import count_replayed
+from flink_agents.runtime.execution.usage import PriceTable
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
@@ -131,6 +132,8 @@ class AgentEngine:
             self.clock,
         )
         self.progress_enabled = self.config.get(RuntimeOptions.PROGRESS_ENABLED)
+        # Cost per model call (usage.prices; checked at start by validate_options).
+        self.prices = PriceTable(self.config.get(RuntimeOptions.USAGE_PRICES))
         self.steering_enabled = self.config.get(RuntimeOptions.STEERING_ENABLED)
         # The keys' steering mailboxes: runs take from them, the host core
         # (runtime.keyed_host) accepts into them.
@@ -138,7 +141,7 @@ class AgentEngine:
         # None unless something would be logged or told: no cost per event then.
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
         # None unless traces are asked for (OTEL_TRACES_EXPORTER, tracing.exporter).
-        self.tracing = job_tracing(self.config, plan)
+        self.tracing = job_tracing(self.config, plan, self.prices)
         # One subtask recovers the spans a dead worker lost (otel_export).
         self._trace_recovery = (
             self.tracing.start_recovery(self.store, job_id, self.config.get(RuntimeOptions.TRACING_RECOVERY_WINDOW_S))
@@ -199,7 +202,7 @@ class AgentEngine:
             ActionFailed: An action failed under the ``fail`` strategy.
         """
         identity = run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
-        progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress))
+        progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress), prices=self.prices)
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
         run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
@@ -232,7 +235,7 @@ class AgentEngine:
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
                 RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key) if self.steering_enabled else None),
-                self.clock, run_log, trace=trace,
+                self.clock, run_log, trace=trace, prices=self.prices,
             )
             await run_record(completed, record)
         except RecordSkipped as skipped:

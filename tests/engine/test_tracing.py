@@ -337,3 +337,8 @@ def test_an_agent_frameworks_turn_is_a_span_over_its_model_requests_and_tool_cal
     assert all(s.parent_id == turn.span_id for s in chats + tools)
     assert sorted(t.attributes.get("gen_ai.tool.call.id", "") for t in tools) != ["", ""]
     assert turn.start_ns <= min(s.start_ns for s in chats) and max(s.end_ns for s in chats + tools) <= turn.end_ns
+    # The framework's own usage, journaled with each request, on its span and once in the run's.
+    (root,) = [s for s in spans.values() if s.parent_id is None]
+    assert all(c.attributes["gen_ai.usage.input_tokens"] > 0 for c in chats)
+    assert root.attributes["gen_ai.usage.input_tokens"] == sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats)
+    assert {c.attributes.get("gen_ai.response.model") for c in chats} == {"gpt-4o-mini"}

@@ -107,7 +107,6 @@ def test_the_run_end_totals_a_sub_agents_calls_with_the_parents() -> None:
     assert finished["usage"] == {name: 2 * value for name, value in ONE_CALL.items()}
 
 
-@pytest.mark.xfail(strict=True, reason="engine wiring: AgentEngine passes its PriceTable to RunProgress(prices=...)")
 def test_with_a_price_table_replies_and_the_run_end_carry_their_cost() -> None:
     progress = _progress(_parent_agent(), PRICES)
     one = ((11 - 4) * 2.0 + 4 * 1.0 + 3 * 10.0) / 1e6

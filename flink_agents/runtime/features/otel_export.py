@@ -356,17 +356,16 @@ class JobTracing:
         return stop
 
 
-def job_tracing(config: Mapping[str, Any], plan: Any) -> Optional[JobTracing]:
-    """The job's tracing, or None when it is off (``tracing_requested``).
+def job_tracing(config: Mapping[str, Any], plan: Any, prices: Any) -> Optional[JobTracing]:
+    """The job's tracing, or None when it is off (``tracing_requested``);
+    ``prices`` (a ``usage.PriceTable``) gives spans their cost.
 
     Raises:
-        ValueError, ModuleNotFoundError: As ``open_sink``; or the price table
-            (``usage.prices``) is invalid.
+        ValueError, ModuleNotFoundError: As ``open_sink``.
     """
     sink = open_sink(config)
     if sink is None:
         return None
-    from flink_agents.runtime.execution.usage import PriceTable
     from flink_agents.runtime.features.tracing import settings_of
 
     capture = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
@@ -374,7 +373,4 @@ def job_tracing(config: Mapping[str, Any], plan: Any) -> Optional[JobTracing]:
         captured = bool(config.get("tracing.capture_message_content") or False)
     else:
         captured = capture.strip().lower() == "true"
-    prices = config.get("usage.prices")
-    if isinstance(prices, str):
-        prices = json.loads(prices)
-    return JobTracing(settings_of(plan, captured, PriceTable(prices)), sink)
+    return JobTracing(settings_of(plan, captured, prices), sink)

@@ -584,16 +584,19 @@ def settings_of(plan: Any, capture_content: bool, prices: PriceTable) -> TraceSe
 
 def _sub_agent_tokens(data: Mapping[str, Any]) -> Optional[Usage]:
     """The tokens a sub-agent call's child counted (``[action, model,
-    prompt, completion]`` each, ``token_usage.count_sub_agent``), summed."""
+    prompt, completion[, cached, reasoning]]`` each,
+    ``token_usage.sub_agent_tokens``), summed; None if it journaled none
+    or they do not read (untrusted: nothing is raised for a trace)."""
+    from flink_agents.runtime.execution.token_usage import sub_agent_tokens
+
     outcome = plain_json(data.get("ok")) if "ok" in data else None
-    tokens = outcome.get("tokens") if isinstance(outcome, Mapping) else None
-    if not isinstance(tokens, list):
+    try:
+        entries = sub_agent_tokens(outcome, "trace")
+    except ValueError:
         return None
     total = None
-    for entry in tokens:
-        if isinstance(entry, list) and len(entry) == 4 and all(isinstance(v, int) for v in entry[2:]):
-            usage = Usage(entry[2], entry[3])
-            total = usage if total is None else total + usage
+    for _, _, usage in entries:
+        total = usage if total is None else total + usage
     return total
 
 
