@@ -131,3 +131,5 @@ def test_agent_metrics_on_the_prometheus_reporter(tmp_path: Path, monkeypatch, w
     # A key-value group becomes a label: the per-action counter.
     assert value("action_numOfActionsExecuted", action="on_input") == FINISHED
     assert "flink_taskmanager_job_task_operator_numOfEventProcessedPerSec" in samples
+    # The operator's own counters, in its group flink_agents.
+    assert value("flink_agents_records") >= FINISHED
