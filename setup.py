@@ -51,6 +51,7 @@ setup(
         "tqdm>=4.60",
         "psycopg[binary,pool]>=3.1",  # the PostgreSQL journal store (clusters)
         "aiohttp>=3.9",  # the callback ingress (flink-agents callbacks serve)
+        "prometheus-client>=0.20",  # the ingress's GET /metrics (ingress.metrics)
     ],
     # Provider SDKs are optional: a connection whose SDK is missing fails on
     # first use naming its extra (flink_agents.integrations.sdk). OpenAI and

@@ -26,7 +26,12 @@
 #   sizes (default 1024m and 1280m); FLINK_CLUSTER_START_TIMEOUT_S the wait
 #   for all slots to register (default 90); FLINK_CLUSTER_CONF a JSON object
 #   of further flat config.yaml settings, applied last (e.g.
-#   '{"heartbeat.timeout": 10000}').
+#   '{"heartbeat.timeout": 10000}'). Metric reporters go here too: the
+#   JobManager and TaskManagers load them from the wheel's plugins/ (e.g.
+#   '{"metrics.reporter.prom.factory.class":
+#   "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
+#   "metrics.reporter.prom.port": "9249-9260"}': each process takes the next
+#   free port of the range; docs/observability.md).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

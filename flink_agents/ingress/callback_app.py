@@ -21,8 +21,9 @@ before the tokens (``CallbackRecord.legacy``), whose URLs had none.
     ``200 {"status": "ok"}`` while the process serves requests (liveness
     only: it does not touch the store).
 ``GET /metrics``
-    The POST counters and the connection counters (``CallbackMetrics``) in
-    the Prometheus text format (``text/plain; version=0.0.4``).
+    The POST counters and the connection counters (``ingress.metrics``,
+    the app's own ``prometheus_client`` registry) in the Prometheus text
+    format, or OpenMetrics when the scraper's ``Accept`` asks for it.
 
 Answers to the POSTs (JSON bodies):
 
@@ -86,13 +87,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 from aiohttp import web
 
 from flink_agents.ingress.auth import IngressAuth
+from flink_agents.ingress.metrics import OUTCOMES, CallbackMetrics
 from flink_agents.ingress.options import BODY_TIMEOUT_S, MAX_BODY_BYTES, IngressLimits
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -117,120 +118,11 @@ log = logging.getLogger(__name__)
 # What a callback id may look like (the runtime makes URL-safe tokens). Anything
 # else cannot name a callback, so it is refused before reaching the store.
 CALLBACK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
-# The outcomes of a resolve/reject POST, as counted (label ``outcome``).
-# ``unknown`` includes malformed ids; ``late`` is a POST on a finished callback;
-# ``body_timeout`` one whose body did not arrive within ``body_timeout_s``.
-# ``forbidden`` one whose URL does not carry the route's token (or a valid
-# signature, when URLs are signed); ``unauthorized`` one without the bearer
-# token the ingress requires.
-OUTCOMES = (
-    "accepted", "unknown", "late", "too_large", "store_errors", "body_timeout", "forbidden", "unauthorized"
-)
 # The error of a 403: the URL does not grant what it asks (its token is of
 # the other route, wrong, or missing).
 FORBIDDEN = "this URL does not grant this completion"
-_METRIC = "flink_agents_callback_posts_total"
-_CONNECTIONS_METRIC = "flink_agents_callback_connections_total"
-_OPEN_METRIC = "flink_agents_callback_connections_open"
-_HEADER_TIMEOUTS_METRIC = "flink_agents_callback_header_timeouts_total"
-_MALFORMED_METRIC = "flink_agents_callback_malformed_requests_total"
-_PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The JSON ``state`` of a 202 for each route's final state.
 _ROUTE_STATES = {"resolve": RESOLVED, "reject": REJECTED}
-
-
-class CallbackMetrics:
-    """Process-wide counters of the ingress: resolve/reject POSTs, one per
-    ``OUTCOMES`` entry, and connections (``connections``).
-
-    The connection counters move only when the application is served by this
-    package (``CallbackIngress``, ``serve_forever``), whose ``ConnectionGuard``
-    counts them. Thread-safe: handlers count on the event loop, tests and
-    ``/metrics`` read from anywhere.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Dict[str, int] = {outcome: 0 for outcome in OUTCOMES}
-        self._connections: Dict[str, int] = {
-            "accepted": 0, "refused": 0, "open": 0, "header_timeouts": 0, "malformed": 0
-        }
-
-    def count(self, outcome: str) -> None:
-        """Add one POST with ``outcome`` (one of ``OUTCOMES``)."""
-        if outcome not in self._counts:
-            raise ValueError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
-        with self._lock:
-            self._counts[outcome] += 1
-
-    def connection_opened(self) -> None:
-        """Count a connection admitted (``accepted``, and one more ``open``)."""
-        with self._lock:
-            self._connections["accepted"] += 1
-            self._connections["open"] += 1
-
-    def connection_closed(self) -> None:
-        """Count an admitted connection gone (one less ``open``)."""
-        with self._lock:
-            self._connections["open"] -= 1
-
-    def connection_refused(self) -> None:
-        """Count a connection refused over ``max_connections``."""
-        with self._lock:
-            self._connections["refused"] += 1
-
-    def header_timed_out(self) -> None:
-        """Count a connection closed because a request head was late."""
-        with self._lock:
-            self._connections["header_timeouts"] += 1
-
-    def malformed_request(self) -> None:
-        """Count a request aiohttp could not parse (answered 400 and closed)."""
-        with self._lock:
-            self._connections["malformed"] += 1
-
-    def snapshot(self) -> Dict[str, int]:
-        """The POST counts so far, by outcome."""
-        with self._lock:
-            return dict(self._counts)
-
-    def connections(self) -> Dict[str, int]:
-        """The connection counts so far: ``accepted``, ``refused`` (over
-        ``max_connections``), ``header_timeouts`` (closed with a late request
-        head), ``malformed`` (requests that could not be parsed), and
-        ``open`` (admitted and not yet closed, now)."""
-        with self._lock:
-            return dict(self._connections)
-
-    def render(self) -> str:
-        """The counters in the Prometheus text exposition format, ending with a
-        newline: POSTs by ``outcome``, connections by ``outcome`` (accepted,
-        refused), the open connections (a gauge) and the header timeouts."""
-        connections = self.connections()
-        lines = [
-            f"# HELP {_METRIC} Callback resolve/reject POSTs answered by the ingress, by outcome.",
-            f"# TYPE {_METRIC} counter",
-        ]
-        lines += [f'{_METRIC}{{outcome="{outcome}"}} {count}' for outcome, count in self.snapshot().items()]
-        lines += [
-            f"# HELP {_CONNECTIONS_METRIC} Connections accepted by the ingress, by outcome "
-            "(refused: over max_connections, answered 503 and closed).",
-            f"# TYPE {_CONNECTIONS_METRIC} counter",
-            f'{_CONNECTIONS_METRIC}{{outcome="accepted"}} {connections["accepted"]}',
-            f'{_CONNECTIONS_METRIC}{{outcome="refused"}} {connections["refused"]}',
-            f"# HELP {_OPEN_METRIC} Connections the ingress holds open now.",
-            f"# TYPE {_OPEN_METRIC} gauge",
-            f"{_OPEN_METRIC} {connections['open']}",
-            f"# HELP {_HEADER_TIMEOUTS_METRIC} Connections closed because a request's headers "
-            "did not arrive within header_timeout_s.",
-            f"# TYPE {_HEADER_TIMEOUTS_METRIC} counter",
-            f"{_HEADER_TIMEOUTS_METRIC} {connections['header_timeouts']}",
-            f"# HELP {_MALFORMED_METRIC} Requests that could not be parsed as HTTP (answered 400, not logged "
-            "beyond one line each).",
-            f"# TYPE {_MALFORMED_METRIC} counter",
-            f"{_MALFORMED_METRIC} {connections['malformed']}",
-        ]
-        return "\n".join(lines) + "\n"
 
 
 METRICS_KEY = web.AppKey("callback_metrics", CallbackMetrics)
@@ -420,9 +312,8 @@ def make_app(
         return web.json_response({"status": "ok"})
 
     async def metrics_page(request: web.Request) -> web.Response:
-        return web.Response(
-            body=metrics.render().encode("utf-8"), headers={"Content-Type": _PROMETHEUS_CONTENT_TYPE}
-        )
+        body, content_type = metrics.exposition(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app = web.Application(client_max_size=max_body_bytes)
     app[METRICS_KEY] = metrics

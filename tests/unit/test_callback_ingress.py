@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import re
 import secrets
 import select
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from flink_agents.ingress import CallbackIngress, make_app
 from flink_agents.stores.callbacks import PENDING, REJECTED, RESOLVED, TIMED_OUT, CallbackRef
@@ -81,16 +81,17 @@ def _post(port: int, callback_id: str, action: str, body: bytes = b"", **kwargs)
 
 
 def _metrics(port: int) -> Dict[str, int]:
+    """The POST counts of the ingress's ``/metrics`` page, read with
+    Prometheus's own parser."""
     status, headers, data = _request(port, "GET", "/metrics")
     assert status == 200
-    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    pattern = re.compile(r'^flink_agents_callback_posts_total\{outcome="(\w+)"\} (\d+)$')
-    found = {}
-    for line in data.decode().splitlines():
-        match = pattern.match(line)
-        if match:
-            found[match.group(1)] = int(match.group(2))
-    return found
+    assert headers["Content-Type"].startswith("text/plain; version=")  # the Prometheus text format
+    return {
+        sample.labels["outcome"]: int(sample.value)
+        for family in text_string_to_metric_families(data.decode())
+        for sample in family.samples
+        if sample.name == "flink_agents_callback_posts_total"
+    }
 
 
 def _pieces(data: bytes, size: int = 64 * 1024) -> List[bytes]:
@@ -147,6 +148,27 @@ def test_resolve_answers_202_after_storing_exactly_the_bytes_sent(store, ingress
     record = store.get_callback(callback_id)
     assert (record.state, record.body, record.completed_ms) == (RESOLVED, body, 1_700_000_000_250)
     assert _metrics(ingress.port)["accepted"] == 1
+
+
+def test_two_ingresses_in_one_process_count_apart(store, ingress):
+    with CallbackIngress(store, port=0, clock=lambda: NOW_S) as other:
+        _post(other.port, _register(store), "resolve", b"x")
+
+        assert _metrics(other.port)["accepted"] == 1
+        assert _metrics(ingress.port)["accepted"] == 0  # its own registry, not the global one
+
+
+def test_metrics_are_openmetrics_when_the_scraper_asks(store, ingress):
+    _post(ingress.port, _register(store), "resolve", b"x")
+
+    status, headers, data = _request(
+        ingress.port, "GET", "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+
+    assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text")
+    text = data.decode()
+    assert text.endswith("# EOF\n")
+    assert 'flink_agents_callback_posts_total{outcome="accepted"} 1.0' in text.splitlines()
 
 
 def test_reject_answers_202_and_stores_the_reason(store, ingress):

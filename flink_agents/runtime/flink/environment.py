@@ -16,6 +16,7 @@ from flink_agents.api.execution_environment import AgentBuilder, AgentsExecution
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.flink.failures import job_failures
 from flink_agents.runtime.flink.journal_placement import check_journal_placement, execution_target
+from flink_agents.runtime.flink.metric_reporters import configure_metric_reporters
 from flink_agents.runtime.flink.submission import AgentOutputStream, configure_python_workers, set_input_uid
 from flink_agents.runtime.flink.table import ConvertingOperatorFunction, OutputConverter, table_to_datastream
 from flink_agents.runtime.flink.operator import (
@@ -110,7 +111,9 @@ class FlinkAgentBuilder(AgentBuilder):
         saved state, so a job meant to be resumed writes to a real sink.
         The job's Python workers are set to this interpreter and its paths
         (``runtime.flink.submission.configure_python_workers``), so the job
-        also runs when submitted to a cluster with ``flink run``.
+        also runs when submitted to a cluster with ``flink run``. Metric
+        reporters configured for the job (or in ``$FLINK_CONF_DIR``) run on
+        the mini-cluster too (``runtime.flink.metric_reporters``).
 
         Args:
             output_type: Flink type information of the outputs; default pickled
@@ -146,6 +149,7 @@ class FlinkAgentBuilder(AgentBuilder):
         job_id = options.get(AgentConfigOptions.JOB_IDENTIFIER) or self._env.job_id
         _single_element_bundles(self._env.env)
         configure_python_workers(self._env.env)
+        configure_metric_reporters(self._env.env._j_stream_execution_environment)
         if output_type is None:
             function = AgentOperatorFunction(self._plan, config, job_id)
         else:  # each output converted to the type, misfits named (runtime.flink.table)
@@ -407,5 +411,7 @@ class FlinkExecutionEnvironment(AgentsExecutionEnvironment):
             FlinkJobFailed: The job failed; its message names the root
                 Python cause (``job_failures``).
         """
+        # Again here: the reporter jar goes to the calling thread's class loader.
+        configure_metric_reporters(self.env._j_stream_execution_environment)
         with job_failures():
             return self.env.execute(job_name or "flink-agents job")

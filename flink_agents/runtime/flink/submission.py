@@ -37,6 +37,7 @@ from typing import Any, List
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
 from flink_agents.runtime.flink.compat import collect_result_iterator
+from flink_agents.runtime.flink.metric_reporters import configure_metric_reporters
 
 __all__ = [
     "AgentOutputStream",
@@ -185,6 +186,8 @@ def execute_and_collect(stream: DataStream, job_name: str, uid: str) -> Any:
     from pyflink.datastream.data_stream import CloseableIterator
 
     j_iterator = add_collect_sink(stream, uid)
+    # On the submitting thread: the reporter jar goes to its class loader.
+    configure_metric_reporters(stream._j_data_stream.getExecutionEnvironment())
     stream._j_data_stream.getExecutionEnvironment().executeAsync(job_name)  # hands the client to the iterator
     return CloseableIterator(j_iterator, stream.get_type())
 
