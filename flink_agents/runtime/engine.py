@@ -37,8 +37,8 @@ from flink_agents.runtime.features.progress import RunProgress
 from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
-from flink_agents.runtime.execution.token_usage import count_replayed
-from flink_agents.runtime.execution.usage import PriceTable
+from flink_agents.runtime.execution.token_usage import count_replayed, run_totals
+from flink_agents.runtime.execution.usage import PriceTable, add_to_totals
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
@@ -169,10 +169,15 @@ class AgentEngine:
         completion, not raised; a ``BaseException`` that is not an
         ``Exception`` (cancellation, a simulated crash) propagates."""
         completion = Completion(record.seq, state.short_term_memory)
+        totals: List[Tuple[Any, Any]] = []
         try:
-            await self.run_one(key, state, record, completion.outputs.append, completion.errors.append, emit_progress)
+            await self.run_one(key, state, record, completion.outputs.append, completion.errors.append, emit_progress,
+                               totals.append)
         except Exception as exc:
             completion.failure = exc
+        if totals and (totals[0][0] is not None or totals[0][1] is not None):
+            # The key's totals, in its keyed state; the run's copy too, for the key's next record.
+            completion.usage = state.usage = add_to_totals(state.usage, *totals[0])
         completion.short_term_memory = state.short_term_memory
         completion.steering_taken_through = self.mailboxes.taken_through(key)
         return completion
@@ -185,6 +190,7 @@ class AgentEngine:
         emit: Callable[[Any], None],
         emit_error: Callable[[Dict[str, Any]], None],
         emit_progress: Callable[[List[Dict[str, Any]]], None] | None = None,
+        totals: Callable[[Tuple[Any, Any]], None] | None = None,
     ) -> None:
         """Run one record of ``key`` against ``state`` (its short-term memory
         is updated in place; the pending queue is the caller's business).
@@ -197,12 +203,15 @@ class AgentEngine:
         Args:
             emit_progress: Where the run's progress records go, one call per
                 publish (``runtime.features.progress``); None: no progress stream.
+            totals: Given the run's ``(Usage | None, cost | None)`` once it
+                ended, however it ended (``token_usage.run_totals``).
 
         Raises:
             ActionFailed: An action failed under the ``fail`` strategy.
         """
         identity = run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
-        progress = None if emit_progress is None else RunProgress(key, record.seq, self._counted(emit_progress), prices=self.prices)
+        progress = None if emit_progress is None else RunProgress(
+            key, record.seq, self._counted(emit_progress), prices=self.prices, key_usage=state.usage)
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
         run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
@@ -230,6 +239,7 @@ class AgentEngine:
             progress.replayed(journal.journaled_entries())
         self.counters.in_flight += 1
         self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
+        completed = None
         try:
             completed = Run(
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
@@ -287,6 +297,8 @@ class AgentEngine:
                 emit(output)
             self.counters.outputs += len(outputs)
         finally:
+            if totals is not None and completed is not None:
+                totals(run_totals(completed))
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
             self.counters.calls_replayed += journal.calls_replayed

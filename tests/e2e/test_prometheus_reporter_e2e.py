@@ -130,6 +130,10 @@ def test_agent_metrics_on_the_prometheus_reporter(tmp_path: Path, monkeypatch, w
     assert value("numOfEventProcessed") >= 2 * FINISHED  # input and output of each finished record
     # A key-value group becomes a label: the per-action counter.
     assert value("action_numOfActionsExecuted", action="on_input") == FINISHED
+    # A histogram's window as numbers beside it (a distribution prints as 0.0).
+    assert value("action_actionExecutionTimeMsMax", action="on_input") >= value(
+        "action_actionExecutionTimeMsMean", action="on_input") >= value("action_actionExecutionTimeMsMin", action="on_input")
+    assert "flink_taskmanager_job_task_operator_action_actionExecutionTimeMsMean" in samples
     assert "flink_taskmanager_job_task_operator_numOfEventProcessedPerSec" in samples
     # The operator's own counters, in its group flink_agents.
     assert value("flink_agents_records") >= FINISHED

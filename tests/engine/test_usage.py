@@ -169,3 +169,25 @@ def test_the_price_table_reads_as_a_mapping_a_json_string_or_a_nested_yaml_secti
     flat = validate_options(config).get(RuntimeOptions.USAGE_PRICES)
     assert flat == {"gpt-4.1.input": 2, "gpt-4.1.output": 8}  # flattened by the loader; a dotted model name kept
     assert PriceTable(flat).cost("gpt-4.1", Usage(1_000_000, 1_000_000)) == pytest.approx(10.0)
+
+
+def test_a_keys_usage_and_cost_add_up_in_its_keyed_state_once_per_record() -> None:
+    """Per key: the totals live in the key's state (checkpointed with it),
+    each record added once, and each run_finished shows them as they stand."""
+    from flink_agents.runtime.execution.state import KeyState
+    from flink_agents.runtime.local.driver import LocalDriver
+    from flink_agents.stores.memory_store import InMemoryJournalStore
+    from tests.support.framework_runs import progress_engine, run_records
+
+    store = InMemoryJournalStore()
+    driver = LocalDriver()
+    run_records(progress_engine(_chat_agent(), store, PRICES), [("a", "x"), ("b", "y"), ("a", "z")], driver)
+    one = ((11 - 4) * 2.0 + 4 * 1.0 + 3 * 10.0) / 1e6
+    state = KeyState.from_json(driver.load("a").to_json())  # as a checkpoint holds it
+    assert state.usage == {"records": 2, **{name: 2 * value for name, value in ONE_CALL.items()},
+                           "cost_usd": pytest.approx(2 * one)}
+    assert driver.load("b").usage["records"] == 1
+    finished = [r for r in driver.progress if r["kind"] == "run_finished" and r["key"] == "a"]
+    assert [r["key_usage"]["records"] for r in finished] == [1, 2]
+    assert finished[-1]["key_usage"]["cost_usd"] == pytest.approx(2 * one)
+    assert finished[-1]["key_usage"]["input_tokens"] == 22

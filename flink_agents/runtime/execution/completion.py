@@ -38,6 +38,8 @@ class Completion:
         failure: The exception that failed the record (``fail`` strategy).
         steering_taken_through: The key's highest steering seq taken by its
             runs so far (those messages leave the key's state).
+        usage: The key's usage totals with this record's added
+            (``KeyState.usage``), None when it reported none.
     """
 
     seq: int
@@ -46,6 +48,7 @@ class Completion:
     errors: List[Dict[str, Any]] = field(default_factory=list)
     failure: BaseException | None = None
     steering_taken_through: int = -1
+    usage: Dict[str, Any] | None = None
 
 
 @dataclass
@@ -94,6 +97,8 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
         state.pending.pop(0)
         state.short_term_memory = completion.short_term_memory
         state.runs_finished += 1
+        if completion.usage is not None:
+            state.usage = completion.usage
         if state.steering:
             state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
         if state.callback_deadlines:  # the run's callbacks are closed now

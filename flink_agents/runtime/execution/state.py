@@ -87,6 +87,9 @@ class KeyState:
         steering: Steering messages not yet taken by a finished record,
             ``[steering seq, message]`` (``runtime.features.steering``).
         next_steering_seq: Sequence number the next steering message gets.
+        usage: The key's model usage and cost over its finished records
+            (``usage.add_to_totals``: records, tokens, ``cost_usd``); empty
+            until a record reported some.
     """
 
     journal_id: str = ""
@@ -97,6 +100,7 @@ class KeyState:
     callback_deadlines: List[List[Any]] = field(default_factory=list)
     steering: List[List[Any]] = field(default_factory=list)
     next_steering_seq: int = 0
+    usage: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
@@ -122,6 +126,7 @@ class KeyState:
                 **({"callbacks": self.callback_deadlines} if self.callback_deadlines else {}),
                 **({"steering": [[seq, encode(m, f"steering message #{seq}")] for seq, m in self.steering]} if self.steering else {}),
                 **({"next_steering_seq": self.next_steering_seq} if self.next_steering_seq else {}),
+                **({"usage": self.usage} if self.usage else {}),
             },
             separators=(",", ":"),
         )
@@ -168,4 +173,5 @@ class KeyState:
             steering=[[seq, _read(read, message, f"steering message #{seq}")]
                       for seq, message in data.get("steering") or []],
             next_steering_seq=data.get("next_steering_seq", 0),
+            usage=data.get("usage") if isinstance(data.get("usage"), dict) else {},  # absent before usage totals
         )

@@ -46,7 +46,7 @@ from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_u
 
 __all__ = [
     "AGENT_PREFIX", "CHAT_PREFIX", "count_model_call", "count_replayed", "count_sub_agent", "count_tokens",
-    "prices_of", "sub_agent_tokens", "tokens_entry",
+    "prices_of", "run_totals", "sub_agent_tokens", "tokens_entry",
 ]
 
 CHAT_PREFIX = "chat:"  # the function id of a model call: chat:<setup resource> or chat:<framework>/<agent>
@@ -121,6 +121,22 @@ def count_sub_agent(run: Run, position: Tuple[str, int], outcome: Any, ran: bool
         if not ran:
             _add(run, action, model, usage)
         run.tokens.append(tokens_entry(action, model, usage))
+
+
+def run_totals(run: Run) -> Tuple[Optional[Usage], Optional[float]]:
+    """The run's usage and cost, summed over ``run.tokens`` (each model call
+    once, its sub-agents' included); None where nothing was reported or
+    priced."""
+    total: Optional[Usage] = None
+    cost: Optional[float] = None
+    prices = prices_of(run)
+    for entry in run.tokens:
+        usage = Usage(entry[2], entry[3], *(entry[4:6] if len(entry) == 6 else (None, None)))
+        total = usage if total is None else total + usage
+        call_cost = prices.cost(entry[1], usage)
+        if call_cost is not None:
+            cost = call_cost if cost is None else cost + call_cost
+    return total, cost
 
 
 def tokens_entry(action: str, model: str, usage: Usage) -> List[Any]:

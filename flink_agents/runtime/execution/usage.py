@@ -40,7 +40,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from flink_agents.api._prices import parse_prices
 
-__all__ = ["PriceTable", "Usage", "model_call_usage", "usage_of_reply"]
+__all__ = ["PriceTable", "Usage", "add_to_totals", "model_call_usage", "usage_of_reply"]
 
 
 @dataclass(frozen=True)
@@ -165,3 +165,26 @@ def _undated(model: str) -> str:
     if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
         return parts[0]
     return model
+
+
+def add_to_totals(totals: Mapping[str, Any] | None, usage: Optional[Usage], cost: Optional[float]) -> Dict[str, Any]:
+    """Running totals (a key's, in its keyed state) with one record's usage
+    and cost added: ``{"records", "input_tokens", "output_tokens"[,
+    "cached_input_tokens"][, "reasoning_tokens"][, "cost_usd"]}``, a new
+    dict. Values that are not counts in ``totals`` (state read back:
+    untrusted) count as absent."""
+    previous = Usage.from_dict(totals or {})
+    merged = (previous + usage) if previous is not None and usage is not None else (previous or usage)
+    result: Dict[str, Any] = {"records": _count_of(totals, "records") + 1}
+    if merged is not None:
+        result.update(merged.as_dict())
+    earlier = (totals or {}).get("cost_usd")
+    earlier = float(earlier) if isinstance(earlier, (int, float)) and not isinstance(earlier, bool) else None
+    if cost is not None or earlier is not None:
+        result["cost_usd"] = (earlier or 0.0) + (cost or 0.0)
+    return result
+
+
+def _count_of(totals: Mapping[str, Any] | None, name: str) -> int:
+    value = (totals or {}).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

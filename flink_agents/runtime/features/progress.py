@@ -68,7 +68,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.runtime.execution.token_usage import sub_agent_tokens
-from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_usage, usage_of_reply
+from flink_agents.runtime.execution.usage import PriceTable, Usage, add_to_totals, model_call_usage, usage_of_reply
 from flink_agents.runtime.features.capability_redaction import redact
 from flink_agents.stores.journal import COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, JournalEntry
 
@@ -202,14 +202,18 @@ class RunProgress:
         publish: Called once per commit with that commit's records, in order.
         prices: The engine's price table (``usage.prices``): costs in
             ``model_reply`` and the run's end; None: no costs.
+        key_usage: The key's usage totals before this record
+            (``KeyState.usage``): ``run_finished`` carries them with the
+            record's added (``key_usage``), as the key's state will.
     """
 
     def __init__(self, key: Any, seq: int, publish: Callable[[List[Record]], None],
-                 prices: Optional[PriceTable] = None) -> None:
+                 prices: Optional[PriceTable] = None, key_usage: Optional[Dict[str, Any]] = None) -> None:
         self._key = key
         self._seq = seq
         self._publish = publish
         self._prices = prices
+        self._key_usage = key_usage or {}  # the key's totals before this record (KeyState.usage)
         self._started = False
         self.commits = 0
         self.publishes = 0
@@ -227,6 +231,8 @@ class RunProgress:
         for record in records:
             if record["kind"] in ("run_finished", "run_failed"):
                 record.update(self._totals())
+            if record["kind"] == "run_finished" and (self._usage is not None or self._cost is not None):
+                record["key_usage"] = add_to_totals(self._key_usage, self._usage, self._cost)
         return records
 
     def _total(self, entry: JournalEntry) -> None:

@@ -15,8 +15,10 @@ groups -> ``add_group(name)`` or key-value ``add_group(key, value)`` under the
 operator's metric group; counter -> ``counter`` (``inc``/``dec`` by the
 change); meter -> ``meter`` (``mark_event`` by the marks since the last
 sync; Flink computes the rate); histogram -> ``distribution`` (each value
-recorded since the last sync, at most a window's); gauge -> ``gauge``
-reading the in-memory value.
+recorded since the last sync, at most a window's) and gauges ``<name>Mean``,
+``<name>Min``, ``<name>Max`` over its window (reporters cannot print a
+distribution: Prometheus shows it as 0.0); gauge -> ``gauge`` reading the
+in-memory value.
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ class FlinkMetricMirror:
             entry = [group.meter(name), 0]
         elif isinstance(metric, LocalHistogram):
             entry = [group.distribution(name), 0]
+            # A distribution reaches reporters as a value they cannot print
+            # (Prometheus shows 0.0): its window's mean, min and max as
+            # numeric gauges beside it, read on the reporter's schedule.
+            histogram: LocalHistogram = metric
+            group.gauge(f"{name}Mean", lambda: int(round(histogram.get_mean())))
+            group.gauge(f"{name}Min", lambda: int(histogram.get_min()))
+            group.gauge(f"{name}Max", lambda: int(histogram.get_max()))
         else:
             gauge: LocalGauge = metric
             group.gauge(name, lambda: int(gauge.get_value()))

@@ -141,7 +141,8 @@ class KeyRunner:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None:
-                copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory)
+                copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory,
+                                usage=state.usage)
                 worker = self._workers[key] = _Worker(copy)
             new = [r for r in state.pending if r.seq > worker.submitted_through]
             if not new:
