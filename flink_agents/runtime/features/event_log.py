@@ -330,6 +330,16 @@ class EventLog:
             return None
         return cls(level, type_levels, limits, logger, listeners, metrics)
 
+    @property
+    def limits(self) -> Tuple[int, int, int]:
+        """The STANDARD truncation limits: (string length, array elements, depth)."""
+        return self._limits
+
+    def count_truncated(self) -> None:
+        """Count one truncated record (``eventLogTruncatedEvents``)."""
+        if self._metrics is not None:
+            self._metrics.event_log_truncated()
+
     def level_of(self, event_type: str) -> EventLogLevel:
         """The level of ``event_type`` (per-type keys, walked up its dots, then the global level)."""
         found = self._levels.get(event_type)
