@@ -48,6 +48,8 @@ def _traced_engine(server: Any, store: InMemoryJournalStore, log_dir: Path, **ex
     engine = engine_for(openai_review_agent(server.base_url), store,
                         {"baseLogDir": str(log_dir), "event-log.trace.enabled": True, **extra})
     engine.tracing = with_trace_records(engine.tracing, engine.config, engine.plan, engine.event_log)
+    for_run = engine.event_log.for_run  # and the run's identity for the business records' trace context
+    engine.event_log.for_run = lambda key, seq, now: for_run(key, seq, now, "job", json.dumps(key))
     return engine
 
 
@@ -172,6 +174,48 @@ def test_trace_records_off_by_default_or_without_a_logger(scripted_chat_server, 
     assert quiet.event_log is None
     assert with_trace_records(quiet.tracing, quiet.config, quiet.plan, quiet.event_log) is None
     quiet.close()
+
+
+def test_business_records_carry_heads_lineage_and_trace_context(scripted_chat_server, tmp_path):
+    """HEAD with trace on: a business event's record carries its upstream
+    event and action (read by HEAD's trace-tree reader from a nested record's
+    ``event``) and the trace context of the action execution that sent it."""
+    scripted_chat_server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+    run_records(_traced_engine(scripted_chat_server, InMemoryJournalStore(), tmp_path), [("B01", REVIEW)])
+    records = _records(tmp_path)
+    business = [r for r in records if r["eventType"] not in LIFECYCLE]
+    executions = {r["executionId"]: r["entityName"] for r in _lifecycle(records) if r["entityType"] == "action"}
+    by_id = {r["event"]["id"]: r for r in business}
+    [root] = [r for r in business if r["eventType"] == "_input_event"]
+    assert "upstreamEventId" not in root["event"] and "executionId" not in root
+    assert root["inputRunId"] == str(uuid.UUID(int=trace_id_of("job", json.dumps("B01"), 0)))
+    assert root["businessKey"] == "B01"
+    for record in business:
+        assert list(record)[:4] == ["timestamp", "logLevel", "inputRunId", "businessKey"]
+        if record is root:
+            continue
+        event = record["event"]
+        assert event["upstreamEventId"] in by_id and event["upstreamActionName"] == record["action"]
+        assert record["action"] in by_id[event["upstreamEventId"]]["handledBy"]
+        # the sending action's execution: the id its lifecycle records carry
+        assert executions[record["executionId"]] == record["entityName"] == record["action"]
+        assert record["entityType"] == "action"
+    chain, node = [], next(r for r in business if r["eventType"] == "_output_event")
+    while "upstreamEventId" in node["event"]:
+        chain.append(node["event"]["upstreamActionName"])
+        node = by_id[node["event"]["upstreamEventId"]]
+    assert chain == ["answer", "_chat_model_action", "_tool_call_action", "_chat_model_action", "ask"]
+
+
+def test_without_trace_records_the_event_log_keeps_its_0_3_1_records(scripted_chat_server, tmp_path):
+    scripted_chat_server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+    run_records(engine_for(openai_review_agent(scripted_chat_server.base_url), InMemoryJournalStore(),
+                           {"baseLogDir": str(tmp_path)}), [("B01", REVIEW)])
+    records = _records(tmp_path)
+    assert records and not _lifecycle(records)
+    for record in records:
+        assert list(record) == ["timestamp", "logLevel", "eventType", "key", "seq", "action", "handledBy", "event"]
+        assert "upstreamEventId" not in record["event"]
 
 
 # -- from spans ----------------------------------------------------------------------

@@ -55,12 +55,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from flink_agents.api.configuration import ConfigurationView
 from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel
-from flink_agents.runtime.features.event_log import truncate
 from flink_agents.runtime.features.tracing import RunTrace, SpanRecord, TraceSettings, span_id_of
 
 __all__ = [
-    "FanOutSink", "RecordTracing", "TraceRecordSink", "execution_id_of", "instant_text", "records_of_spans",
-    "with_trace_records",
+    "FanOutSink", "RecordTracing", "TraceRecordSink", "business_key_of", "execution_id_of", "input_run_id_of", "instant_text",
+    "records_of_spans", "with_trace_records",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,6 +79,11 @@ def _uuid_of(*parts: Any) -> str:
     return str(uuid.UUID(bytes=bytes(raw)))
 
 
+def input_run_id_of(trace_id: int) -> str:
+    """The ``inputRunId`` of the run whose trace is ``trace_id``."""
+    return str(uuid.UUID(int=trace_id))
+
+
 def execution_id_of(trace_id: int, span_id: int) -> str:
     """The ``executionId`` of the span ``span_id`` of trace ``trace_id``."""
     return _uuid_of("execution", f"{trace_id:032x}", f"{span_id:016x}")
@@ -96,7 +100,7 @@ def instant_text(ns: int) -> str:
     return text + "Z"
 
 
-def _business_key(key_text: str) -> str:
+def business_key_of(key_text: str) -> str:
     """HEAD's ``businessKey``: the key's text (a string key as itself; other
     keys as the JSON text they are journaled under)."""
     try:
@@ -152,7 +156,7 @@ def records_of_spans(
             continue
         entity_type, entity_name, metadata = entity
         context: Dict[str, Any] = {
-            "inputRunId": str(uuid.UUID(int=span.trace_id)), "businessKey": _business_key(run[2]),
+            "inputRunId": input_run_id_of(span.trace_id), "businessKey": business_key_of(run[2]),
             "agentName": agent_name, "executionId": execution_id_of(span.trace_id, span.span_id),
         }
         if entity_type != "action":
@@ -215,10 +219,8 @@ class TraceRecordSink:
                 level = self._log.level_of(record["eventType"])
                 if level is EventLogLevel.OFF:
                     continue
-                if level is EventLogLevel.STANDARD and any(self._log.limits) and record["eventAttributes"]:
-                    record["eventAttributes"], cut = truncate(record["eventAttributes"], *self._log.limits)
-                    if cut:
-                        self._log.count_truncated()
+                if record["eventAttributes"]:
+                    record["eventAttributes"] = self._log.cut(level, record["eventAttributes"])
                 records.append({"timestamp": record.pop("timestamp"), "logLevel": level.value, **record})
             if records:
                 self._log.logger.write(records)
