@@ -20,10 +20,12 @@ import pytest
 from flink_agents.runtime.features.trace_records import (
     FanOutSink, RecordTracing, execution_id_of, instant_text, records_of_spans, with_trace_records,
 )
+from flink_agents.runtime.features.otel_export import flush_all
 from flink_agents.runtime.features.tracing import SpanRecord, span_id_of, trace_id_of
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.framework_runs import Crash, crash_at_write, disarm, engine_for, run_records
 from tests.support.notify_tool import clear_notified  # noqa: F401 (an autouse fixture)
+from tests.support.otlp_receiver import OtlpReceiver
 from tests.unit.test_openai_chat_model import ANSWER, REVIEW, TOOL_CALL_REPLY, openai_review_agent
 
 # HEAD's lifecycle event types and their statuses (ExecutionLifecycleEvents).
@@ -47,9 +49,14 @@ def _traced_engine(server: Any, store: InMemoryJournalStore, log_dir: Path, **ex
     is asked to wire them (``with_trace_records`` over ``job_tracing``)."""
     engine = engine_for(openai_review_agent(server.base_url), store,
                         {"baseLogDir": str(log_dir), "event-log.trace.enabled": True, **extra})
-    engine.tracing = with_trace_records(engine.tracing, engine.config, engine.plan, engine.event_log)
+    if not isinstance(engine.tracing, RecordTracing):  # until engine.py wires it
+        engine.tracing = with_trace_records(engine.tracing, engine.config, engine.plan, engine.event_log)
     for_run = engine.event_log.for_run  # and the run's identity for the business records' trace context
-    engine.event_log.for_run = lambda key, seq, now: for_run(key, seq, now, "job", json.dumps(key))
+
+    def run_log(key: Any, seq: int, now: Any, *identity: Any) -> Any:
+        return for_run(key, seq, now, *(identity or ("job", json.dumps(key))))
+
+    engine.event_log.for_run = run_log
     return engine
 
 
@@ -216,6 +223,24 @@ def test_without_trace_records_the_event_log_keeps_its_0_3_1_records(scripted_ch
     for record in records:
         assert list(record) == ["timestamp", "logLevel", "eventType", "key", "seq", "action", "handledBy", "event"]
         assert "upstreamEventId" not in record["event"]
+
+
+def test_with_opentelemetry_on_both_get_every_span(scripted_chat_server, tmp_path, monkeypatch):
+    """The OTel sink and the trace records side by side (``FanOutSink``):
+    the records' ids are the spans' (``inputRunId`` the trace id)."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with OtlpReceiver() as receiver:
+        scripted_chat_server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": ANSWER}])
+        engine = _traced_engine(scripted_chat_server, InMemoryJournalStore(), tmp_path, **{
+            "tracing.exporter": "otlp", "tracing.otlp.endpoint": receiver.endpoint})
+        assert isinstance(engine.tracing.sink, FanOutSink)
+        run_records(engine, [("B01", REVIEW)])
+        assert flush_all(10)
+        spans = [s for s in receiver.spans if s.name == "execute_tool notify_shipping_manager"]
+    [tool] = [r for r in _lifecycle(_records(tmp_path)) if r["entityType"] == "tool" and r["status"] == "started"]
+    [span] = spans
+    assert tool["inputRunId"] == str(uuid.UUID(hex=span.trace_id))
+    assert tool["executionId"] == execution_id_of(int(span.trace_id, 16), int(span.span_id, 16))
 
 
 # -- from spans ----------------------------------------------------------------------
