@@ -158,6 +158,11 @@ class AgentConfigOptions:
         description="Event log verbosity: OFF, STANDARD (long strings, arrays and deep objects "
         "truncated) or VERBOSE (whole events); per event type with event-log.type.<TYPE>.level.",
     )
+    EVENT_LOG_TRACE_ENABLED = ConfigOption(
+        "event-log.trace.enabled", bool, False,
+        description="Also write Flink Agents HEAD's trace records (action, model and tool executions "
+        "started/finished/failed/reused) to the event log (runtime.features.trace_records).",
+    )
     EVENT_LOG_MAX_STRING_LENGTH = ConfigOption(
         "event-log.standard.max-string-length", int, 2000, check=_non_negative, requirement="must be >= 0",
         description="At STANDARD, strings longer than this are truncated.",

@@ -47,6 +47,16 @@ the run finished: a follower never sees an event a failover could undo.
 A replayed run logs its events again (at least once; ids are
 deterministic). Sub-agent runs are not logged.
 
+With ``event-log.trace.enabled`` (Flink Agents HEAD's key; off by
+default) a record also carries HEAD's lineage and trace context: in
+``event``, ``upstreamEventId`` and ``upstreamActionName`` (the event the
+sending action processed, and that action: what HEAD's
+``flink-agents-trace-tree`` reads from a nested record), and at the top
+level ``inputRunId``, ``businessKey`` and, for an event an action sent,
+that action's ``executionId``, ``entityType`` and ``entityName``: the ids of
+its trace records (``trace_records``, which writes those into the same
+logger).
+
 Off (every level ``OFF`` or no enabled logger, and no listener) the engine
 builds no event log at all, so the action loop pays one ``is None`` test
 per event.
@@ -72,6 +82,8 @@ from flink_agents.api.event_listener import EventContext, EventListener
 from flink_agents.api.events.event import Event, row_to_json
 from flink_agents.runtime.execution.metrics import BuiltinMetrics
 from flink_agents.runtime.features.capability_redaction import redact
+from flink_agents.runtime.features.trace_records import business_key_of, execution_id_of, input_run_id_of
+from flink_agents.runtime.features.tracing import span_id_of, trace_id_of
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 
 __all__ = [
@@ -286,7 +298,8 @@ class EventLog:
     """
 
     def __init__(self, level: EventLogLevel, type_levels: Dict[str, EventLogLevel], limits: Tuple[int, int, int],
-                 logger: Any, listeners: List[EventListener], metrics: BuiltinMetrics | None) -> None:
+                 logger: Any, listeners: List[EventListener], metrics: BuiltinMetrics | None,
+                 trace_enabled: bool = False) -> None:
         self._level = level
         self._type_levels = type_levels
         self._levels: Dict[str, EventLogLevel] = {}
@@ -294,6 +307,7 @@ class EventLog:
         self.logger = logger
         self.listeners = listeners
         self._metrics = metrics
+        self.trace_enabled = trace_enabled
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], job_id: str, task_name: str = "local", subtask: int = 0,
@@ -328,7 +342,17 @@ class EventLog:
             logger = LoggingEventLogger(pretty)
         if logger is None and not listeners:
             return None
-        return cls(level, type_levels, limits, logger, listeners, metrics)
+        return cls(level, type_levels, limits, logger, listeners, metrics, view.get(options.EVENT_LOG_TRACE_ENABLED))
+
+    def cut(self, level: EventLogLevel, value: Dict[str, Any]) -> Dict[str, Any]:
+        """``value`` (a JSON object) cut to the STANDARD limits if ``level``
+        is STANDARD, counted in ``eventLogTruncatedEvents`` if anything was."""
+        if level is not EventLogLevel.STANDARD or not any(self._limits):
+            return value
+        value, cut = truncate(value, *self._limits)
+        if cut and self._metrics is not None:
+            self._metrics.event_log_truncated()
+        return value
 
     def level_of(self, event_type: str) -> EventLogLevel:
         """The level of ``event_type`` (per-type keys, walked up its dots, then the global level)."""
@@ -343,9 +367,16 @@ class EventLog:
             found = self._levels[event_type] = found or self._level
         return found
 
-    def for_run(self, key: Any, seq: int, now: Callable[[], float]) -> "RunEventLog":
-        """The log of one record's run (``now``: the run clock's Unix seconds)."""
-        return RunEventLog(self, key, seq, now)
+    def for_run(self, key: Any, seq: int, now: Callable[[], float], journal_id: str | None = None,
+                key_text: str | None = None) -> "RunEventLog":
+        """The log of one record's run (``now``: the run clock's Unix seconds;
+        ``journal_id`` and ``key_text``: the run's identity, which the trace
+        context of ``event-log.trace.enabled`` derives its ids from; without
+        them a record carries the lineage only)."""
+        trace = None
+        if self.trace_enabled and journal_id is not None and key_text is not None:
+            trace = (journal_id, trace_id_of(journal_id, key_text, seq), business_key_of(key_text))
+        return RunEventLog(self, key, seq, now, trace)
 
     def deliver(self, key: Any, seq: int, entries: List["_Entry"]) -> None:
         """Log ``entries`` and tell the listeners (errors of either are logged, never raised)."""
@@ -370,13 +401,9 @@ class EventLog:
         level = entry.level
         # Callback URLs and ids never reach the log, at any level; before
         # truncation, which could cut a URL where the pattern misses it.
-        payload = redact(entry.payload)
-        if level is EventLogLevel.STANDARD and any(self._limits):
-            payload, cut = truncate(payload, *self._limits)
-            if cut and self._metrics is not None:
-                self._metrics.event_log_truncated()
+        payload = self.cut(level, redact(entry.payload))
         return {
-            "timestamp": entry.timestamp, "logLevel": level.value, "eventType": entry.event_type,
+            "timestamp": entry.timestamp, "logLevel": level.value, **entry.context, "eventType": entry.event_type,
             "key": to_jsonable_python(key, fallback=repr, bytes_mode="base64"), "seq": seq, "action": entry.sender,
             "handledBy": entry.handled_by, "event": payload,
         }
@@ -390,7 +417,7 @@ class _Entry:
     """One event of a run, from the moment the loop took it until delivered."""
 
     __slots__ = ("event", "event_type", "event_class", "timestamp", "level", "payload", "sender", "handled_by",
-                 "after")
+                 "after", "context")
 
     def __init__(self, event: Event, timestamp: str, level: EventLogLevel, payload: Dict[str, Any] | None,
                  sender: str | None) -> None:
@@ -403,6 +430,7 @@ class _Entry:
         self.sender = sender
         self.handled_by: List[str] = []
         self.after: str | None = None  # the step whose commit makes it durable (None: already)
+        self.context: Dict[str, Any] = {}  # HEAD's trace context (event-log.trace.enabled)
 
 
 class RunEventLog:
@@ -414,12 +442,15 @@ class RunEventLog:
     ``finished`` when the run ended (ok or skipped).
     """
 
-    def __init__(self, event_log: EventLog, key: Any, seq: int, now: Callable[[], float]) -> None:
+    def __init__(self, event_log: EventLog, key: Any, seq: int, now: Callable[[], float],
+                 trace: Tuple[str, int, str] | None = None) -> None:
         self._log = event_log
         self._key = key
         self._seq = seq
         self._now = now
-        self._senders: Dict[int, str] = {}  # id(queued event) -> the action that sent it
+        self._trace = trace  # (journal id, trace id, business key) with event-log.trace.enabled
+        # id(queued event) -> (the action that sent it, its step, the event that step processed)
+        self._senders: Dict[int, Tuple[str, str, str]] = {}
         self._durable: set[str] = set()  # steps whose completion is in the journal
         self._last_step: str | None = None
         self._pending: List[_Entry] = []
@@ -437,13 +468,32 @@ class RunEventLog:
                 copy = event.model_copy(deep=True)
             except Exception:  # a value that cannot be copied: the listener gets the event itself
                 copy = event
-        return _Entry(copy, _iso(self._now()), level, payload, self._senders.pop(id(event), None))
+        sender = self._senders.pop(id(event), None)
+        entry = _Entry(copy, _iso(self._now()), level, payload, None if sender is None else sender[0])
+        if self._log.trace_enabled:
+            if payload is not None and sender is not None:
+                payload["upstreamEventId"], payload["upstreamActionName"] = sender[2], sender[0]
+            if self._trace is not None:
+                entry.context = self._context(sender)
+        return entry
+
+    def _context(self, sender: Tuple[str, str, str] | None) -> Dict[str, Any]:
+        """HEAD's trace context of an event ``sender`` sent (None: the input)."""
+        journal_id, trace_id, business_key = self._trace
+        context: Dict[str, Any] = {"inputRunId": input_run_id_of(trace_id), "businessKey": business_key}
+        if sender is not None:
+            context.update({
+                "executionId": execution_id_of(trace_id, span_id_of(trace_id, journal_id, "step", sender[1])),
+                "entityType": "action", "entityName": sender[0],
+            })
+        return context
 
     def stepped(self, entry: _Entry, action: str, step: str, sent: List[Event], replayed: bool) -> None:
         """Step ``step`` of ``action`` handled ``entry``'s event and sent ``sent``."""
         entry.handled_by.append(action)
+        upstream = str(getattr(entry.event, "id", ""))
         for event in sent:
-            self._senders[id(event)] = action
+            self._senders[id(event)] = (action, step, upstream)
         self._last_step = step
         if replayed:
             self._durable.add(step)
