@@ -44,6 +44,7 @@ from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
 from flink_agents.runtime.features.event_log import EventLog
 from flink_agents.runtime.features.otel_export import job_tracing
+from flink_agents.runtime.features.trace_records import with_trace_records
 from flink_agents.runtime.features import register_all
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.factory import open_journal_store
@@ -141,7 +142,9 @@ class AgentEngine:
         # None unless something would be logged or told: no cost per event then.
         self.event_log = EventLog.from_config(self.config, job_id, task[0], task[1], self.counters.metrics.builtin)
         # None unless traces are asked for (OTEL_TRACES_EXPORTER, tracing.exporter).
-        self.tracing = job_tracing(self.config, plan, self.prices)
+        # Flink Agents HEAD's trace records ride on the same spans (event-log.trace.enabled).
+        self.tracing = with_trace_records(job_tracing(self.config, plan, self.prices), self.config, plan,
+                                          self.event_log)
         # One subtask recovers the spans a dead worker lost (otel_export).
         self._trace_recovery = (
             self.tracing.start_recovery(self.store, job_id, self.config.get(RuntimeOptions.TRACING_RECOVERY_WINDOW_S))
@@ -214,7 +217,8 @@ class AgentEngine:
             key, record.seq, self._counted(emit_progress), prices=self.prices, key_usage=state.usage)
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
-        run_log = None if self.event_log is None else self.event_log.for_run(key, record.seq, self.clock.now)
+        run_log = None if self.event_log is None else self.event_log.for_run(
+            key, record.seq, self.clock.now, run.journal_id, run.key_text)
         self._journal_ids.add(run.journal_id)
         # The run's trace (runtime.features.tracing): spans of what each commit wrote.
         trace = None if self.tracing is None else self.tracing.for_run(

@@ -474,6 +474,7 @@ class RunTrace:
     def _chat_attributes(self, setup: str, reply: Any, attributes: Dict[str, Any]) -> str:
         request_model, provider = self._settings.chat_models.get(setup, (None, None))
         attributes["gen_ai.operation.name"] = "chat"
+        attributes["flink_agents.chat_model"] = setup  # the setup resource (or framework/agent) called
         framework = setup.partition("/")[0] if "/" in setup else None
         if framework is not None:
             attributes["flink_agents.framework"] = framework
