@@ -35,7 +35,7 @@ TIMEOUT_S="${FLINK_MATRIX_TIMEOUT_S:-900}"  # per pytest run
 # default version's whole suite only), a worker-crash failover, callbacks.
 E2E_FILES=(tests/e2e/test_review_job_e2e.py::test_job_command_on_the_bundled_sample tests/e2e/test_failover_e2e.py tests/e2e/test_callbacks_e2e.py)
 TEST_PINS=("pytest>=8" "pytest-timeout>=2.2" "pytest-xdist>=3.5")  # as setup.py's test extra
-EXTRAS_1X="anthropic,ollama,tongyi,mcp,chroma,pydantic-ai,openai-agents,langgraph,google-adk"  # every test extra but mem0 (see above)
+EXTRAS_1X="anthropic,ollama,tongyi,mcp,chroma,otel,pydantic-ai,openai-agents,langgraph,google-adk"  # every test extra but mem0 (see above)
 
 log() { printf '[matrix] %s\n' "$*" >&2; }
 

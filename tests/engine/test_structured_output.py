@@ -15,6 +15,8 @@ import json
 from typing import Any, Dict, List, Sequence
 
 import pytest
+
+from flink_agents.runtime.durability.codec_classes import trust_package
 from pydantic import BaseModel, Field
 from pyflink.common import Row, Types
 
@@ -318,6 +320,10 @@ def test_output_schema_is_the_fourth_parameter_or_a_keyword_as_in_031() -> None:
 
 @pytest.mark.parametrize("schema", [Verdict, VERDICT_ROW, {**VERDICT_JSON_SCHEMA, "$defs": {}}], ids=["pydantic", "row", "json"])
 def test_a_request_schema_survives_the_event_codec(schema: Any) -> None:
+    # A job trusts the packages of its plan's classes when it starts; this
+    # test has no job: trust the schema's module as one would (else the
+    # result hangs on whether another test built a plan here first).
+    trust_package(Verdict.__module__.split(".")[0])
     event = ChatRequestEvent("m", [ChatMessage(role=MessageRole.USER, content="hi")], None, schema)
     decoded = decode_event(encode_event(event))
     assert decoded.output_schema == OutputSchema(schema)
