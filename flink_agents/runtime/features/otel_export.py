@@ -122,7 +122,12 @@ def _exporter(kind: str, env: Mapping[str, str], config: Mapping[str, Any]) -> A
     endpoint = _setting(env, config, ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"],
                         "tracing.otlp.endpoint")
     if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise ModuleNotFoundError(
+                "traces over OTLP/HTTP need opentelemetry-exporter-otlp-proto-http: pip install 'flink-agents[otel]'"
+            ) from None
 
         # Without an endpoint the exporter reads its own default (localhost:4318).
         return OTLPSpanExporter(endpoint=_traces_url(endpoint, per_signal) if endpoint else None,
