@@ -5,6 +5,8 @@
     flink-agents run review-analysis [...]  run the review-analysis job
     flink-agents run shipping-claims [...]  run the shipping-claims job (callbacks)
     flink-agents callbacks serve [...]      serve the callback ingress (HTTP)
+    flink-agents callbacks list --journal J  callbacks, capabilities redacted
+    flink-agents runs list|show --journal J  record runs in a journal (read only)
     flink-agents run-yaml FILE --input F    run a YAML-declared agent over JSON lines
 """
 
@@ -219,8 +221,17 @@ def main(argv: List[str] | None = None) -> int:
     serve.add_argument("--allow-unauthenticated", action="store_true",
                        help="listen on an address other than loopback without authentication "
                             "(callbacks.ingress.allow_unauthenticated)")
+    from flink_agents.cli.inspect_commands import add_callbacks_list, add_runs, run_callbacks_list, run_runs
+
+    add_callbacks_list(callbacks)
+    add_runs(commands)
     _add_run_yaml(commands)
     args = parser.parse_args(argv)
+
+    if args.command == "runs":
+        return run_runs(args)
+    if args.command == "callbacks" and args.callbacks_command == "list":
+        return run_callbacks_list(args)
 
     if args.command == "run-yaml":
         from flink_agents.cli.run_yaml import run_yaml

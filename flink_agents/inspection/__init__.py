@@ -1,0 +1,17 @@
+"""Read-only inspection of a journal store: the runs it holds, one run's
+steps, its callbacks (``flink-agents runs|callbacks list``, ``runs show``).
+
+    reader.open_reader(journal)      a SQLite path or a postgresql:// DSN, opened read-only
+    runs.list_runs(reader, ...)      one summary per record run
+    runs.show_run(reader, ...)       one run's steps, decoded and redacted
+    runs.list_callbacks(reader, ...) callbacks without their capabilities
+
+Everything read back is untrusted data: payloads are decoded to plain JSON
+(``codec.plain_json`` through ``progress.records_of``), never into the
+classes a row names.
+"""
+
+from flink_agents.inspection.reader import JournalReader, open_reader
+from flink_agents.inspection.runs import STATES, list_callbacks, list_runs, show_run
+
+__all__ = ["JournalReader", "STATES", "list_callbacks", "list_runs", "open_reader", "show_run"]
