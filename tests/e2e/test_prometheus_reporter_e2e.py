@@ -62,7 +62,7 @@ def _agent_samples(text: str) -> Dict[str, List]:
 
 
 def _scrape_until_done(port: int, timeout_s: float) -> tuple[str, Dict[str, List]]:
-    """Scrape ``/metrics`` until the finished records' actions show."""
+    """Scrape ``/metrics`` until the finished records show in every series checked."""
     text, samples = "", {}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -71,8 +71,11 @@ def _scrape_until_done(port: int, timeout_s: float) -> tuple[str, Dict[str, List
         except OSError:
             pass  # the reporter is not up yet
         samples = _agent_samples(text)
-        executed = samples.get("flink_taskmanager_job_task_operator_numOfActionsExecuted", [])
-        if executed and executed[0].value >= FINISHED:
+        # Each series moves on its own reporter read: wait until every one
+        # the test checks has caught up with the finished records.
+        caught_up = [samples.get(f"flink_taskmanager_job_task_operator_{name}", [])
+                     for name in ("numOfActionsExecuted", "numInputs", "flink_agents_records")]
+        if all(series and max(s.value for s in series) >= FINISHED for series in caught_up):
             break
         time.sleep(0.3)
     return text, samples
