@@ -10,11 +10,14 @@ _PROVIDER_EXTRAS = {
     "chroma": ["chromadb>=1.0,<2"],  # the Chroma vector store (embedded or HTTP)
     "mem0": ["mem0ai>=2.2.1,<2.3"],  # Mem0-backed long-term memory (its API changes between minor releases)
     # OpenTelemetry traces of every run (docs/observability.md). Capped at
-    # 1.44: google-adk 2.13 (the [google-adk] extra) requires <= 1.44.
+    # 1.44: google-adk 2.13 (the [google-adk] extra) requires <= 1.44. The
+    # exporter goes back to 1.15: from 1.28 it needs protobuf >= 5, which
+    # apache-flink 1.20's apache-beam (< 2.49, protobuf < 4.24) cannot share;
+    # there pip picks 1.15 beside SDK 1.44 (tests/engine/test_tracing.py).
     "otel": [
         "opentelemetry-api>=1.30,<=1.44",
         "opentelemetry-sdk>=1.30,<=1.44",
-        "opentelemetry-exporter-otlp-proto-http>=1.30,<=1.44",
+        "opentelemetry-exporter-otlp-proto-http>=1.15,<=1.44",
     ],
 }
 
