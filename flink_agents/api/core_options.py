@@ -60,6 +60,7 @@ class ErrorHandlingStrategy(Enum):
     FAIL = "fail"
     IGNORE = "ignore"
     SKIP = "ignore"  # an alias of IGNORE: this runtime's ``error_strategy: skip``
+    PARK = "park"  # this runtime's: retry, then keep the record queued and pause its key (run control)
 
 
 class ShortTermMemoryTtlUpdate(Enum):
@@ -188,8 +189,9 @@ class AgentExecutionOptions:
     ERROR_HANDLING_STRATEGY = ConfigOption(
         "error-handling-strategy", ErrorHandlingStrategy, ErrorHandlingStrategy.FAIL,
         aliases=("error_strategy",),
-        description="What a failing action does: fail (the job), retry (with backoff, then fail) "
-        "or ignore (skip the record; an error record goes to the error side output). "
+        description="What a failing action does: fail (the job), retry (with backoff, then fail), "
+        "ignore (skip the record; an error record goes to the error side output) or park (this runtime's: "
+        "retry, then keep the record queued and pause its key until resumed). "
         "Here it covers every action; in 0.3.1 only the chat action.",
     )
     MAX_RETRIES = ConfigOption(
@@ -333,8 +335,10 @@ class RuntimeOptions:
     ERROR_STRATEGY = ConfigOption(
         "error_strategy", str, "fail",
         aliases=(ConfigAlias("error-handling-strategy", ErrorHandlingStrategy, _strategy_name),),
-        check=lambda name: name in ("fail", "retry", "skip"), requirement="must be one of 'fail', 'retry', 'skip'",
-        description="Job-wide or per action (action_config): fail, retry or skip (0.3.1's ignore).",
+        check=lambda name: name in ("fail", "retry", "skip", "park"),
+        requirement="must be one of 'fail', 'retry', 'skip', 'park'",
+        description="Job-wide or per action (action_config): fail, retry, skip (0.3.1's ignore) or park "
+                    "(retry, then keep the record queued and pause its key until resumed).",
     )
     ERROR_RETRY_MAX_ATTEMPTS = ConfigOption(
         "error_retry.max_attempts", int, None,
@@ -379,6 +383,15 @@ class RuntimeOptions:
     CALLBACKS_POLL_INTERVAL_MS = ConfigOption(
         "callbacks.poll_interval_ms", float, 100.0, check=_positive, requirement="must be > 0",
         description="How often pending callbacks are polled in the store (milliseconds).",
+    )
+    RUN_CONTROL_ENABLED = ConfigOption(
+        "run_control.enabled", bool, True,
+        description="Apply run-control requests (pause, resume, cancel, retry: `flink-agents runs ...`, the web "
+                    "inspector) read from the journal store (runtime.features.run_control).",
+    )
+    RUN_CONTROL_POLL_INTERVAL_MS = ConfigOption(
+        "run_control.poll_interval_ms", float, 1000.0, check=_positive, requirement="must be > 0",
+        description="How often each subtask reads new run-control requests from the store (milliseconds).",
     )
     PROGRESS_ENABLED = ConfigOption(
         "progress.enabled", bool, False,

@@ -51,6 +51,9 @@ def add_runs(commands: Any) -> None:
     show.add_argument("--seq", required=True, type=int)
     show.add_argument("--job", help="the job id, when the key's run is in several jobs")
     show.add_argument("--prices", metavar="FILE")
+    from flink_agents.cli.control_commands import add_control_commands
+
+    add_control_commands(runs)
 
 
 def add_callbacks_list(callbacks: Any) -> None:
@@ -94,7 +97,11 @@ def _open(journal: str) -> Any:
 
 
 def run_runs(args: argparse.Namespace) -> int:
+    from flink_agents.cli.control_commands import CONTROL_COMMANDS, run_control_command
     from flink_agents.inspection import list_runs, show_run
+
+    if args.runs_command in CONTROL_COMMANDS:
+        return run_control_command(args)
 
     with _open(args.journal) as reader:
         if args.runs_command == "list":

@@ -24,7 +24,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.execution.action_loop import run_record
 from flink_agents.runtime.features.callbacks import CallbackHub
 from flink_agents.runtime.execution.completion import Completion
-from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordSkipped
+from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, RecordParked, RecordSkipped, RunCancelled
 from flink_agents.runtime.scheduling.executors import Executors
 from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_reachable import register_plan_classes
@@ -46,7 +46,9 @@ from flink_agents.runtime.features.event_log import EventLog
 from flink_agents.runtime.features.otel_export import job_tracing
 from flink_agents.runtime.features.trace_records import with_trace_records
 from flink_agents.runtime.features import register_all
+from flink_agents.runtime.features.run_control import RunControl
 from flink_agents.stores.callbacks import CallbackStore
+from flink_agents.stores.controls import ControlStore
 from flink_agents.stores.factory import open_journal_store
 from flink_agents.stores.journal import JournalStore
 
@@ -128,6 +130,12 @@ class AgentEngine:
             CallbackHub(self.store, self.config, self.counters, self.clock, self.executors, deadline_timers)
             if isinstance(self.store, CallbackStore) else None
         )
+        # Pause, resume, cancel, retry requests from the store (the runner polls them).
+        self.run_control: RunControl | None = (
+            RunControl(self.store, self._top_journal_ids, self.config.get(RuntimeOptions.RUN_CONTROL_POLL_INTERVAL_MS) / 1000.0,
+                       self.clock.now_ms, self.executors.io)
+            if isinstance(self.store, ControlStore) and self.config.get(RuntimeOptions.RUN_CONTROL_ENABLED) else None
+        )
         self._sub_agents = SubAgentRunner(
             plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors,
             self.clock,
@@ -151,6 +159,15 @@ class AgentEngine:
             if self.tracing is not None and task[1] == 0 else None
         )
         self._task = task
+
+    def _top_journal_ids(self) -> List[str]:
+        """The journals this engine's keys live in (sub-agent journals aside)."""
+        return [journal_id for journal_id in self._journal_ids.copy() if "/" not in journal_id]
+
+    def note_journal(self, journal_id: str) -> None:
+        """A key of ``journal_id`` (a restored key's) is in this engine's hands."""
+        if journal_id and journal_id not in self._journal_ids:
+            self._journal_ids.add(journal_id)
 
     def report_shared_store(self) -> List[str]:
         """At a job's start (each host calls it once; on Flink only subtask
@@ -176,6 +193,9 @@ class AgentEngine:
         try:
             await self.run_one(key, state, record, completion.outputs.append, completion.errors.append, emit_progress,
                                totals.append)
+        except RecordParked as parked:
+            completion.parked = parked
+            self.counters.records_parked += 1
         except Exception as exc:
             completion.failure = exc
         if totals and (totals[0][0] is not None or totals[0][1] is not None):
@@ -245,6 +265,10 @@ class AgentEngine:
         self.counters.max_in_flight = max(self.counters.max_in_flight, self.counters.in_flight)
         completed = None
         try:
+            ended = journal.finished_detail if journal.is_finished else {}
+            if ended.get("outcome") == CANCELLED_OUTCOME:
+                # Cancelled before a failover: end as it did, running nothing.
+                raise RunCancelled(key, record.seq, _int(ended.get("control_id")), str(ended.get("requested_by", "")))
             completed = Run(
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
@@ -252,6 +276,23 @@ class AgentEngine:
                 self.clock, run_log, trace=trace, prices=self.prices,
             )
             await run_record(completed, record)
+        except RecordParked as parked:
+            count_replayed(completed)
+            # As a failure: keep what it completed, so resuming it replays
+            # that; its callbacks stay pending. The runner queues it again
+            # and pauses its key (runtime.features.run_control).
+            try:
+                journal.keep_failed_run()
+            except (Exception, JournalUnavailable) as write_error:
+                parked.add_note(f"keeping its journal failed too: {write_error!r}")
+            if self.callbacks is not None:
+                self.callbacks.forget_run(run.key_text, run.seq)
+            if trace is not None:
+                trace.failed(parked.failure, time.time_ns())
+            raise
+        except RunCancelled as cancelled:  # a replay of a run a control request ended (nothing ran)
+            emit_error(cancelled_error_record(key, record, cancelled))
+            self.counters.records_cancelled += 1
         except RecordSkipped as skipped:
             count_replayed(completed)  # the tokens of steps replayed from their completion
             failure = skipped.failure
@@ -308,6 +349,27 @@ class AgentEngine:
             self.counters.calls_replayed += journal.calls_replayed
         self.counters.records += 1
         await self._maybe_prune()
+
+    async def end_cancelled(self, key: Any, state: KeyState, record: PendingRecord,
+                            cancelled: RunCancelled) -> Completion:
+        """End ``record``'s run as cancelled by a control request (its task
+        was cancelled, or it never started): its pending callbacks close and
+        its journal gets a run end naming the request, so a replay after a
+        failover ends the same way without running anything; its completion
+        carries the cancelled error record and the key's memory as it was
+        before the record (all or nothing per record)."""
+        run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
+        journal = await RunJournal.open(self.store, run.journal_id, run.key_text, record.seq, self._count_write,
+                                        executors=self.executors)
+        if not journal.is_finished:
+            await journal.finish_async(CANCELLED_OUTCOME, force=True, detail={
+                "control_id": cancelled.control_id, "requested_by": cancelled.requested_by})
+            await self._close_callbacks(run)
+        self.counters.records_cancelled += 1
+        completion = Completion(record.seq, state.short_term_memory)
+        completion.errors.append(cancelled_error_record(key, record, cancelled))
+        completion.steering_taken_through = self.mailboxes.taken_through(key)
+        return completion
 
     async def _close_callbacks(self, run: RunIdentity) -> bool:
         """Close the run's callbacks still pending; whether it made any (its
@@ -374,6 +436,19 @@ class AgentEngine:
                     log.warning("spans still queued for export after 10 s at close; they may be lost")
             if self._owns_store:
                 self.store.close()
+
+
+CANCELLED_OUTCOME = "cancelled"  # the run end of a run a control request cancelled
+
+
+def cancelled_error_record(key: Any, record: PendingRecord, cancelled: RunCancelled) -> Dict[str, Any]:
+    """The error-stream record of a cancelled run (the shape of a skipped one)."""
+    return {"key": key, "seq": record.seq, "record": record.value, "action": None,
+            "error_type": "RunCancelled", "error_message": str(cancelled), "attempts": 0}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def _both(first: Callable[[Any], None] | None, second: Callable[[Any], None] | None) -> Callable[[Any], None] | None:

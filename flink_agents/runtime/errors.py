@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = [
     "ActionFailed", "ActionReturnedValue", "INTERNAL", "InputRecordError", "JournalUnavailable", "NondeterminismError",
-    "RETRYABLE", "RecordSkipped", "ReplayedError", "StateSchemaError", "TERMINAL", "classify", "job_failure",
+    "RETRYABLE", "RecordParked", "RecordSkipped", "RunCancelled", "ReplayedError", "StateSchemaError", "TERMINAL", "classify", "job_failure",
 ]
 
 RETRYABLE = "retryable"
@@ -106,6 +106,29 @@ class RecordSkipped(Exception):
         super().__init__(str(failure))
         self.failure = failure
         self.attempts = attempts
+
+
+class RecordParked(RecordSkipped):
+    """The record's run failed and its error strategy is ``park``: the record
+    stays queued in keyed state and its key is paused (a run-control pause
+    request names the failure) until ``resume`` or ``retry`` runs it again."""
+
+
+class RunCancelled(Exception):
+    """A run-control request cancelled the record's run (``stores.controls``).
+    It ends on the error stream with ``error_type`` ``RunCancelled``; the
+    key's later records go on.
+
+    Attributes:
+        control_id: The request that cancelled it.
+        requested_by: Who asked.
+    """
+
+    def __init__(self, key: Any, seq: int, control_id: int, requested_by: str) -> None:
+        super().__init__(f"the run of key {key!r}, record #{seq} was cancelled by control request "
+                         f"#{control_id} ({requested_by})")
+        self.control_id = control_id
+        self.requested_by = requested_by
 
 
 class ActionReturnedValue(TypeError):

@@ -304,6 +304,8 @@ class KeyedHost:
 
     def _is_parked(self, key: Any) -> bool:
         """Whether a run of the key waits for a callback."""
+        if self._runner.is_held(key):  # paused or parked by run control
+            return True
         hub = self._engine.callbacks
         return hub is not None and bool(self._deadlines.get(key)) and hub.has_open_callbacks(key_text(key))
 
@@ -315,12 +317,14 @@ class KeyedHost:
         the watermark). At the final watermark nothing fires later, so it
         waits for all, bounded by the callbacks' deadlines."""
         hub = self._engine.callbacks
-        if hub is None or final:
-            self._runner.wait_for(key, seq)
+        if final:
+            self._runner.wait_for(key, seq)  # a paused key's records too: until it is resumed
             return
         text = key_text(key)
         while not self._runner.wait_for(key, seq, 0.05):
-            if hub.has_open_callbacks(text):
+            if self._runner.is_held(key):
+                return  # paused by run control: its outputs come from a later poll
+            if hub is not None and hub.has_open_callbacks(text):
                 return
 
     def _schedule(self, timestamp_ms: int | None, parked: bool = False) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ContextManager, List, Optional, Tuple, Type
 
-from flink_agents.stores import _sql, _sql_callbacks
+from flink_agents.stores import _sql, _sql_callbacks, _sql_controls
 from flink_agents.stores.errors import JournalStoreError
 
 __all__ = ["Dialect", "SCHEMA_OBJECTS"]
@@ -24,7 +24,7 @@ __all__ = ["Dialect", "SCHEMA_OBJECTS"]
 # The tables and indexes of schema version 1, as ``Dialect.schema`` creates
 # them: a database missing one was written by an older release.
 SCHEMA_OBJECTS: Tuple[str, ...] = (
-    _sql.TABLE, _sql.RUN_END_INDEX, _sql.RUN_INDEX, *_sql_callbacks.SCHEMA_OBJECTS
+    _sql.TABLE, _sql.RUN_END_INDEX, _sql.RUN_INDEX, *_sql_callbacks.SCHEMA_OBJECTS, *_sql_controls.SCHEMA_OBJECTS
 )
 
 
@@ -68,6 +68,7 @@ class Dialect(ABC):
             _sql.CREATE_RUN_END_INDEX,
             _sql.CREATE_RUN_INDEX,
             *_sql_callbacks.create_statements(self.integer, self.blob),
+            *_sql_controls.create_statements(self.integer),
         ]
 
     @abstractmethod

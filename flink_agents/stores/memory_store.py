@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from flink_agents.stores.journal import RUN_END, RUN_STEP, TRACE_STEP, JournalEntry, JournalStore, RunKey
 
 RunKeyTail = Tuple[str, int]  # (key, seq) within one journal
+from flink_agents.stores.controls import InMemoryControls
 from flink_agents.stores.memory_callbacks import PRUNE_BATCH_RUNS, InMemoryCallbacks, nested_in
 
 __all__ = ["InMemoryJournalStore"]
@@ -41,7 +42,7 @@ _RUN_END = (RUN_STEP, RUN_END)
 _RunEnd = Tuple[float, str, int]  # (committed_at, key, seq) in one journal's heap
 
 
-class InMemoryJournalStore(InMemoryCallbacks, JournalStore):
+class InMemoryJournalStore(InMemoryCallbacks, InMemoryControls, JournalStore):
     """A dict-backed, thread-safe ``JournalStore`` (and ``CallbackStore``).
 
     Args:

@@ -40,7 +40,7 @@ import time
 from contextlib import closing, contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-from flink_agents.stores import _sql, _sql_callbacks
+from flink_agents.stores import _sql, _sql_callbacks, _sql_controls
 from flink_agents.stores._dialect import Dialect
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -50,6 +50,7 @@ from flink_agents.stores.callbacks import (
     CompleteResult,
 )
 from flink_agents.stores.capabilities import new_capability_token
+from flink_agents.stores.controls import ControlRequest, ControlStore, check_request
 from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError, RunIdentity
 from flink_agents.stores.journal import JournalEntry, JournalStore
 from flink_agents.stores.retry import StoreRetry
@@ -72,7 +73,7 @@ def _deleting(statement: str, batch: List[Tuple[Any, ...]]) -> Callable[[Any], i
     return delete
 
 
-class SQLJournalStore(JournalStore, CallbackStore):
+class SQLJournalStore(JournalStore, CallbackStore, ControlStore):
     """A ``JournalStore`` and ``CallbackStore`` on an SQL database.
 
     Callbacks live beside the journal, so the ingress finds them with the
@@ -378,6 +379,43 @@ class SQLJournalStore(JournalStore, CallbackStore):
 
     # --- errors and retries ------------------------------------------------------------
 
+    # --- the run-control port (stores.controls) --------------------------------------
+
+    def request_control(
+        self, journal_id: str, key: str, action: str, seq: Optional[int], requested_by: str, now_ms: int,
+    ) -> ControlRequest:
+        """See ``ControlStore.request_control``. Not retried on a lost
+        connection (an insert is not idempotent): the error says so, and the
+        caller lists the requests to learn whether it landed."""
+        check_request(action, seq, requested_by)
+
+        def write(connection: Any) -> ControlRequest:
+            return _sql_controls.insert(
+                connection, self._dialect.placeholder, journal_id, key, action, seq, requested_by, now_ms)
+
+        return self._call("request_control", None, write, write=True, retried=False)
+
+    def controls(
+        self, journal_ids: Optional[Iterable[str]] = None, after_id: int = 0, key: Optional[str] = None,
+        pending_only: bool = False,
+    ) -> List[ControlRequest]:
+        """See ``ControlStore.controls``."""
+        ids = None if journal_ids is None else list(journal_ids)
+
+        def read(connection: Any) -> List[ControlRequest]:
+            return _sql_controls.select(connection, self._dialect.placeholder, ids, after_id, key, pending_only)
+
+        return self._call("controls", None, read)
+
+    def mark_control(self, control_id: int, state: str, outcome: str, now_ms: int) -> bool:
+        """See ``ControlStore.mark_control`` (a conditional update: retried
+        safely, a second try finds the row no longer pending)."""
+
+        def write(connection: Any) -> bool:
+            return _sql_controls.mark(connection, self._dialect.placeholder, control_id, state, outcome, now_ms)
+
+        return self._call("mark_control", None, write, write=True)
+
     def _call(
         self,
         operation: str,
@@ -385,6 +423,7 @@ class SQLJournalStore(JournalStore, CallbackStore):
         body: Callable[[Any], T],
         write: bool = False,
         counted: bool = False,
+        retried: bool = True,
     ) -> T:
         """``body(connection)`` under this process's connection (in one write
         transaction if ``write``), retried on ``JournalUnavailableError`` as
@@ -400,6 +439,8 @@ class SQLJournalStore(JournalStore, CallbackStore):
             body: The reads or writes; runs again on each attempt.
             write: Run ``body`` in one transaction.
             counted: Count a committed transaction in ``writes``.
+            retried: Retry on ``JournalUnavailableError`` (False for a
+                write that is not idempotent).
 
         Raises:
             JournalStoreError: The failure as the store's own error type
@@ -426,7 +467,7 @@ class SQLJournalStore(JournalStore, CallbackStore):
                     return result
             except Exception as error:  # BaseException (a cancellation, a crash) passes as is
                 failure = self._store_error(error, operation, run)
-            if not isinstance(failure, JournalUnavailableError):
+            if not isinstance(failure, JournalUnavailableError) or not retried:
                 raise failure
             now = self._monotonic()
             backoff = next(backoffs)

@@ -42,15 +42,21 @@ class FakeEngine:
 
 
 class BusyRunner:
+    def __init__(self, held: bool = False) -> None:
+        self.held = held
+
     def has_work(self, key: Any) -> bool:
         return True
 
+    def is_held(self, key: Any) -> bool:
+        return self.held
 
-def _host(open_callbacks: bool, armed: bool, timers: FakeTimers) -> KeyedHost:
+
+def _host(open_callbacks: bool, armed: bool, timers: FakeTimers, held: bool = False) -> KeyedHost:
     driver = FlinkDriver(None, None)
     driver.begin("k", timers)
     host = KeyedHost(
-        FakeEngine(FakeHub(open_callbacks)), driver, BusyRunner(),  # type: ignore[arg-type]
+        FakeEngine(FakeHub(open_callbacks)), driver, BusyRunner(held),  # type: ignore[arg-type]
         poll_interval_ms=100, parked_poll_interval_ms=5000,
     )
     if armed:
@@ -71,3 +77,11 @@ def test_other_busy_keys_poll_at_the_normal_interval() -> None:
         timers = FakeTimers(now=1_000_050)
         _host(open_callbacks, armed, timers)._after_callback("k")
         assert timers.processing == [1_000_100, 1_000_200], (open_callbacks, armed)
+
+
+def test_a_key_paused_by_run_control_polls_at_the_parked_interval() -> None:
+    # Its records wait for a resume that may take hours: a timer each
+    # poll_interval_ms per paused key would cost as a busy key does.
+    timers = FakeTimers(now=1_000_050)
+    _host(open_callbacks=False, armed=False, timers=timers, held=True)._after_callback("k")
+    assert timers.processing == [1_005_000, 1_010_000]

@@ -765,12 +765,27 @@ class RunJournal:
             return
         await self._commit_async()
 
-    async def finish_async(self, outcome: str, force: bool = False) -> None:
+    async def finish_async(self, outcome: str, force: bool = False, detail: Dict[str, Any] | None = None) -> None:
         """``finish`` with the commit on a worker thread; ``force`` writes the
         run end even for a run without journaled calls (one that created
-        callbacks: they are pruned by it)."""
-        if self._prepare_finish(outcome, force):
+        callbacks: they are pruned by it); ``detail`` goes into the run end
+        beside the outcome (a cancel's request: ``finished_detail``)."""
+        if self._prepare_finish(outcome, force, detail):
             await self._commit_async()
+
+    @property
+    def finished_detail(self) -> Dict[str, Any]:
+        """The journaled run end's payload (``{"outcome": ..., ...}``), {}
+        when the run has none or it does not read as a JSON object (data read
+        back: the caller compares its values, never runs them)."""
+        entry = self._journaled.get((RUN_STEP, RUN_END))
+        if entry is None:
+            return {}
+        try:
+            payload = json.loads(entry.payload)
+        except ValueError:
+            return {}
+        return payload if isinstance(payload, dict) else {}
 
     def finish(self, outcome: str) -> None:
         """Mark the run finished (``"ok"`` or ``"skipped"``) and commit.
@@ -783,14 +798,14 @@ class RunJournal:
         if self._prepare_finish(outcome):
             self._commit()
 
-    def _prepare_finish(self, outcome: str, force: bool = False) -> bool:
+    def _prepare_finish(self, outcome: str, force: bool = False, detail: Dict[str, Any] | None = None) -> bool:
         """Buffer the run end; whether there is anything to commit."""
         if not force and not self._journaled and self.calls_executed == 0:
             self.unwritten, self._buffer = self._buffer, []
             return False
         if (RUN_STEP, RUN_END) not in self._journaled:
             self._buffer.append(JournalEntry(
-                RUN_STEP, RUN_END, "", "", timed(json.dumps({"outcome": outcome}), self.started_ns)))
+                RUN_STEP, RUN_END, "", "", timed(json.dumps({"outcome": outcome, **(detail or {})}), self.started_ns)))
         return True
 
 

@@ -46,7 +46,7 @@ from flink_agents.runtime.durability.call_position import enter_action, exit_act
 from flink_agents.runtime.execution.context import ActionContext
 from flink_agents.runtime.execution.error_policy import ErrorPolicy
 from flink_agents.runtime.errors import (
-    INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordSkipped,
+    INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordParked, RecordSkipped,
     classify,
 )
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
@@ -183,6 +183,8 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 failure = ActionFailed(identity.key, identity.seq, spec.name, exc)
                 if policy.strategy == "skip":
                     raise RecordSkipped(failure, attempt) from exc
+                if policy.strategy == "park":
+                    raise RecordParked(failure, attempt) from exc
                 raise failure from exc
             # The attempt's calls still in flight (a failed gather's other
             # branches) finish and are journaled; its completed calls become

@@ -40,6 +40,8 @@ class Completion:
             runs so far (those messages leave the key's state).
         usage: The key's usage totals with this record's added
             (``KeyState.usage``), None when it reported none.
+        parked: The run ended under the ``park`` strategy: the record stays
+            pending and its key is paused (the runner keeps it; never applied).
     """
 
     seq: int
@@ -49,6 +51,7 @@ class Completion:
     failure: BaseException | None = None
     steering_taken_through: int = -1
     usage: Dict[str, Any] | None = None
+    parked: BaseException | None = None
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """What happens when an action raises: the error strategies, in one place.
 
 ``fail`` (default) fails the record and so the job; ``retry`` runs the action
-again with exponential backoff, then fails; ``skip`` drops the record's run
+again with exponential backoff, then fails; ``park`` retries the same way,
+then keeps the record queued in keyed state and pauses its key (a run-control
+pause request naming the failure: ``runtime.features.run_control``) until an
+operator resumes or retries it after a fix; ``skip`` drops the record's run
 (short-term memory as before the record) and emits an error record to the
 error side output. Set job-wide in the agent configuration, or per action in
 its ``action_config`` (options declared in ``flink_agents.api.core_options``;
@@ -38,7 +41,7 @@ from flink_agents.api.core_options import RuntimeOptions
 
 __all__ = ["ErrorPolicy", "STRATEGIES"]
 
-STRATEGIES = ("fail", "retry", "skip")
+STRATEGIES = ("fail", "retry", "skip", "park")
 _TIMEOUT = RuntimeOptions.ACTION_TIMEOUT_S  # job-wide; per action also ``timeout_s``
 _ACTION_TIMEOUT_OPTIONS = ("timeout_s", _TIMEOUT.key)
 
@@ -55,7 +58,7 @@ class ErrorPolicy:
 
     @property
     def attempts_allowed(self) -> int:
-        return self.max_attempts if self.strategy in ("retry", "skip") else 1
+        return self.max_attempts if self.strategy in ("retry", "skip", "park") else 1
 
     def backoff_s(self, attempt: int) -> float:
         """Delay after failed ``attempt`` (1-based): initial * 2^(attempt-1), capped."""
@@ -89,7 +92,7 @@ class ErrorPolicy:
             return declared.get_default_value() if value is None else value
 
         strategy = option(RuntimeOptions.ERROR_STRATEGY)
-        max_attempts = option(RuntimeOptions.ERROR_RETRY_MAX_ATTEMPTS) or (3 if strategy == "retry" else 1)
+        max_attempts = option(RuntimeOptions.ERROR_RETRY_MAX_ATTEMPTS) or (3 if strategy in ("retry", "park") else 1)
         return ErrorPolicy(
             strategy=strategy,
             max_attempts=max_attempts,

@@ -387,6 +387,8 @@ class RunCounters:
     steps_replayed: int = 0
     action_retries: int = 0
     records_skipped: int = 0
+    records_cancelled: int = 0  # by a run-control request (runtime.features.run_control)
+    records_parked: int = 0  # ``park`` strategy: queued again, key paused
     in_flight: int = 0  # runs in progress now (a gauge)
     max_in_flight: int = 0  # the most runs in progress at once
     callbacks_created: int = 0

@@ -148,6 +148,14 @@ class LocalAgentBuilder(AgentBuilder):
             for key, value in [_split_record(i, r) for i, r in enumerate(self._records)]:
                 host.accept(key, value)
             host.drain()
+            for key, state in driver.states.items():  # paused or parked by run control: say so, drop nothing
+                for record in state.pending:
+                    driver.emit_error(key, {
+                        "key": key, "seq": record.seq, "record": record.value, "action": None,
+                        "error_type": "RecordNotRun", "attempts": 0,
+                        "error_message": f"record #{record.seq} of key {key!r} did not run before the input ended: "
+                                         "its key is paused (or the record parked) by run control",
+                    })
         finally:
             runner.close()
             engine.close()

@@ -41,10 +41,13 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List
+from typing import Any, Callable, Deque, Dict, List, Tuple
 
+from flink_agents.runtime.durability.ids import key_text
+from flink_agents.runtime.errors import RunCancelled
 from flink_agents.runtime.execution.completion import Completion
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.stores.controls import APPLIED, IGNORED, ControlRequest
 from flink_agents.runtime.scheduling.run_slots import RunSlots
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 
@@ -58,7 +61,8 @@ log = logging.getLogger(__name__)
 class _Worker:
     """The runner's view of one key: records to run, its state copy, results."""
 
-    __slots__ = ("state", "queue", "completions", "progress", "busy", "submitted_through")
+    __slots__ = ("state", "queue", "completions", "progress", "busy", "submitted_through", "running", "cancels",
+                 "parked", "key_text")
 
     def __init__(self, state: KeyState) -> None:
         self.state = state
@@ -67,6 +71,10 @@ class _Worker:
         self.progress: List[Dict[str, Any]] = []  # published, not yet emitted
         self.busy = False
         self.submitted_through = -1
+        self.running: Any = None  # (seq, task) of the run in progress
+        self.cancels: Dict[Any, Any] = {}  # seq (None: the next) -> the cancel request
+        self.parked: PendingRecord | None = None  # queued again under ``park``; key paused
+        self.key_text: str | None = None
 
 
 class KeyRunner:
@@ -117,15 +125,23 @@ class KeyRunner:
         self._host_blocked = 0  # host calls waiting in _block_until (present, if silent)
         self._paused: Dict[Any, _Worker] = {}  # keys whose next record waits for the host
         self._tasks: set[asyncio.Task[None]] = set()  # the keys' work in progress (on the loop)
+        self._held: Dict[Any, _Worker] = {}  # keys paused by run control, with records waiting
+        self._control = engine.run_control  # runtime.features.run_control, or None
+        if self._control is not None:
+            self._control.attach(self)
         if loop_thread:
             self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
             self._thread.start()
         else:
             self._slots = RunSlots(self._max_concurrent_runs)
+            if self._control is not None:
+                self._control.start(self._loop)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._slots = RunSlots(self._max_concurrent_runs)
+        if self._control is not None:
+            self._control.start(self._loop)
         self._loop.run_forever()
         self._close_loop()
 
@@ -141,6 +157,7 @@ class KeyRunner:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None:
+                self._engine.note_journal(state.journal_id)  # run control reads its requests
                 copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory,
                                 usage=state.usage)
                 worker = self._workers[key] = _Worker(copy)
@@ -152,7 +169,7 @@ class KeyRunner:
             # Queued here, under the lock, so that has_work/wait_for see the
             # records at once, before the loop thread picks them up.
             worker.queue.extend(new)
-            if worker.busy or key in self._paused:
+            if worker.busy or key in self._paused or key in self._held:
                 return
             worker.busy = True
         self._schedule_start(key, worker)
@@ -253,8 +270,9 @@ class KeyRunner:
     def wait_until_ready_or_idle(self, timeout_s: float | None = None) -> bool:
         """Block until some key is ready (``take_ready``) or nothing runs or
         waits to run; whether a key is ready."""
-        def settled() -> bool:
-            return bool(self._ready) or not any(w.busy or w.queue for w in self._workers.values())
+        def settled() -> bool:  # a key run control holds waits for a resume, not for this host
+            return bool(self._ready) or not any(
+                w.busy or (w.queue and k not in self._held) for k, w in self._workers.items())
 
         self._block_until(settled, timeout_s)
         with self._changed:
@@ -360,6 +378,8 @@ class KeyRunner:
         On a loop of the host's own, cancel the runs in progress instead and
         return their tasks, for the host to await their unwinding."""
         if self._thread is None:
+            if self._control is not None:
+                self._control.stop()
             if not self._owns_loop:
                 tasks = [task for task in self._tasks if not task.done()]
                 for task in tasks:
@@ -411,15 +431,24 @@ class KeyRunner:
                     self._paused[key] = worker
                     self._changed_now()
                     return
+                # A cancelled record ends even while its key is paused.
+                cancel = worker.cancels.pop(worker.queue[0].seq, None)
+                if cancel is None and self._is_paused(key, worker):
+                    worker.busy = False
+                    self._held[key] = worker
+                    self._changed_now()
+                    return
                 record = worker.queue.popleft()
-            async with self._slots.hold():
-                try:
-                    completion = await self._engine.run_to_completion(
-                        key, worker.state, record,
-                        self._progress_sink(key, worker) if self._engine.progress_enabled else None,
-                    )
-                except BaseException as exc:  # handed to the host, which fails the job
-                    completion = Completion(record.seq, worker.state.short_term_memory, failure=exc)
+                if record is worker.parked:
+                    worker.parked = None
+            if cancel is not None:  # cancelled while it waited for its turn
+                completion = await self._cancelled(key, worker, record, cancel)
+            else:
+                async with self._slots.hold():
+                    completion = await self._run(key, worker, record)
+            if completion.parked is not None:
+                await self._park(key, worker, record, completion.parked)
+                continue
             with self._changed:
                 worker.completions.append(completion)
                 self._ready[key] = None
@@ -430,6 +459,132 @@ class KeyRunner:
                     self._backlog -= len(worker.queue)
                     worker.queue.clear()
                 self._changed_now()
+
+    async def _run(self, key: Any, worker: _Worker, record: PendingRecord) -> Completion:
+        """Run ``record`` as a task of its own, so that a cancel request can
+        end it (``apply_cancel``) without ending the key's work."""
+        run = self._loop.create_task(self._engine.run_to_completion(
+            key, worker.state, record, self._progress_sink(key, worker) if self._engine.progress_enabled else None))
+        worker.running = (record.seq, run)
+        try:
+            # Not shielded: cancelling this task (the runner closes) cancels
+            # the run and waits for it to unwind; the record stays pending in
+            # the host's state.
+            return await run
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            cancel = worker.cancels.pop(record.seq, None)
+            if cancel is None or (current is not None and current.cancelling()):
+                raise
+            return await self._cancelled(key, worker, record, cancel)
+        except BaseException as exc:  # handed to the host, which fails the job
+            return Completion(record.seq, worker.state.short_term_memory, failure=exc)
+        finally:
+            worker.running = None
+
+    async def _cancelled(self, key: Any, worker: _Worker, record: PendingRecord, cancel: ControlRequest) -> Completion:
+        cancelled = RunCancelled(key, record.seq, cancel.control_id, cancel.requested_by)
+        try:
+            return await self._engine.end_cancelled(key, worker.state, record, cancelled)
+        except Exception as exc:  # its run end could not be written: the record fails, a restart replays it
+            return Completion(record.seq, worker.state.short_term_memory, failure=exc)
+
+    async def _park(self, key: Any, worker: _Worker, record: PendingRecord, parked: BaseException) -> None:
+        """Queue ``record`` again at the head and pause its key, durably."""
+        with self._changed:
+            worker.queue.appendleft(record)
+            worker.parked = record
+        log.warning("flink-agents runner: key %r, record #%d parked (resume or retry it after a fix): %s",
+                    key, record.seq, parked)
+        control = self._control
+        if control is None:
+            return
+        journal_id = worker.state.journal_id or self._engine.job_id
+        try:
+            await control.park(journal_id, self._key_text(key, worker), record.seq, str(parked))
+        except Exception as error:  # paused in this subtask all the same; say the pause is not durable
+            log.error("flink-agents runner: the pause of parked key %r could not be stored (%r): a restart "
+                      "runs its record again", key, error)
+
+    # -- run control (on the loop thread: RunControl polls there) -------------
+
+    def _key_text(self, key: Any, worker: _Worker) -> str:
+        if worker.key_text is None:
+            worker.key_text = key_text(key)
+        return worker.key_text
+
+    def _is_paused(self, key: Any, worker: _Worker) -> bool:
+        """Whether run control holds the key's next record (under the lock)."""
+        if worker.parked is not None and worker.queue and worker.queue[0] is worker.parked:
+            return True
+        control = self._control
+        return control is not None and control.any_paused and control.is_paused(
+            worker.state.journal_id or self._engine.job_id, self._key_text(key, worker))
+
+    def _find(self, journal_id: str, text: str) -> Tuple[Any, _Worker] | Tuple[None, None]:
+        for key, worker in self._workers.items():
+            if (worker.state.journal_id or self._engine.job_id) == journal_id and self._key_text(key, worker) == text:
+                return key, worker
+        return None, None
+
+    def apply_cancel(self, request: ControlRequest) -> str | None:
+        with self._changed:
+            key, worker = self._find(request.journal_id, request.key)
+            if worker is None:
+                return None
+            running = worker.running
+            if running is not None and request.seq in (None, running[0]):
+                worker.cancels[running[0]] = request
+                running[1].cancel()
+                return f"cancelled the run of record #{running[0]}"
+            queued = [r.seq for r in worker.queue]
+            seq = request.seq if request.seq is not None else (queued[0] if queued else None)
+            if seq is None or seq not in queued:
+                return None
+            worker.cancels[seq] = request
+            if key in self._held and worker.queue[0].seq == seq:
+                # Paused or parked: its turn would not come; end it now.
+                if worker.parked is worker.queue[0]:
+                    worker.parked = None
+                del self._held[key]
+                worker.busy = True
+                self._schedule_start(key, worker)
+                return f"cancelled record #{seq}, which was waiting (key paused)"
+            return f"record #{seq} is cancelled when its turn comes"
+
+    def apply_retry(self, request: ControlRequest) -> Tuple[str, str] | None:
+        with self._changed:
+            key, worker = self._find(request.journal_id, request.key)
+            if worker is None:
+                return None
+            parked = worker.parked
+            if parked is None or parked.seq != request.seq:
+                if any(r.seq == request.seq for r in worker.queue):
+                    return IGNORED, f"record #{request.seq} is queued, not parked: it runs when its turn comes"
+                return None
+            worker.parked = None
+            self._start_held(key)
+            return APPLIED, f"record #{request.seq} runs again"
+
+    def resume_key(self, journal_id: str, text: str) -> None:
+        with self._changed:
+            key, worker = self._find(journal_id, text)
+            if worker is None:
+                return
+            worker.parked = None  # resuming a key retries its parked record
+            self._start_held(key)
+
+    def _start_held(self, key: Any) -> None:
+        worker = self._held.pop(key, None)
+        if worker is not None and not worker.busy:
+            worker.busy = True
+            self._schedule_start(key, worker)
+
+    def is_held(self, key: Any) -> bool:
+        """Whether run control holds the key (paused or parked): a host lets
+        the watermark pass it, as a run waiting for a callback."""
+        with self._changed:
+            return key in self._held
 
 
 def _settle(wake: "asyncio.Future[None]") -> None:
