@@ -385,8 +385,12 @@ class ActionContext(RunnerContext):
         async with turn:
             return await call()
 
-    def create_callback(self, purpose: str, timeout_s: float) -> Awaitable[Callback]:  # type: ignore[override]
-        """A callback bound to this call (see ``flink_agents.api.callbacks``).
+    def create_callback(  # type: ignore[override]
+        self, purpose: str, timeout_s: float, *, details: str | None = None
+    ) -> Awaitable[Callback]:
+        """A callback bound to this call (see ``flink_agents.api.callbacks``);
+        ``details`` (runtime-internal: JSON text a reviewer sees, as a tool
+        call's approval stores it) is stored with it.
 
         Checked at once (so a sync action gets the error, not an unawaited
         coroutine); the returned awaitable registers the callback durably
@@ -419,6 +423,7 @@ class ActionContext(RunnerContext):
             on_waited=None if trace is None else lambda record: trace.callback_waited(
                 step, ordinal, record.purpose, record.created_ms, record.completed_ms or record.created_ms,
                 record.state),
+            details=details,
         )
 
     def callback_ref(self, ordinal: int = 0, step: str | None = None) -> CallbackRef:

@@ -269,8 +269,11 @@ class CallbackHub:
         self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float,
         before_wait: Optional[Callable[[], Awaitable[None]]] = None,
         on_waited: Optional[Callable[[CallbackRecord], None]] = None,
+        details: Optional[str] = None,
     ) -> RuntimeCallback:
-        """Register (or, on replay, find) the callback of ``ref``.
+        """Register (or, on replay, find) the callback of ``ref``, with
+        ``details`` (JSON text for a reviewer, ``CallbackRecord.details``;
+        on replay the stored details stay).
 
         Raises:
             ValueError: ``timeout_s`` outside [1, 86400] s.
@@ -286,7 +289,7 @@ class CallbackHub:
         candidate = secrets.token_urlsafe(_ID_BYTES)
         record = await self._in_thread(
             self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms,
-            new_capability_token(), new_capability_token(),
+            new_capability_token(), new_capability_token(), details,
         )
         if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
             raise NondeterminismError(
