@@ -24,7 +24,8 @@ branch of the action, its ordinal), so a replayed run (after a failover, a
 retry) finds the same callback and its decision and does not ask again; an
 approved call whose result was journaled replays that result and does not
 run again. The wait holds no thread and no run slot, as any callback wait,
-and commits what the run journaled first.
+and commits what the run journaled first. A replay keeps the approval's
+first deadline even when ``approvals.timeout_s`` changed since.
 
 Reviewers decide with ``flink-agents approvals approve|reject`` or the
 inspector, both through ``flink_agents.inspection.approvals.decide``: a
@@ -101,7 +102,8 @@ async def await_approval(ctx: Any, tool: str, call_id: Any, arguments: Any, mode
     config = readable(ctx.config)
     timeout_s = config.get(RuntimeOptions.APPROVALS_TIMEOUT_S)
     callback = await ctx.create_callback(
-        APPROVAL_PURPOSE, timeout_s, details=approval_details(tool, call_id, arguments, model)
+        APPROVAL_PURPOSE, timeout_s, details=approval_details(tool, call_id, arguments, model),
+        keep_stored_timeout=True,  # approvals.timeout_s may change across a restore
     )
     try:
         await callback
