@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Generator, Union
 
 __all__ = [
+    "ApprovalTimedOut",
     "BUILTIN_CALLBACK_TOOLS",
     "Callback",
     "CallbackCancelled",
@@ -91,6 +92,29 @@ class CallbackCancelled(CallbackError):
 
     def __init__(self, callback_id: str) -> None:
         super().__init__(callback_id, f"callback {callback_id} was cancelled")
+
+
+class ApprovalTimedOut(RuntimeError):
+    """A tool call needing approval got no reviewer's decision within
+    ``approvals.timeout_s``, under ``approvals.on_timeout: fail``: the
+    action fails (terminal: a retry would replay the same timeout).
+
+    Attributes:
+        tool: The tool's name.
+        call_id: The runtime's id of the call (``<request>-<round>-<index>``).
+        timeout_s: How long it waited, in seconds.
+    """
+
+    retryable = False
+
+    def __init__(self, tool: str, call_id: str, timeout_s: float) -> None:
+        super().__init__(
+            f"the call {call_id} of tool {tool!r} got no reviewer's decision within {timeout_s:g} s "
+            "(approvals.on_timeout: fail)"
+        )
+        self.tool = tool
+        self.call_id = call_id
+        self.timeout_s = timeout_s
 
 
 class Callback:

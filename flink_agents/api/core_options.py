@@ -393,6 +393,28 @@ class RuntimeOptions:
         "run_control.poll_interval_ms", float, 1000.0, check=_positive, requirement="must be > 0",
         description="How often each subtask reads new run-control requests from the store (milliseconds).",
     )
+    # Tool calls that wait for a reviewer (runtime.features.approvals;
+    # docs/callbacks.md, "Approvals").
+    APPROVALS_TIMEOUT_S = ConfigOption(
+        "approvals.timeout_s", float, 3600.0,
+        check=lambda seconds: 1 <= seconds <= 86_400, requirement="must be within 1 and 86400 seconds",
+        description="How long a tool call needing approval waits for a reviewer's decision (seconds, "
+        "within the callback limits, 1 s to 24 h); then approvals.on_timeout applies.",
+    )
+    APPROVALS_ON_TIMEOUT = ConfigOption(
+        "approvals.on_timeout", str, "reject",
+        check=lambda policy: policy in ("reject", "fail"), requirement="must be 'reject' or 'fail'",
+        description="What a tool call whose approval timed out gets: 'reject' (the tool does not run, the "
+        "model is told no decision came within the timeout) or 'fail' (the action fails with "
+        "ApprovalTimedOut naming the tool and the call).",
+    )
+    APPROVALS_TOOLS = ConfigOption(
+        "approvals.tools", list, None,
+        check=lambda names: all(isinstance(name, str) for name in names),
+        requirement="must be a list of tool names",
+        description="Names of tools whose calls need a reviewer's approval, beside those marked "
+        "@tool(needs_approval=True) (or a tool's needs_approval attribute).",
+    )
     PROGRESS_ENABLED = ConfigOption(
         "progress.enabled", bool, False,
         description="Emit the progress stream (set by progress_stream()/to_progress_list()).",

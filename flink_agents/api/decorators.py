@@ -32,6 +32,7 @@ ACTION_ATTR = "_flink_agents_listen_events"
 ACTION_CONFIG_ATTR = "_flink_agents_action_config"
 RESOURCE_ATTR = "_flink_agents_resource_type"
 TOOL_UNTRUSTED_ATTR = "_flink_agents_tool_untrusted"
+TOOL_NEEDS_APPROVAL_ATTR = "_flink_agents_tool_needs_approval"
 
 
 def _function_of(obj: Any) -> Callable[..., Any]:
@@ -70,7 +71,7 @@ def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
     return mark
 
 
-def tool(func: Any = None, *, untrusted: bool = False) -> Any:
+def tool(func: Any = None, *, untrusted: bool = False, needs_approval: bool = False) -> Any:
     """Mark a function as a tool; its schema comes from its signature and docstring.
 
     ``@tool`` as in Flink Agents 0.3, or ``@tool(untrusted=True)`` for a tool
@@ -79,12 +80,19 @@ def tool(func: Any = None, *, untrusted: bool = False) -> Any:
     as untrusted data, in a block the text cannot close
     (docs/tools_and_retrieval.md, "Untrusted tool results"). The default,
     ``False``, hands the model the result as it is, as 0.3 does.
+
+    ``@tool(needs_approval=True)``: each call a model makes waits for a
+    reviewer (``flink-agents approvals approve|reject``, or the inspector)
+    as a durable callback; approved, the tool runs; rejected or timed out,
+    it does not and the model is told why (docs/callbacks.md, "Approvals").
     """
 
     def mark(fn: Any) -> Any:
         setattr(_function_of(fn), RESOURCE_ATTR, ResourceType.TOOL)
         if untrusted:
             setattr(_function_of(fn), TOOL_UNTRUSTED_ATTR, True)
+        if needs_approval:
+            setattr(_function_of(fn), TOOL_NEEDS_APPROVAL_ATTR, True)
         return fn
 
     return mark if func is None else mark(func)

@@ -7,6 +7,7 @@
     flink-agents callbacks serve [...]      serve the callback ingress (HTTP)
     flink-agents callbacks list --journal J  callbacks, capabilities redacted
     flink-agents runs list|show --journal J  record runs in a journal (read only)
+    flink-agents approvals list|approve|reject --journal J  tool calls waiting for a reviewer
     flink-agents run-yaml FILE --input F    run a YAML-declared agent over JSON lines
 """
 
@@ -223,13 +224,18 @@ def main(argv: List[str] | None = None) -> int:
                             "(callbacks.ingress.allow_unauthenticated)")
     from flink_agents.cli.inspect_commands import add_callbacks_list, add_runs, run_callbacks_list, run_runs
 
+    from flink_agents.cli.approval_commands import add_approvals, run_approvals
+
     add_callbacks_list(callbacks)
     add_runs(commands)
+    add_approvals(commands)
     _add_run_yaml(commands)
     args = parser.parse_args(argv)
 
     if args.command == "runs":
         return run_runs(args)
+    if args.command == "approvals":
+        return run_approvals(args)
     if args.command == "callbacks" and args.callbacks_command == "list":
         return run_callbacks_list(args)
 

@@ -62,6 +62,8 @@ class ResourceKind(str, Enum):
 # In a FUNCTION_TOOL's ``value``, beside its metadata, only when set:
 # the tool's results reach models as untrusted data (``@tool(untrusted=True)``).
 UNTRUSTED_TOOL_KEY = "untrusted"
+# ... and each call waits for a reviewer's approval (``@tool(needs_approval=True)``).
+NEEDS_APPROVAL_TOOL_KEY = "needs_approval"
 
 
 class ResourceSpec(BaseModel):

@@ -20,7 +20,9 @@ from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.redaction import is_secret_reference, redact, redact_text
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
 from flink_agents.api.tools.tool import FunctionTool
-from flink_agents.plan.agent_plan import UNTRUSTED_TOOL_KEY, ActionSpec, AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.plan.agent_plan import (
+    NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, ActionSpec, AgentPlan, ResourceKind, ResourceSpec,
+)
 from flink_agents.plan.errors import PlanError
 from flink_agents.plan.function_ref import FunctionRef
 from flink_agents.plan.skills import add_skills
@@ -234,14 +236,17 @@ def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, t
         return ResourceSpec(
             name=name, type=type, kind=ResourceKind.PROMPT, value=value.model_dump(mode="json")
         )
-    untrusted = None  # as the function is marked (@tool(untrusted=True))
+    # As the function is marked (@tool(untrusted=True, needs_approval=True)).
+    untrusted = needs_approval = None
     if isinstance(value, FunctionTool):
-        value, untrusted = value.func, value.untrusted
+        value, untrusted, needs_approval = value.func, value.untrusted, value.needs_approval
     if type == ResourceType.TOOL and callable(value) and not isinstance(value, BaseModel):
-        tool = FunctionTool.from_callable(value, name=name, untrusted=untrusted)
+        tool = FunctionTool.from_callable(value, name=name, untrusted=untrusted, needs_approval=needs_approval)
         described = tool.metadata.model_dump(mode="json")
         if tool.untrusted:  # only then: plans of unmarked tools stay as they were
             described[UNTRUSTED_TOOL_KEY] = True
+        if tool.needs_approval:  # likewise
+            described[NEEDS_APPROVAL_TOOL_KEY] = True
         return ResourceSpec(
             name=name,
             type=type,

@@ -77,6 +77,7 @@ from flink_agents.api.resource import ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.callbacks import CREATE_CALLBACK_TOOL
 from flink_agents.api.tools.tool import Tool
+from flink_agents.runtime.features.approvals import ApprovalTimedOut, await_approval, needs_approval
 from flink_agents.runtime.features.callback_tools import BuiltinCallbackTool, outcome_message
 from flink_agents.runtime.features.conversation import TURN_START, begin_turn, end_turn
 from flink_agents.runtime.features.untrusted import untrusted_tool_result
@@ -442,6 +443,13 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
     model decides what to do next (it may correct the call; the chat action
     bounds the rounds, ``chat.max_tool_rounds``).
 
+    A call of a tool that needs approval (``@tool(needs_approval=True)``,
+    ``approvals.tools``) first waits, parked, for a reviewer's decision
+    (``features.approvals``): approved, it runs as below; rejected or timed
+    out, it does not run and the model gets why as the call's result; under
+    ``approvals.on_timeout: fail`` a timeout fails the action
+    (``ApprovalTimedOut``).
+
     A result is journaled, and put in ``ToolResponseEvent.responses``, as
     itself (typed: a ``datetime``, a dataclass, a pydantic model) where the
     codec carries its type, else as its JSON data; the chat action shows it
@@ -483,6 +491,12 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             check_arguments(name, fn if callable(fn) else None, arguments)
         except ToolArgumentsError as unfit:
             return await refuse(unfit)
+        if needs_approval(tool, name, ctx.config):
+            # Parked until a reviewer decides (runtime.features.approvals); a
+            # replay finds the same callback and its decision.
+            instead = await await_approval(ctx, name, call["id"], arguments, request.model)
+            if instead is not None:
+                return instead  # rejected or timed out: the tool does not run
         # Arguments as a list are positional (``Tool.call(*args)``, as 0.3.1 allows).
         args, kwargs = (list(arguments), {}) if isinstance(arguments, list) else ((), arguments)
 
@@ -511,8 +525,8 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         call_id = call["id"]
         external[call_id] = call.get("original_id")
         if isinstance(outcome, BaseException):
-            if not isinstance(outcome, Exception):
-                raise outcome
+            if not isinstance(outcome, Exception) or isinstance(outcome, ApprovalTimedOut):
+                raise outcome  # ApprovalTimedOut: approvals.on_timeout is "fail"
             text = f"{type(outcome).__name__}: {outcome}"
             if isinstance(outcome, ToolNotOffered):
                 log.warning("refused a call of model %r on key %r: %s", request.model, ctx.key, text)

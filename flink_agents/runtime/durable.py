@@ -43,6 +43,10 @@ beside its response.
 **Tool results**: ``json_data`` (a value as JSON data, as the built-in tool
 action shows it), ``wrap_untrusted`` (text from outside, marked as data).
 
+**Approvals**: ``await_approval(ctx, tool, call_id, arguments, model)``
+parks a framework's tool call until a reviewer decides (``None``: run it;
+else the text the model gets instead; ``runtime.features.approvals``).
+
 **Conversations** kept in a key's short-term memory, compacted as native
 ones: ``conversation_path``, ``load_turns``, ``dump_turns``, ``flatten``,
 ``compact``, ``validate_bounds``, ``CHARS_PER_TOKEN``,
@@ -60,6 +64,7 @@ from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.ids import RunIdentity, framework_tool_call_id, framework_turn_id
 from flink_agents.runtime.execution.context import ActionContext
 from flink_agents.runtime.execution.usage import Usage
+from flink_agents.runtime.features.approvals import await_approval
 from flink_agents.runtime.features.conversation import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
@@ -81,6 +86,7 @@ __all__ = [
     "RunIdentity",
     "Usage",
     "action_context",
+    "await_approval",
     "compact",
     "conversation_path",
     "decode",

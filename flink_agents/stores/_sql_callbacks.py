@@ -5,14 +5,16 @@ One table, ``callbacks``, one row per callback: the id (primary key), the
 ordinal; unique), its purpose, creation time and deadline, its state, the
 POSTed body, when it left ``PENDING``, how many completions came late, and
 the capability tokens of its two routes (``resolve_token``,
-``reject_token``). Times are Unix milliseconds.
+``reject_token``), and what a reviewer needs to see of it (``details``,
+JSON text; a tool call's approval: ``runtime.features.approvals``). Times
+are Unix milliseconds.
 
-The token columns came after the table: a table written by an older
-release lacks them and gets them on open (``add_missing_columns``, run by
-each dialect's schema check), NULL in its rows: those callbacks are
+The token and details columns came after the table: a table written by an
+older release lacks them and gets them on open (``add_missing_columns``, run
+by each dialect's schema check), NULL in its rows: those callbacks are
 ``CallbackRecord.legacy`` (their id alone grants both routes, as when their
-URLs were handed out). An older release reading a table with the columns
-ignores them (it names its columns).
+URLs were handed out) and have no details. An older release reading a table
+with the columns ignores them (it names its columns).
 
 Indexes: the unique constraint over the ref starts with (journal id, key,
 sequence number), so it serves ``close_run``; an index over (key, sequence
@@ -50,11 +52,13 @@ TABLE = "callbacks"
 
 REF_COLUMNS = ("journal_id", "key", "seq", "step", "ordinal")
 TOKEN_COLUMNS = ("resolve_token", "reject_token")
+# Nullable TEXT columns added after the table was first released, in order.
+ADDED_COLUMNS = TOKEN_COLUMNS + ("details",)
 COLUMNS = (
     ("callback_id",)
     + REF_COLUMNS
     + ("purpose", "created_ms", "deadline_ms", "state", "body", "completed_ms", "late_completions")
-    + TOKEN_COLUMNS
+    + ADDED_COLUMNS
 )
 _SELECTED = ", ".join(COLUMNS)
 
@@ -96,16 +100,17 @@ def create_table(integer: str, blob: str) -> str:
         f" late_completions {integer} NOT NULL DEFAULT 0,"
         " resolve_token TEXT,"
         " reject_token TEXT,"
+        " details TEXT,"
         f" UNIQUE ({', '.join(REF_COLUMNS)}))"
     )
 
 
 def add_missing_columns(existing: Iterable[str]) -> List[str]:
-    """``ALTER TABLE`` statements adding the ``TOKEN_COLUMNS`` a table with
+    """``ALTER TABLE`` statements adding the ``ADDED_COLUMNS`` a table with
     the columns ``existing`` lacks (none when it has them all; the table
-    must exist). Nullable, so old rows read as legacy."""
+    must exist). Nullable, so old rows read as legacy, without details."""
     present = {name.lower() for name in existing}
-    return [f"ALTER TABLE {TABLE} ADD COLUMN {name} TEXT" for name in TOKEN_COLUMNS if name not in present]
+    return [f"ALTER TABLE {TABLE} ADD COLUMN {name} TEXT" for name in ADDED_COLUMNS if name not in present]
 
 
 # Every callback of one (key, record), for ``PRUNE``.
@@ -128,8 +133,8 @@ def create_statements(integer: str, blob: str) -> List[str]:
 # the two apart by reading the row of the ref afterwards.
 INSERT = (
     f"INSERT INTO {TABLE} (callback_id, {', '.join(REF_COLUMNS)},"
-    f" purpose, created_ms, deadline_ms, state, {', '.join(TOKEN_COLUMNS)})"
-    " VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+    f" purpose, created_ms, deadline_ms, state, {', '.join(ADDED_COLUMNS)})"
+    " VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
 )
 
 SELECT_BY_REF = f"SELECT {_SELECTED} FROM {TABLE} WHERE " + " AND ".join(
@@ -171,7 +176,7 @@ def record(row: Sequence[Any]) -> CallbackRecord:
     (
         callback_id, journal_id, key, seq, step, ordinal,
         purpose, created_ms, deadline_ms, state, body, completed_ms, late_completions,
-        resolve_token, reject_token,
+        resolve_token, reject_token, details,
     ) = row
     return CallbackRecord(
         callback_id=callback_id,
@@ -185,6 +190,7 @@ def record(row: Sequence[Any]) -> CallbackRecord:
         late_completions=int(late_completions),
         resolve_token=resolve_token,
         reject_token=reject_token,
+        details=details,
     )
 
 
@@ -213,8 +219,9 @@ def register(
     created_ms: int,
     deadline_ms: int,
     tokens: Tuple[str, str],
+    details: Optional[str] = None,
 ) -> CallbackRecord:
-    """Insert a pending row with ``tokens`` (resolve, reject) unless ``ref``
+    """Insert a pending row with ``tokens`` (resolve, reject) and ``details`` unless ``ref``
     or ``callback_id`` has one; return the row of ``ref``. Run it in one
     write transaction.
 
@@ -224,7 +231,7 @@ def register(
     ref_values = (ref.journal_id, ref.key, ref.seq, ref.step, ref.ordinal)
     connection.execute(
         statement(INSERT, p),
-        (callback_id, *ref_values, purpose, int(created_ms), int(deadline_ms), PENDING, *tokens),
+        (callback_id, *ref_values, purpose, int(created_ms), int(deadline_ms), PENDING, *tokens, details),
     )
     row = connection.execute(statement(SELECT_BY_REF, p), ref_values).fetchone()
     if row is None:  # nothing inserted, and not for this ref: the id is taken

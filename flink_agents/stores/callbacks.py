@@ -107,6 +107,9 @@ class CallbackRecord:
         resolve_token, reject_token: The capability of each route (in its
             URL); None for a row an older release wrote (``legacy``). Never
             in the ``repr``.
+        details: What a reviewer of the callback needs to see, as JSON text
+            (a tool call's approval: the tool, its call id, its arguments
+            with secrets redacted; ``runtime.features.approvals``), or None.
     """
 
     callback_id: str
@@ -120,6 +123,7 @@ class CallbackRecord:
     late_completions: int = 0
     resolve_token: Optional[str] = field(default=None, repr=False)
     reject_token: Optional[str] = field(default=None, repr=False)
+    details: Optional[str] = None
 
     @property
     def legacy(self) -> bool:
@@ -163,12 +167,14 @@ class CallbackStore(ABC):
     def register(
         self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
         resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
+        details: Optional[str] = None,
     ) -> CallbackRecord:
         """Store a new ``PENDING`` callback, unless ``ref`` has one already.
 
         Args:
             resolve_token, reject_token: The routes' capabilities; each one
                 not given is drawn here (``new_capability_token``).
+            details: ``CallbackRecord.details`` (JSON text), or None.
 
         Returns:
             The callback registered for ``ref``: the new one, or on a replay

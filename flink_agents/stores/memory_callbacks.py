@@ -59,6 +59,7 @@ class InMemoryCallbacks(CallbackStore):
     def register(
         self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
         resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
+        details: Optional[str] = None,
     ) -> CallbackRecord:
         with self._lock:
             rows = self._callback_rows()
@@ -71,6 +72,7 @@ class InMemoryCallbacks(CallbackStore):
                 callback_id, ref, purpose, int(created_ms), int(deadline_ms), PENDING,
                 resolve_token=resolve_token or new_capability_token(),
                 reject_token=reject_token or new_capability_token(),
+                details=details,
             )
             rows[callback_id] = row
             self._callbacks_by_record().setdefault((ref.key, ref.seq), set()).add(callback_id)

@@ -223,10 +223,11 @@ class SQLJournalStore(JournalStore, CallbackStore, ControlStore):
     def register(
         self, ref: CallbackRef, callback_id: str, purpose: str, created_ms: int, deadline_ms: int,
         resolve_token: Optional[str] = None, reject_token: Optional[str] = None,
+        details: Optional[str] = None,
     ) -> CallbackRecord:
         """Store a new ``PENDING`` callback for ``ref`` (times in Unix
         milliseconds) with its routes' tokens (each one not given drawn
-        here), unless ``ref`` has one already; one transaction (idempotent,
+        here) and its ``details`` (JSON text or None), unless ``ref`` has one already; one transaction (idempotent,
         so retried on a lost connection).
 
         Returns:
@@ -244,7 +245,8 @@ class SQLJournalStore(JournalStore, CallbackStore, ControlStore):
 
         def write(connection: Any) -> CallbackRecord:
             return _sql_callbacks.register(
-                connection, self._dialect.placeholder, ref, callback_id, purpose, created_ms, deadline_ms, tokens
+                connection, self._dialect.placeholder, ref, callback_id, purpose, created_ms, deadline_ms, tokens,
+                details,
             )
 
         return self._call("register", (ref.journal_id, ref.key, ref.seq), write, write=True)

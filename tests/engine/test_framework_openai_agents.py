@@ -29,6 +29,7 @@ from flink_agents.api.agents.agent import Agent as FlinkAgent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
 from flink_agents.integrations.frameworks.openai_agents import run_durably  # noqa: E402
+from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
 from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.errors import ActionFailed  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
@@ -293,8 +294,6 @@ def test_what_cannot_be_made_durable_is_refused_before_anything_runs() -> None:
                 max_function_tool_concurrency=2))}}, "ValueError: .*max_function_tool_concurrency"),
             ({"agent": lambda: _agent(server, [ShellTool(executor=lambda request: "")])},
              "ValueError: .*is a ShellTool; only function tools"),
-            ({"agent": lambda: _agent(server, [function_tool(lambda: "ok", name_override="ask", needs_approval=True)])},
-             "ValueError: .*'ask' of agent 'reviewer' needs approval"),
             ({"agent": lambda: _agent(server).clone(mcp_servers=[object()])}, "ValueError: .*has MCP servers"),
             ({"agent": lambda: "not an agent"}, "TypeError: run_durably needs an agents.Agent"),
         ]
@@ -481,3 +480,65 @@ def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown
         shown = check_usage([("k", "go")], lambda: _engine(store, PRICES), "respond", "gpt-4o-mini",
                             cached=2, reasoning=1)
         assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing
+
+
+@function_tool(needs_approval=True)
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    TOOL_CALLS[f"refund:{order_id}"] += 1
+    return f"refunded {order_id}"
+
+
+def _decide_approval(store: InMemoryJournalStore, state: str, body: bytes, seen: Dict[str, Any]) -> None:
+    """A reviewer: wait for the run's pending approval, then decide it."""
+    import time
+
+    from flink_agents.stores.callbacks import PENDING
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pending = [r for r in store._callback_rows().values() if r.state == PENDING]
+        if pending:
+            (record,) = pending
+            seen.update(purpose=record.purpose, details=json.loads(record.details), calls=dict(TOOL_CALLS))
+            store.complete(record.callback_id, state, body, int(time.time() * 1000))
+            return
+        time.sleep(0.01)
+    raise AssertionError("no pending approval")
+
+
+@pytest.mark.parametrize("decision", ["resolved", "rejected"])
+def test_a_tool_needing_approval_waits_for_a_durable_approval_instead_of_interrupting(decision: str) -> None:
+    with OpenAIScriptedServer([_tool_calls(("refund", {"order_id": "A-1"})), _answer("done")]) as server:
+        SETTINGS["agent"] = lambda: _agent(server, [refund])
+        store = InMemoryJournalStore()
+        engine = AgentEngine(AgentPlan.from_agent(OpenAIAgentsAgent()), {"callbacks.poll_interval_ms": 10},
+                             job_id="job", store=store)
+        driver = LocalDriver()
+        seen: Dict[str, Any] = {}
+        body = b"not without a receipt" if decision == "rejected" else b"{}"
+
+        async def go() -> None:
+            await asyncio.gather(host_runs.process_async(engine, driver, "k", "refund A-1"),
+                                 asyncio.to_thread(_decide_approval, store, decision, body, seen))
+
+        try:
+            asyncio.run(go())
+        finally:
+            engine.close()
+        assert seen["purpose"] == "approval" and seen["calls"] == {}  # nothing ran before the decision
+        assert seen["details"]["tool"] == "refund" and seen["details"]["arguments"] == {"order_id": "A-1"}
+        assert driver.outputs[0]["k"]["answer"] == "done"
+        tool_message = next(m for m in server.requests[1]["messages"] if m["role"] == "tool")
+        if decision == "resolved":
+            assert TOOL_CALLS == Counter({"refund:A-1": 1})
+            assert tool_message["content"] == "refunded A-1"
+        else:
+            assert TOOL_CALLS == Counter()
+            assert tool_message["content"] == (
+                "The call of tool refund was rejected by a reviewer: not without a receipt")
+        # A replay (a restore to before the record) neither asks again nor runs the tool again.
+        requests = len(server.requests)
+        replayed = _process(store, "refund A-1")
+        assert replayed.outputs[0]["k"]["answer"] == "done" and len(server.requests) == requests
+        assert sum(TOOL_CALLS.values()) == (1 if decision == "resolved" else 0)

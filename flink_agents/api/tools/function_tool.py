@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from pydantic import ConfigDict, Field, model_validator
 
-from flink_agents.api.decorators import TOOL_UNTRUSTED_ATTR
+from flink_agents.api.decorators import TOOL_NEEDS_APPROVAL_ATTR, TOOL_UNTRUSTED_ATTR
 from flink_agents.api.function import PythonFunction
 from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
 from flink_agents.api.tools.utils import create_schema_from_function, docstring_description, json_schema_of
@@ -43,19 +43,24 @@ class FunctionTool(Tool):
     ``FunctionTool(func=PythonFunction.from_callable(func))``: a
     ``PythonFunction`` is resolved to its callable, ``metadata``, when not
     given, is derived from the function (``metadata_of``), and
-    ``untrusted``, when not given, is what ``@tool(untrusted=...)`` marked.
+    ``untrusted`` and ``needs_approval``, when not given, are what
+    ``@tool(untrusted=..., needs_approval=...)`` marked.
 
     Attributes:
         func: The function run by ``call`` (not serialized).
         untrusted: Whether the tool's results (and errors) reach a model as
             untrusted data (``@tool(untrusted=True)``); default False: as
             they are, as in 0.3.1.
+        needs_approval: Whether each call a model makes waits for a
+            reviewer's approval before it runs (``@tool(needs_approval=True)``;
+            docs/callbacks.md, "Approvals"); default False.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     func: Callable[..., Any] = Field(exclude=True)
     untrusted: bool = False
+    needs_approval: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -74,6 +79,8 @@ class FunctionTool(Tool):
             data["metadata"] = metadata_of(func)
         if data.get("untrusted") is None:  # as @tool(untrusted=...) marked the function
             data["untrusted"] = bool(getattr(func, TOOL_UNTRUSTED_ATTR, False))
+        if data.get("needs_approval") is None:  # as @tool(needs_approval=...) marked it
+            data["needs_approval"] = bool(getattr(func, TOOL_NEEDS_APPROVAL_ATTR, False))
         return data
 
     @classmethod
@@ -82,7 +89,8 @@ class FunctionTool(Tool):
 
     @staticmethod
     def from_callable(
-        func: Callable[..., Any], name: str | None = None, untrusted: bool | None = None
+        func: Callable[..., Any], name: str | None = None, untrusted: bool | None = None,
+        needs_approval: bool | None = None,
     ) -> "FunctionTool":
         """Build a tool from ``func``.
 
@@ -91,6 +99,8 @@ class FunctionTool(Tool):
             name: The tool's name; defaults to ``func.__name__``.
             untrusted: See the class; None: as ``@tool(untrusted=...)``
                 marked ``func`` (unmarked: False).
+            needs_approval: See the class; None: as
+                ``@tool(needs_approval=...)`` marked ``func`` (unmarked: False).
 
         Raises:
             TypeError: ``func`` is not callable, or an annotation has no JSON schema.
@@ -99,7 +109,9 @@ class FunctionTool(Tool):
             func = func.__func__
         if not callable(func):
             raise TypeError(f"tool {name or func!r} is not callable")
-        return FunctionTool(metadata=metadata_of(func, name), func=func, untrusted=untrusted)
+        return FunctionTool(
+            metadata=metadata_of(func, name), func=func, untrusted=untrusted, needs_approval=needs_approval
+        )
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function with ``args`` mapped onto its parameters in

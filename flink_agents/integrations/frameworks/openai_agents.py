@@ -47,8 +47,14 @@ Refused, with a ``ValueError`` naming the cause: ``session``,
 (resuming an interrupted run), ``RunConfig.tool_execution
 .max_function_tool_concurrency`` (its pool refills as tools finish, so what
 runs where depends on timing), MCP servers, tools that run locally but are
-not function tools (computer, shell, local shell, apply patch, custom) and
-tools that need approval (an interrupted run cannot be resumed durably).
+not function tools (computer, shell, local shell, apply patch, custom).
+
+Function tools with ``needs_approval`` (a bool, or the SDK's per-call
+function) do not interrupt the run: each call that needs approval parks on
+a durable approval callback (``runtime.features.approvals``; decided with
+``flink-agents approvals approve|reject``); approved, the tool runs and is
+journaled as any other; rejected or timed out, it does not run and the
+model gets why as the tool's output, as the SDK's own rejection does.
 Streaming is not offered: a wrapped model's ``stream_response`` raises.
 """
 
@@ -89,7 +95,7 @@ from openai.types.responses import ResponseFunctionToolCall
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from flink_agents.runtime.durable import Usage as CallUsage, trust_package
+from flink_agents.runtime.durable import Usage as CallUsage, await_approval, trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
     DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts, token_count,
@@ -403,17 +409,22 @@ def _wrap_tool(agent: str, tool: Any) -> Any:
             f"openai_agents: tool {getattr(tool, 'name', tool)!r} of agent {agent!r} is a {type(tool).__name__}; "
             "only function tools (and tools hosted by the provider) can be journaled"
         )
-    if tool.needs_approval is not False:
-        raise ValueError(
-            f"openai_agents: tool {tool.name!r} of agent {agent!r} needs approval; an interrupted run cannot be "
-            "resumed durably"
-        )
+    approval = tool.needs_approval
     invoke = tool.on_invoke_tool
 
     async def on_invoke_tool(tool_context: Any, arguments: str) -> Any:
         turn = current_turn()
         if turn is None:
             return await invoke(tool_context, arguments)
+        if approval is not False and await _approval_needed(approval, tool_context, arguments):
+            # The SDK's approval, as a durable approval callback of the run
+            # (runtime.features.approvals) instead of an interruption: the
+            # reviewer's decision stands across a replay.
+            instead = await await_approval(
+                turn.ctx, tool.name, tool_context.tool_call_id, _arguments(arguments), f"openai_agents/{agent}"
+            )
+            if instead is not None:
+                return instead  # rejected or timed out: the tool does not run; the model gets why
 
         async def run() -> Any:
             return _tool_output(await invoke(tool_context, arguments))
@@ -422,7 +433,24 @@ def _wrap_tool(agent: str, tool: Any) -> Any:
         ledger = UsageLedger(usage) if isinstance(usage, Usage) else None
         return await turn.tool_call(tool_context.tool_call_id, tool.name, _arguments(arguments), run, usage=ledger)
 
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+    # needs_approval=False: the wrapper asks, so the SDK never interrupts the run.
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, needs_approval=False)
+
+
+async def _approval_needed(policy: Any, tool_context: Any, arguments: str) -> bool:
+    """The SDK's ``needs_approval`` for one call: a bool, or its function
+    ``(run context, parsed arguments, call id) -> bool`` (awaited if it
+    returns an awaitable)."""
+    if not callable(policy):
+        return bool(policy)
+    try:
+        parameters = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return True  # arguments the policy cannot inspect need approval, as the SDK decides
+    decided = policy(tool_context, parameters, tool_context.tool_call_id)
+    if inspect.isawaitable(decided):
+        decided = await decided
+    return bool(decided)
 
 
 class UsageLedger:

@@ -385,8 +385,15 @@ class ActionContext(RunnerContext):
         async with turn:
             return await call()
 
-    def create_callback(self, purpose: str, timeout_s: float) -> Awaitable[Callback]:  # type: ignore[override]
+    def create_callback(  # type: ignore[override]
+        self, purpose: str, timeout_s: float, *, details: str | None = None, keep_stored_timeout: bool = False
+    ) -> Awaitable[Callback]:
         """A callback bound to this call (see ``flink_agents.api.callbacks``).
+        Runtime-internal keywords (a tool call's approval uses them):
+        ``details``, JSON text a reviewer sees, stored with it;
+        ``keep_stored_timeout``, a replay keeps the first deadline when
+        ``timeout_s`` (from configuration) changed since
+        (``CallbackHub.create``).
 
         Checked at once (so a sync action gets the error, not an unawaited
         coroutine); the returned awaitable registers the callback durably
@@ -419,6 +426,7 @@ class ActionContext(RunnerContext):
             on_waited=None if trace is None else lambda record: trace.callback_waited(
                 step, ordinal, record.purpose, record.created_ms, record.completed_ms or record.created_ms,
                 record.state),
+            details=details, keep_stored_timeout=keep_stored_timeout,
         )
 
     def callback_ref(self, ordinal: int = 0, step: str | None = None) -> CallbackRef:

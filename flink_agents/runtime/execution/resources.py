@@ -16,7 +16,7 @@ from flink_agents.api.redaction import find_redacted, resolve_secrets
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
-from flink_agents.plan.agent_plan import UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.plan.agent_plan import NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec
 from flink_agents.runtime.execution.extensions import EXTENSIONS, Extensions
 
 __all__ = ["JournaledEmbeddingModel", "ResourceCache", "ResourceContextImpl"]
@@ -193,8 +193,10 @@ class ResourceCache:
             assert spec.function is not None and spec.value is not None  # compiler sets both
             described = dict(spec.value)
             untrusted = bool(described.pop(UNTRUSTED_TOOL_KEY, False))
+            needs_approval = bool(described.pop(NEEDS_APPROVAL_TOOL_KEY, False))
             resource = FunctionTool(
-                metadata=ToolMetadata.model_validate(described), func=spec.function.resolve(), untrusted=untrusted
+                metadata=ToolMetadata.model_validate(described), func=spec.function.resolve(), untrusted=untrusted,
+                needs_approval=needs_approval,
             )
         else:
             assert spec.descriptor is not None  # DESCRIPTOR and SERIALIZED carry one

@@ -269,8 +269,14 @@ class CallbackHub:
         self, ref: CallbackRef, key: Any, purpose: str, timeout_s: float,
         before_wait: Optional[Callable[[], Awaitable[None]]] = None,
         on_waited: Optional[Callable[[CallbackRecord], None]] = None,
+        details: Optional[str] = None, keep_stored_timeout: bool = False,
     ) -> RuntimeCallback:
-        """Register (or, on replay, find) the callback of ``ref``.
+        """Register (or, on replay, find) the callback of ``ref``, with
+        ``details`` (JSON text for a reviewer, ``CallbackRecord.details``;
+        on replay the stored details stay). With ``keep_stored_timeout`` a
+        replay keeps the stored deadline even if ``timeout_s`` differs (the
+        timeout comes from the job's configuration, which an operator may
+        change across a restore: an approval's ``approvals.timeout_s``).
 
         Raises:
             ValueError: ``timeout_s`` outside [1, 86400] s.
@@ -286,9 +292,10 @@ class CallbackHub:
         candidate = secrets.token_urlsafe(_ID_BYTES)
         record = await self._in_thread(
             self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms,
-            new_capability_token(), new_capability_token(),
+            new_capability_token(), new_capability_token(), details,
         )
-        if record.purpose != purpose or record.deadline_ms - record.created_ms != timeout_ms:
+        timeout_differs = record.deadline_ms - record.created_ms != timeout_ms and not keep_stored_timeout
+        if record.purpose != purpose or timeout_differs:
             raise NondeterminismError(
                 f"replayed call {ref.step}/callback #{ref.ordinal} on key {ref.key}, record #{ref.seq} "
                 f"created callback ({purpose!r}, {timeout:g} s), but the journal holds "
