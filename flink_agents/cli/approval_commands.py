@@ -3,7 +3,8 @@ reviewer (``flink_agents.inspection.approvals``).
 
 Exit codes: 0 listed, or the decision was taken; 1 the approval was
 already decided (or timed out, or its run ended) or no such approval is in
-the journal, each said on stderr.
+the journal, each said on stderr; 2 a bad argument, no journal, or a
+callback that is not an approval.
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ def _decide(args: argparse.Namespace) -> int:
 
 
 def run_approvals(args: argparse.Namespace) -> int:
-    """Run ``approvals <list|approve|reject>``; errors become one line and exit 2."""
+    """Run ``approvals <list|approve|reject>``; an error (no journal, a
+    callback that is not an approval) is one line on stderr and exit 2, as
+    argparse's for a bad argument, apart from 1 (already decided, unknown)."""
     try:
         return _list(args) if args.approvals_command == "list" else _decide(args)
     except ValueError as exc:
-        raise SystemExit(f"flink-agents: {exc}") from None
+        print(f"flink-agents: {exc}", file=sys.stderr)
+        return 2

@@ -244,7 +244,8 @@ def test_decide_refuses_a_callback_that_is_not_an_approval(tmp_path: Path) -> No
     path = tmp_path / "journal.db"
     store = SQLiteJournalStore(path)
     now_ms = int(time.time() * 1000)
-    record = store.register(CallbackRef("job", '"k"', 0, "claim@0", 0), "c" * 32, "carrier claim", now_ms, now_ms + 60_000)
+    ref = CallbackRef("job", '"k"', 0, "claim@0", 0)
+    record = store.register(ref, "c" * 32, "carrier claim", now_ms, now_ms + 60_000)
     store.close()
     with pytest.raises(ValueError, match="not an approval.*'carrier claim'"):
         decide(str(path), record.callback_id, approve=True)
@@ -282,6 +283,8 @@ def test_the_cli_lists_approves_and_rejects_on_the_journal_file(tmp_path: Path, 
     assert driver.outputs == [{"k2": "The call of tool refund was rejected by a reviewer: limit exceeded"}]
     assert main(["approvals", "reject", "--journal", str(path), "y" * 32, "--reason", "x"]) == 1
     assert "no approval" in capsys.readouterr().err
+    assert main(["approvals", "list", "--journal", str(tmp_path / "missing.db")]) == 2
+    assert "no journal at" in capsys.readouterr().err
     assert main(["approvals", "list", "--journal", str(path), "--state", "rejected"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:4] == ["CALLBACK_ID", "KEY", "SEQ", "TOOL"] and len(table) == 2

@@ -16,7 +16,9 @@ from flink_agents.api.redaction import find_redacted, resolve_secrets
 from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
-from flink_agents.plan.agent_plan import NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec
+from flink_agents.plan.agent_plan import (
+    NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec,
+)
 from flink_agents.runtime.execution.extensions import EXTENSIONS, Extensions
 
 __all__ = ["JournaledEmbeddingModel", "ResourceCache", "ResourceContextImpl"]
