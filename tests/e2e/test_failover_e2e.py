@@ -294,7 +294,7 @@ def test_worker_crash_recovers_without_repeating_journaled_calls(
     agent = CrashingReviewAgent(scripted_chat_server.base_url)
     receiver = OtlpReceiver().__enter__()
     tracing = {"tracing.exporter": "otlp", "tracing.otlp.endpoint": receiver.endpoint,
-               "tracing.export_interval_ms": "200", "tracing.otlp.timeout_s": "2"}
+               "tracing.export_interval_ms": "200", "tracing.otlp.timeout_s": "10"}
     job = Collected(_agent_outputs(env, _review_stream(env, input_dir), agent, **journal_config, **tracing),
                     "failover")
     started = time.monotonic()

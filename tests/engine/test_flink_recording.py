@@ -124,7 +124,8 @@ def test_a_callback_deadline_is_a_timer_of_its_key_kept_in_keyed_state() -> None
     fired = [c for c in run.callbacks if c.kind == recording_flink.PROCESSING and c.timestamp == deadline_ms]
     assert [c.key for c in fired] == ["c"]
     emitted = next(e for e in run.emissions if e.value == output)
-    assert emitted.callback > fired[0].index
+    # In that timer's callback (the run may end before it applies) or a later one.
+    assert emitted.callback >= fired[0].index
     first = next(c for c in run.callbacks if c.kind == "process")
     assert deadline_ms - first.now_ms >= timeout_s * 1000 - 1000
     # Once the record is applied its deadline leaves keyed state.
