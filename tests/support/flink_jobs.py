@@ -223,3 +223,18 @@ class Collected:
         self._closing = True
         self._iterator.close()
         self._thread.join(timeout=30)
+
+
+def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 0.2) -> Any:
+    """``condition()``'s first truthy result, polled every ``interval_s``.
+
+    Raises:
+        AssertionError: Naming ``what``, when none came within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(interval_s)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
