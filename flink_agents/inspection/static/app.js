@@ -100,7 +100,8 @@ function renderRun(run) {
   $("#run-summary").textContent = [
     `state ${run.state}${run.outcome ? ` (${run.outcome})` : ""}`, `start ${text(run.start)}`,
     `${text(run.duration_ms)} ms`, `${run.model_calls} model calls`, `${run.tool_calls} tool calls`,
-    `${text(run.tokens)} tokens`, run.cost_usd !== null && run.cost_usd !== undefined ? `$${run.cost_usd}` : null,
+    run.tokens !== null && run.tokens !== undefined ? `${run.tokens} tokens` : null,
+    run.cost_usd !== null && run.cost_usd !== undefined ? `$${run.cost_usd}` : null,
   ].filter(Boolean).join(" · ");
   const error = $("#run-error");
   error.hidden = !run.error;
