@@ -41,7 +41,11 @@ setup(
     # The bundled jobs are flink_agents.jobs (no top-level `jobs` module in
     # site-packages); their sample data is not a Python package, so it is
     # listed as package data, not discovered.
-    package_data={"flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"]},
+    package_data={
+        "flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"],
+        # The web inspector's page (flink-agents ui): plain files, no build step.
+        "flink_agents.inspection": ["static/*.html", "static/*.js", "static/*.css"],
+    },
     install_requires=[
         "apache-flink>=1.20,<2.4",
         "pydantic>=2.11,<3",
@@ -68,6 +72,9 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2.2",
             "pytest-xdist>=3.5",  # tools/test.sh: fast tests on both cores beside the e2e tests
+            # The web inspector's browser test drives Debian's chromium through its
+            # chromedriver (tools/setup.sh installs both; selenium-manager is never used).
+            "selenium>=4.20,<5",
             *sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
             *sorted({req for reqs in _FRAMEWORK_EXTRAS.values() for req in reqs}),
         ],

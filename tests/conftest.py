@@ -52,7 +52,8 @@ E2E_LONG, E2E_SHORT = "e2e-long", "e2e-short"
 _SHORT_E2E_FILES = {
     "test_callbacks_e2e.py", "test_codec_e2e.py", "test_event_time_e2e.py", "test_exact_replay_e2e.py",
     "test_failure_messages_e2e.py", "test_framework_google_adk_e2e.py", "test_framework_langgraph_e2e.py",
-    "test_framework_openai_agents_e2e.py", "test_framework_pydantic_ai_e2e.py", "test_long_term_memory_e2e.py",
+    "test_framework_openai_agents_e2e.py", "test_framework_pydantic_ai_e2e.py", "test_inspector_browser.py",
+    "test_long_term_memory_e2e.py",
     "test_main_classes_e2e.py", "test_progress_steering_e2e.py", "test_promises_e2e.py", "test_react_agent_e2e.py",
     "test_retrieval_e2e.py", "test_shipping_claims_e2e.py", "test_table_api_e2e.py",
 }

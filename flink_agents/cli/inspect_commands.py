@@ -5,27 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import time
-from datetime import datetime
 from typing import Any, Dict, List, Optional
 
 __all__ = ["add_callbacks_list", "add_runs", "run_callbacks_list", "run_runs"]
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_since(text: str, now_s: Optional[float] = None) -> float:
     """Unix seconds of ``--since``: ISO-8601, or a duration ago (``30m``, ``1h``)."""
-    match = _DURATION.fullmatch(text.strip())
-    if match:
-        return (time.time() if now_s is None else now_s) - float(match.group(1)) * _UNIT_S[match.group(2)]
+    from flink_agents.inspection.since import parse_since as since_seconds
+
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise SystemExit(f"flink-agents: --since takes ISO-8601 or a duration like 30m or 1h, got {text!r}") from None
+        return since_seconds(text, now_s)
+    except ValueError as exc:
+        raise SystemExit(f"flink-agents: --{exc}") from None
 
 
 def _journal_arg(parser: argparse.ArgumentParser) -> None:

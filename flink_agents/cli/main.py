@@ -8,6 +8,7 @@
     flink-agents callbacks list --journal J  callbacks, capabilities redacted
     flink-agents runs list|show --journal J  record runs in a journal (read only)
     flink-agents approvals list|approve|reject --journal J  tool calls waiting for a reviewer
+    flink-agents ui --journal J [--port P]   the web inspector (runs, timelines, approvals, controls)
     flink-agents run-yaml FILE --input F    run a YAML-declared agent over JSON lines
 """
 
@@ -230,7 +231,13 @@ def main(argv: List[str] | None = None) -> int:
     add_runs(commands)
     add_approvals(commands)
     _add_run_yaml(commands)
+    from flink_agents.cli.ui_command import add_ui, run_ui
+
+    add_ui(commands)
     args = parser.parse_args(argv)
+
+    if args.command == "ui":
+        return run_ui(args)
 
     if args.command == "runs":
         return run_runs(args)

@@ -32,9 +32,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from flink_agents.api.redaction import redact as redact_secrets
 from flink_agents.inspection.reader import JournalReader
+from flink_agents.inspection.records import entry_records
 from flink_agents.runtime.execution.usage import PriceTable, Usage, model_call_usage
 from flink_agents.runtime.features import capability_redaction
-from flink_agents.runtime.features.progress import records_of
 from flink_agents.stores.journal import COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, TRACE_STEP, JournalEntry
 
 __all__ = ["CALLBACK_STATES", "STATES", "key_texts", "list_callbacks", "list_runs", "show_run"]
@@ -297,11 +297,12 @@ def show_run(
     reader: JournalReader, key: str, seq: int, journal_id: Optional[str] = None,
     prices: Optional[PriceTable] = None,
 ) -> Optional[Dict[str, Any]]:
-    """One run, decoded: its summary, its steps in order (each with its
-    records: model replies and their tool calls, tool, durable-call and
-    sub-agent results, errors, failed attempts, sent events, outputs, times)
-    and its callbacks. Secrets (``api.redaction``) and callback capabilities
-    are redacted. None when no such run; ``ValueError`` when the key's run
+    """One run, decoded: its summary (``error``: the last journaled step
+    error, ``"Type: message"``), its steps in order (each with its records,
+    ``inspection.records``: model requests, model replies and their tool
+    calls, tool, durable-call and sub-agent results, errors, failed attempts
+    with their errors, sent events, outputs, times) and its callbacks.
+    Secrets (``api.redaction``) and callback capabilities are redacted. None when no such run; ``ValueError`` when the key's run
     ``seq`` is in more than one job and ``journal_id`` does not choose.
     """
     candidates = [(jid, key_text) for jid, key_text, *_ in
@@ -330,7 +331,7 @@ def show_run(
             rows, key=lambda r: _step_order(r[0], r[1], r[2])):
         entry = JournalEntry(step, int(ordinal), function_id, "", payload)
         try:
-            records = records_of(entry, prices)
+            records = entry_records(entry, prices)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # untrusted data
             records = [{"kind": "unreadable", "step": step, "function": function_id, "error": type(exc).__name__}]
         group = by_step.get((row_jid, step))
@@ -342,5 +343,6 @@ def show_run(
             record.pop("step", None)
             record["committed"] = _iso(float(committed_at))
             group["records"].append(capability_redaction.redact(redact_secrets(record)))
+    errors = [f"{r['error_type']}: {r['error_message']}" for s in steps for r in s["records"] if "error_type" in r]
     return {"job": jid, "key": _key_display(key_text), "seq": seq, "state": run_state, "outcome": outcome,
-            **summary, "steps": steps, "callbacks": callbacks}
+            "error": errors[-1] if errors else None, **summary, "steps": steps, "callbacks": callbacks}

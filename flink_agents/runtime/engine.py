@@ -30,7 +30,7 @@ from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_reachable import register_plan_classes
 from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.durability.input_digest import input_digest
-from flink_agents.runtime.durability.journal import RunJournal
+from flink_agents.runtime.durability.journal import RunJournal, step_error
 from flink_agents.runtime.durability.shared_store import report_other_journals
 from flink_agents.runtime.execution.metrics import RunCounters
 from flink_agents.runtime.features.progress import RunProgress
@@ -307,7 +307,8 @@ class AgentEngine:
                 "error_message": str(failure.cause),
                 "attempts": skipped.attempts,
             })
-            await journal.finish_async("skipped", force=await self._close_callbacks(run))
+            await journal.finish_async("skipped", force=await self._close_callbacks(run),
+                                       detail={"error": {"action": failure.action, **step_error(failure.cause)}})
             if run_log is not None:
                 run_log.finished()
             if trace is not None and journal.unwritten:

@@ -81,3 +81,69 @@ def test_the_journal_is_opened_read_only(journal):
         os.chmod(journal["path"], stat.S_IRUSR)
     with pytest.raises(SystemExit, match="no journal at"):
         main(["runs", "list", "--journal", str(Path(journal["path"]).parent / "missing.db")])
+
+
+def test_runs_show_summarises_model_requests_and_failed_steps(journal, capsys):
+    run = json.loads("\n".join(_lines(capsys, "runs", "show", "--journal", journal["path"], "--key", "B01", "--seq",
+                                      "0", "--json")))
+    (request,) = [r for s in run["steps"] for r in s["records"] if r["kind"] == "model_request"]
+    assert request["model"] == "reviewer" and request["messages"] == 1
+    assert "The box was crushed" in request["last_user_message"] and request["tool_calls_asked"] == []
+    (asked,) = [r for s in run["steps"] for r in s["records"] if r["kind"] == "tool_request"]
+    assert asked["tools"] == ["notify_shipping_manager"]
+    assert run["error"] is None
+
+    text = "\n".join(_lines(capsys, "runs", "show", "--journal", journal["path"], "--key", "C02", "--seq", "0"))
+    assert text.splitlines()[0].startswith("job=claims key=C02 seq=0 state=failed outcome=skipped "
+                                           "error=RuntimeError: refund service refused claim R-2 ")
+    failed = json.loads("\n".join(_lines(capsys, "runs", "show", "--journal", journal["path"], "--key", "C02",
+                                         "--seq", "0", "--json")))
+    attempt = next(r for s in failed["steps"] for r in s["records"] if r["kind"] == "attempt_failed")
+    end = next(r for s in failed["steps"] for r in s["records"] if r["kind"] == "run_finished")
+    for record in (attempt, end):
+        assert (record["error_type"], record["error_message"]) == ("RuntimeError", "refund service refused claim R-2")
+
+
+def test_runs_list_since_and_prices(journal, capsys, tmp_path):
+    def listed(*extra: str) -> List[Dict[str, Any]]:
+        return [json.loads(line) for line in _lines(capsys, "runs", "list", "--journal", journal["path"], "--json",
+                                                    *extra)]
+
+    every = listed()
+    assert [r["key"] for r in listed("--since", "1h")] == ["B01", "C02", "C01"]
+    assert listed("--since", "2999-01-01T00:00:00Z") == []
+    c02_start = next(r["start"] for r in every if r["key"] == "C02")
+    assert [r["key"] for r in listed("--since", c02_start)] == ["C02", "C01"]  # B01 committed before C02 started
+
+    assert all(r["cost_usd"] is None for r in every)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("gpt-test: {input: 2.0, output: 10.0}\n")
+    by_key = {r["key"]: r for r in listed("--prices", str(prices))}
+    usage = by_key["B01"]["usage"]
+    assert by_key["B01"]["cost_usd"] == pytest.approx((usage["input_tokens"] * 2.0 + usage["output_tokens"] * 10.0) / 1e6)
+    assert by_key["C02"]["cost_usd"] is None  # no model call
+    table = _lines(capsys, "runs", "list", "--journal", journal["path"], "--prices", str(prices), "--key", "B01")
+    assert table[0].split()[-1] == "COST_USD" and float(table[1].split()[-1]) == pytest.approx(by_key["B01"]["cost_usd"])
+
+
+def test_the_read_path_against_postgresql(journal, capsys):
+    from flink_agents.inspection import open_reader
+    from flink_agents.stores import PostgresJournalStore
+    from tests.support.journal_stores import postgres_schema
+
+    with postgres_schema() as dsn:
+        info = build_journal(Path("unused"), PostgresJournalStore(dsn))
+        runs = [json.loads(line) for line in _lines(capsys, "runs", "list", "--journal", dsn, "--json")]
+        on_sqlite = [json.loads(line) for line in _lines(capsys, "runs", "list", "--journal", journal["path"], "--json")]
+        same = ("job", "key", "seq", "state", "outcome", "model_calls", "tool_calls", "tokens")
+        assert [{k: r[k] for k in same} for r in runs] == [{k: r[k] for k in same} for r in on_sqlite]
+        run = json.loads("\n".join(_lines(capsys, "runs", "show", "--journal", dsn, "--key", "C02", "--seq", "0",
+                                          "--json")))
+        assert run["state"] == "failed" and run["error"] == "RuntimeError: refund service refused claim R-2"
+        (callback_id,) = info["callback_ids"]
+        out = "\n".join(_lines(capsys, "callbacks", "list", "--journal", dsn, "--state", "pending"))
+        assert "approve refund" in out and callback_id not in out
+        with open_reader(dsn) as reader:
+            assert reader.kind == "postgres"
+            with pytest.raises(Exception, match="read-only"):
+                reader.rows("DELETE FROM journal")

@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
@@ -25,6 +25,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.callbacks import PENDING
+from flink_agents.stores.journal import JournalStore
 from flink_agents.stores.sqlite_store import SQLiteJournalStore
 from tests.support import host_runs
 from tests.support.scripted_openai_server import ScriptedChatServer
@@ -56,11 +57,11 @@ class ClaimsAgent(Agent):
         ctx.send_event(OutputEvent(output={"approved": await cb}))
 
 
-def _engine(agent: Agent, job_id: str, store: SQLiteJournalStore, **config: Any) -> AgentEngine:
+def _engine(agent: Agent, job_id: str, store: JournalStore, **config: Any) -> AgentEngine:
     return AgentEngine(AgentPlan.from_agent(agent), dict(config), job_id=job_id, store=store)
 
 
-def _park(engine: AgentEngine, driver: LocalDriver, store: SQLiteJournalStore, key: str, value: Any) -> None:
+def _park(engine: AgentEngine, driver: LocalDriver, store: JournalStore, key: str, value: Any) -> None:
     """Run ``key``'s record until its callback is pending, then cut it off."""
 
     async def go() -> None:
@@ -74,13 +75,14 @@ def _park(engine: AgentEngine, driver: LocalDriver, store: SQLiteJournalStore, k
     asyncio.run(go())
 
 
-def build_journal(path: Path) -> Dict[str, Any]:
-    """Write the runs above into a SQLite journal at ``path``; what the
-    tests need to know of them (the callback's id, to check it never shows)."""
+def build_journal(path: Path, store: Optional[JournalStore] = None) -> Dict[str, Any]:
+    """Write the runs above into a SQLite journal at ``path`` (or into
+    ``store``, which is closed after); what the tests need to know of them
+    (the callback's id, to check it never shows)."""
     CREATED.clear()
     with ScriptedChatServer() as server:
         server.replies.extend([TOOL_CALL_REPLY, {"role": "assistant", "content": SECRET_ANSWER}])
-        store = SQLiteJournalStore(path)
+        store = SQLiteJournalStore(path) if store is None else store
         try:
             reviews = _engine(openai_review_agent(server.base_url), "reviews", store)
             try:

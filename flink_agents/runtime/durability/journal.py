@@ -97,12 +97,16 @@ from flink_agents.stores.journal import (
     COMPLETION, FAILED_ATTEMPTS, RUN_END, RUN_STEP, TRACE_STEP, JournalEntry, JournalStore,
 )
 
-__all__ = ["GROUP_COMMIT_DELAY_S", "RunJournal", "args_digest", "function_id_of", "timed"]
+__all__ = [
+    "GROUP_COMMIT_DELAY_S", "RunJournal", "STEP_ERROR_CHARS", "args_digest", "function_id_of", "step_error", "timed",
+]
 
 # How long a result that landed while siblings run waits for theirs before
 # it is written (seconds). Short against a model or tool call; long enough
 # for a round of quick tools, whose results land within a few loop turns.
 GROUP_COMMIT_DELAY_S = 0.005
+# A failed step's error message, as journaled for people (``step_error``).
+STEP_ERROR_CHARS = 2000
 
 log = logging.getLogger(__name__)
 
@@ -722,17 +726,20 @@ class RunJournal:
         entry = self._journaled.get((step, FAILED_ATTEMPTS))
         return 0 if entry is None else int(json.loads(entry.payload)["failed"])
 
-    async def prepare_retry(self, step: str, failed_attempts: int) -> None:
+    async def prepare_retry(self, step: str, failed_attempts: int, error: BaseException | None = None) -> None:
         """Before ``step`` runs again: drop its uncommitted errors
         (``discard_failed``) and commit what its attempt completed together
         with ``failed_attempts`` (how many attempts of the step failed so
-        far, 1-based), so the next attempt replays those results instead of
-        calling again, and a run after a crash continues the count. Always
-        one write."""
+        far, 1-based) and the last attempt's ``error`` (``step_error``), so
+        the next attempt replays those results instead of calling again, a
+        run after a crash continues the count, and an operator sees why.
+        Always one write."""
         self.discard_failed(step)
         self._cut_off_settled(step)
-        self._buffer.append(
-            JournalEntry(step, FAILED_ATTEMPTS, "", "", json.dumps({"failed": failed_attempts})))
+        marker: Dict[str, Any] = {"failed": failed_attempts}
+        if error is not None:
+            marker["error"] = step_error(error)
+        self._buffer.append(JournalEntry(step, FAILED_ATTEMPTS, "", "", json.dumps(marker)))
         await self._commit_async()
 
     async def before_wait(self) -> None:
@@ -807,6 +814,18 @@ class RunJournal:
             self._buffer.append(JournalEntry(
                 RUN_STEP, RUN_END, "", "", timed(json.dumps({"outcome": outcome, **(detail or {})}), self.started_ns)))
         return True
+
+
+def step_error(error: BaseException) -> Dict[str, str]:
+    """What the journal keeps of a failed step's error, for people (it is
+    never raised again): ``{"type": "module:QualName", "message": str(error)}``,
+    the message cut at ``STEP_ERROR_CHARS``. Secrets in it are redacted
+    where it is shown (``inspection``), as a call's journaled error is."""
+    kind = type(error)
+    message = str(error)
+    if len(message) > STEP_ERROR_CHARS:
+        message = message[:STEP_ERROR_CHARS] + "..."
+    return {"type": f"{kind.__module__}:{kind.__qualname__}", "message": message}
 
 
 def _call_name(function_id: str, step: str, ordinal: int) -> str:

@@ -190,7 +190,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             # branches) finish and are journaled; its completed calls become
             # durable and replay into the next attempt; its failed calls run again.
             await run.journal.settle_in_flight()
-            await run.journal.prepare_retry(step, attempt)
+            await run.journal.prepare_retry(step, attempt, exc)
             delay_s = policy.backoff_s(attempt)
             run.counters.action_retries += 1
             log.warning(
