@@ -39,21 +39,6 @@ else
     step "JAVA_HOME is $JAVA_HOME"
 fi
 
-# --- Chromium (the web inspector's browser test) ---------------------------------
-# Debian's chromium and its matching chromedriver, driven by selenium
-# (tests/e2e/test_inspector_browser.py); no browser is downloaded.
-if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-    step "chromium found: $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"
-elif command -v apt-get >/dev/null 2>&1; then
-    step "chromium missing: installing chromium and chromium-driver"
-    AS_ROOT_HINT="install Debian's chromium and chromium-driver yourself"
-    as_root apt-get update -qq </dev/null >/dev/null
-    as_root apt-get install -y -qq chromium chromium-driver </dev/null >/dev/null
-    [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die "chromium or chromedriver still missing after install"
-else
-    step "chromium missing and apt-get unavailable: the inspector's browser test will skip"
-fi
-
 # --- Python venv ----------------------------------------------------------------
 if [ -x "$VENV/bin/python" ]; then
     step "venv exists: $VENV ($("$VENV/bin/python" --version 2>&1))"
