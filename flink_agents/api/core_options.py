@@ -415,6 +415,20 @@ class RuntimeOptions:
         description="Names of tools whose calls need a reviewer's approval, beside those marked "
         "@tool(needs_approval=True) (or a tool's needs_approval attribute).",
     )
+    RUN_CONTROL_KEEP_FAILED = ConfigOption(
+        "run_control.keep_failed", int, 0, check=lambda n: n >= 0, requirement="must be >= 0",
+        description="Records of a key that ended on the error stream kept in keyed state for `runs retry` "
+                    "(the newest N; 0, the default: none, and no timer for them).",
+    )
+    RUN_CONTROL_KEEP_FAILED_S = ConfigOption(
+        "run_control.keep_failed_s", float, 3600.0, check=_positive, requirement="must be > 0",
+        description="How long a record that ended on the error stream stays retryable (seconds).",
+    )
+    RUN_CONTROL_RETRY_POLL_INTERVAL_MS = ConfigOption(
+        "run_control.retry_poll_interval_ms", float, 5000.0, check=_positive, requirement="must be > 0",
+        description="On Flink, how often a key holding retryable records is called to take a retry request "
+                    "(a processing-time timer of the key while it holds some).",
+    )
     PROGRESS_ENABLED = ConfigOption(
         "progress.enabled", bool, False,
         description="Emit the progress stream (set by progress_stream()/to_progress_list()).",

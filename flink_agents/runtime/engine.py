@@ -136,6 +136,8 @@ class AgentEngine:
                        self.clock.now_ms, self.executors.io)
             if isinstance(self.store, ControlStore) and self.config.get(RuntimeOptions.RUN_CONTROL_ENABLED) else None
         )
+        # Records that end on the error stream are kept for `runs retry` (opt in: state and a timer per key).
+        self.keep_failed = self.run_control is not None and self.config.get(RuntimeOptions.RUN_CONTROL_KEEP_FAILED) > 0
         self._sub_agents = SubAgentRunner(
             plan, self.store, self.config, self.counters, self._count_write, self.callbacks, self.executors,
             self.clock,
@@ -168,6 +170,8 @@ class AgentEngine:
         """A key of ``journal_id`` (a restored key's) is in this engine's hands."""
         if journal_id and journal_id not in self._journal_ids:
             self._journal_ids.add(journal_id)
+            if self.run_control is not None and "/" not in journal_id:
+                self.run_control.prime([journal_id])  # a restored key's pauses, before its records start
 
     def report_shared_store(self) -> List[str]:
         """At a job's start (each host calls it once; on Flink only subtask
@@ -198,6 +202,10 @@ class AgentEngine:
             self.counters.records_parked += 1
         except Exception as exc:
             completion.failure = exc
+        if self.keep_failed and any(e.get("error_type") != "RunCancelled" for e in completion.errors):
+            # Skipped to the error stream: kept in keyed state for a retry (runs retry).
+            journal_seq = record.replays if record.replays is not None else record.seq
+            completion.keep_failed = [journal_seq, record.value, self.clock.now_ms()]
         if totals and (totals[0][0] is not None or totals[0][1] is not None):
             # The key's totals, in its keyed state; the run's copy too, for the key's next record.
             completion.usage = state.usage = add_to_totals(state.usage, *totals[0])
@@ -232,25 +240,29 @@ class AgentEngine:
         Raises:
             ActionFailed: An action failed under the ``fail`` strategy.
         """
-        identity = run = RunIdentity(state.journal_id or self.job_id, key, record.seq)
+        # A retried record continues the run (journal, callbacks, trace) of the seq it replays.
+        seq = record.replays if record.replays is not None else record.seq
+        identity = run = RunIdentity(state.journal_id or self.job_id, key, seq)
         progress = None if emit_progress is None else RunProgress(
-            key, record.seq, self._counted(emit_progress), prices=self.prices, key_usage=state.usage)
+            key, seq, self._counted(emit_progress), prices=self.prices, key_usage=state.usage)
         outputs: List[Any] = []  # emitted once the run finished
         self.executors.install(asyncio.get_running_loop())
         run_log = None if self.event_log is None else self.event_log.for_run(
-            key, record.seq, self.clock.now, run.journal_id, run.key_text)
+            key, seq, self.clock.now, run.journal_id, run.key_text)
         self._journal_ids.add(run.journal_id)
         # The run's trace (runtime.features.tracing): spans of what each commit wrote.
         trace = None if self.tracing is None else self.tracing.for_run(
-            self.store, run.journal_id, run.key_text, record.seq, key)
+            self.store, run.journal_id, run.key_text, seq, key)
         journal = await RunJournal.open(
-            self.store, run.journal_id, run.key_text, record.seq, self._count_write,
+            self.store, run.journal_id, run.key_text, seq, self._count_write,
             on_commit=_both(_both(None if progress is None else progress.committed,
                                   None if run_log is None else run_log.committed),
                             None if trace is None else trace.committed),
             executors=self.executors,
             input_digest=lambda: input_digest(record.value),
         )
+        if record.replays is not None:
+            journal.reopen()  # a retry: its run end is written anew
         if trace is not None and journal.is_replay:
             if journal.is_finished:
                 # A finished run commits nothing more; spans its first run
@@ -306,6 +318,7 @@ class AgentEngine:
                 "error_type": type(failure.cause).__name__,
                 "error_message": str(failure.cause),
                 "attempts": skipped.attempts,
+                **({"retry_of": record.replays} if record.replays is not None else {}),
             })
             await journal.finish_async("skipped", force=await self._close_callbacks(run),
                                        detail={"error": {"action": failure.action, **step_error(failure.cause)}})

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.runtime.durability.ids import key_text
 from flink_agents.runtime.driver import KeyedDriver
 from flink_agents.runtime.engine import AgentEngine
@@ -68,6 +69,7 @@ from flink_agents.runtime.execution.completion import apply_completions
 from flink_agents.runtime.execution.state import KeyState, PendingRecord, admit
 from flink_agents.runtime.features.steering import SteeringQueueFull, steering_error
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
+from flink_agents.stores.controls import APPLIED, IGNORED
 
 __all__ = ["END_OF_TIME_MS", "KeyedHost"]
 
@@ -105,6 +107,16 @@ class KeyedHost:
         # so that polls need not read state. Filled when deadlines are armed,
         # or from state after a restore; dropped when the key is released.
         self._deadlines: Dict[Any, Dict[str, Tuple[int, int]]] = {}
+        # Run control (runtime.features.run_control): records that ended on
+        # the error stream stay retryable in keyed state for a while.
+        self._control = engine.run_control
+        self._keep_failed, self._keep_failed_ms, self._retry_poll_ms = 0, 0, 1
+        if self._control is not None:
+            config = engine.config
+            self._keep_failed = config.get(RuntimeOptions.RUN_CONTROL_KEEP_FAILED)
+            self._keep_failed_ms = int(config.get(RuntimeOptions.RUN_CONTROL_KEEP_FAILED_S) * 1000)
+            self._retry_poll_ms = max(int(config.get(RuntimeOptions.RUN_CONTROL_RETRY_POLL_INTERVAL_MS)), 1)
+        self._timers = False  # a host with timers (process/on_timer) polls keys holding retryable records
 
     # -- the steps every host takes ----------------------------------------
 
@@ -182,7 +194,11 @@ class KeyedHost:
         if not completions:
             return
         applied = apply_completions(key, state, completions)  # also closes the runs' deadlines in state
+        if state.failed:
+            self._trim_failed(state)
         self._driver.store(key, state)
+        if state.failed and self._timers:
+            self._arm_retry_poll()
         known = self._deadlines.get(key)
         if known:  # the finished runs' callbacks are closed now
             finished = {completion.seq for completion in completions}
@@ -225,6 +241,7 @@ class KeyedHost:
     def apply(self, key: Any) -> None:
         """Apply the key's finished work; release the key if it is idle."""
         self._apply(key)
+        self._take_retries(key)
         if not self._runner.has_work(key):
             # Idle: its state lives in the driver; a later record starts
             # from it (with the memory TTL applied).
@@ -250,8 +267,10 @@ class KeyedHost:
         Returns:
             Whether a record was queued (the host then waits for capacity).
         """
+        self._timers = True
         watermark = self._driver.current_watermark()
         self._apply(key, timestamp_ms, watermark)
+        self._take_retries(key)
         if steering:
             self.steer(key, value)
             return False
@@ -269,8 +288,10 @@ class KeyedHost:
     def on_timer(self, key: Any, timestamp_ms: int, event_time: bool) -> None:
         """A timer of ``key`` fired: a poll, a callback deadline (processing
         time), a record's timestamp or the end of time (event time)."""
+        self._timers = True
         if not event_time:
             self._expire_due(key, timestamp_ms)
+            self._take_retries(key)
         # What this callback's outputs carry: an event-time timer's
         # timestamp; a poll's none (only untimed or overdue records apply).
         emits_at = timestamp_ms if event_time else None
@@ -283,6 +304,8 @@ class KeyedHost:
             return
         state = self.resume(key)  # after a restore the runner has not seen them
         if state is None or not state.pending:
+            if state is not None and state.failed and self._trim_failed(state, store_key=key):
+                self._arm_retry_poll()  # still retryable: call the key again
             self._release(key)
             return
         if event_time:
@@ -346,6 +369,58 @@ class KeyedHost:
         driver.register_event_time_timer(END_OF_TIME_MS)
         if timestamp_ms is not None:
             driver.register_event_time_timer(timestamp_ms)
+
+    # -- retries of records that ended on the error stream (run control) ----
+
+    def _trim_failed(self, state: KeyState, store_key: Any = None) -> bool:
+        """Drop kept records past ``run_control.keep_failed_s`` or beyond the
+        newest ``run_control.keep_failed`` (storing the state if
+        ``store_key`` is given and something went); whether any are left."""
+        now_ms = int(self._engine.clock.now() * 1000)
+        kept = [entry for entry in state.failed if now_ms - int(entry[2]) < self._keep_failed_ms]
+        kept = kept[len(kept) - self._keep_failed:] if self._keep_failed else []
+        if len(kept) != len(state.failed):
+            state.failed = kept
+            if store_key is not None:
+                self._driver.store(store_key, state)
+        return bool(state.failed)
+
+    def _arm_retry_poll(self) -> None:
+        """A processing-time timer of the current key: a key holding
+        retryable records must be called to take a retry request (its
+        keyed state is reachable only in a callback of its own)."""
+        now = self._driver.current_processing_time()
+        self._driver.register_processing_time_timer((now // self._retry_poll_ms + 1) * self._retry_poll_ms)
+
+    def _take_retries(self, key: Any) -> None:
+        """Queue again the kept records of ``key`` a retry request names, as
+        the key's next records continuing their journals; say of a request
+        for a record this key does not keep that it was ignored."""
+        control = self._control
+        if control is None or not control.has_retries:
+            return
+        state = self._driver.load(key)
+        if state is None:
+            return
+        requests = control.retries_for(state.journal_id or self._engine.job_id, key_text(key))
+        if not requests:
+            return
+        queued = False
+        for request in requests:
+            entry = next((e for e in state.failed if e[0] == request.seq), None)
+            if entry is None:
+                control.took(request, IGNORED, f"record #{request.seq} is not kept for a retry (it did not end on "
+                                                 "the error stream, was retried already, or aged out)")
+                continue
+            state.failed.remove(entry)
+            record = PendingRecord(state.next_seq, entry[1], None, replays=request.seq)
+            state.pending.append(record)
+            state.next_seq += 1
+            queued = True
+            control.took(request, APPLIED, f"record #{request.seq} queued again as #{record.seq}")
+        self._driver.store(key, state)
+        if queued:
+            self._submit(key, state)
 
     # -- callback deadlines ------------------------------------------------
 

@@ -5,8 +5,9 @@ The review job runs on the local runner with a SQLite journal (the
 ``agent:`` section of ``$FLINK_CONF_DIR/config.yaml``); one callback and one
 approval are registered in the same store, as the engine would; then
 ``flink-agents ui`` serves it as a subprocess and the test looks at the page
-as a person would. Screenshots: ``docs/images/inspector-runs.png`` and
-``inspector-run.png`` (and under the test's tmp dir).
+as a person would. Screenshots under the test's tmp dir, and, with
+``FLINK_AGENTS_UPDATE_SCREENSHOTS=1``, as ``docs/images/inspector-runs.png``
+and ``inspector-run.png``.
 """
 
 from __future__ import annotations
@@ -107,11 +108,16 @@ def _post(url: str, body: Dict[str, Any], headers: Dict[str, str]) -> int:
 
 
 def _screenshot(driver: Any, tmp_path: Path, name: str) -> None:
+    """Keep a screenshot under the test's tmp dir; with
+    ``FLINK_AGENTS_UPDATE_SCREENSHOTS=1`` also as docs/images/<name> (the
+    docs' pictures are renewed on purpose, not by every test run)."""
     shot = tmp_path / name
     assert driver.save_screenshot(str(shot))
-    images = REPO_ROOT / "docs" / "images"
-    images.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, images / name)
+    assert shot.stat().st_size > 10_000, "an empty screenshot"
+    if os.environ.get("FLINK_AGENTS_UPDATE_SCREENSHOTS") == "1":
+        images = REPO_ROOT / "docs" / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, images / name)
 
 
 def test_a_person_sees_runs_a_timeline_and_a_pending_callback(tmp_path: Path) -> None:

@@ -9,7 +9,10 @@ its own while the job runs:
   with a ``RunCancelled`` error record, and the key's next record goes on;
 - keys ``approve`` and ``reject`` ask a chat model that calls a tool needing
   approval; ``approvals approve`` runs the tool once, ``approvals reject``
-  never runs it and the model gets the reviewer's reason.
+  never runs it and the model gets the reviewer's reason;
+- key ``retry``'s record fails after a committed call and goes to the error
+  stream; after a fix, ``runs retry`` runs it again (a timer of the key
+  takes the request), replaying that call.
 
 Every record is accounted for (outputs plus error records equal the
 inputs), and no completed call is made twice (each model request and tool
@@ -39,6 +42,7 @@ from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.api.tools.tool import Tool
+from flink_agents.stores.sqlite_store import SQLiteJournalStore
 from tests.support.flink_jobs import Collected, jsonl_stream, mini_cluster_env, wait_until, write_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -68,6 +72,11 @@ def refund(order_id: str) -> str:
     """
     _note("refunds", order_id)
     return f"refunded {order_id}"
+
+
+def lookup(record_id: str) -> str:
+    _note("lookups", record_id)
+    return f"looked up {record_id}"
 
 
 class RefundModel(BaseChatModelConnection):
@@ -107,6 +116,12 @@ class ControlledAgent(Agent):
                 model="model", messages=[ChatMessage(role=MessageRole.USER, content=value["order"])]))
             return
         _note("starts", value["id"])
+        if value["kind"] == "flaky":  # fails until the fix is in (a file), after a committed call
+            found = ctx.durable_execute(lookup, value["id"])
+            if not (Path(NOTES["dir"]) / "fixed").exists():
+                raise RuntimeError(f"the downstream service refused {value['id']}")
+            ctx.send_event(OutputEvent(output={"key": ctx.key, "id": value["id"], "found": found}))
+            return
         if value["kind"] == "slow":
             await asyncio.sleep(600)  # until a cancel request ends it
         ctx.send_event(OutputEvent(output={"key": ctx.key, "id": value["id"]}))
@@ -137,10 +152,13 @@ def test_pause_resume_cancel_approve_and_reject_from_the_cli_while_the_job_runs(
     notes.mkdir()
     inputs.mkdir()
     NOTES["dir"] = str(notes)
+    SQLiteJournalStore(str(journal)).count_entries()  # the journal the job will use, created ahead
     env = mini_cluster_env(2)
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **{
         "job-identifier": JOB, "journal.sqlite.path": str(journal), "error_strategy": "skip",
-        "run_control.poll_interval_ms": 200, "callbacks.poll_interval_ms": 100,
+        "run_control.poll_interval_ms": 200, "run_control.retry_poll_interval_ms": 500,
+        "run_control.keep_failed": 4,
+        "callbacks.poll_interval_ms": 100,
         "callbacks.base_url": "http://approvals.test:9/",
     })
     records = jsonl_stream(env, inputs, "records", "records-source", "decode-records")
@@ -155,10 +173,9 @@ def test_pause_resume_cancel_approve_and_reject_from_the_cli_while_the_job_runs(
         return len(seen) >= count
 
     try:
-        # The journal exists once the job's operators opened it.
-        wait_until(journal.is_file, 60, "the job's journal")
+        # Written before the job's operators opened (PyFlink opens them at
+        # their first element): it holds the key's first record all the same.
         (pause,) = _cli(journal, "runs", "pause", "--job", JOB, "--key", "paused")
-        wait_until(lambda: _cli(journal, "runs", "controls")[0]["state"] == "applied", 30, "the pause applied")
 
         sent = [
             {"key": "paused", "kind": "plain", "id": "p0"},
@@ -167,6 +184,7 @@ def test_pause_resume_cancel_approve_and_reject_from_the_cli_while_the_job_runs(
             {"key": "cancel", "kind": "plain", "id": "c1"},
             {"key": "approve", "kind": "chat", "order": "A-17"},
             {"key": "reject", "kind": "chat", "order": "R-99"},
+            {"key": "retry", "kind": "flaky", "id": "f0"},
         ]
         write_jsonl(inputs / "records.jsonl", sent)
 
@@ -181,24 +199,32 @@ def test_pause_resume_cancel_approve_and_reject_from_the_cli_while_the_job_runs(
         subprocess.run([sys.executable, "-m", "flink_agents.cli.main", "approvals", "reject", "--journal",
                         str(journal), by_key["reject"]["callback_id"], "--reason", REASON], check=True, timeout=60)
 
-        # Everything but the paused key's records: c0's error, c1, both answers.
-        wait_until(lambda: arrived(4), 90, "the cancel, c1 and both answers")
+        # Everything but the paused key's records: c0's and f0's errors, c1, both answers.
+        wait_until(lambda: arrived(5), 90, "the cancel, f0's failure, c1 and both answers")
+        (notes / "fixed").write_text("the downstream service is fixed")
+        (retry,) = _cli(journal, "runs", "retry", "--job", JOB, "--key", "retry", "--seq", "0")
+        wait_until(lambda: arrived(6), 60, "f0 retried after the fix")
         assert "p0" not in _lines(notes / "starts.jsonl"), "a record of the paused key ran"
         _cli(journal, "runs", "resume", "--job", JOB, "--key", "paused")
-        wait_until(lambda: arrived(6), 90, "the paused key's records after the resume")
+        wait_until(lambda: arrived(8), 90, "the paused key's records after the resume")
         time.sleep(1.0)
         seen.extend(job.poll())
     finally:
         job.close()
 
     results = {(kind, json.dumps(value, sort_keys=True, default=str)) for kind, value in seen}
-    assert len(seen) == len(sent) == len(results), f"not one result per input: {seen}"
-    [error] = [value for kind, value in seen if kind == "error"]
-    assert (error["key"], error["seq"], error["error_type"]) == ("cancel", 0, "RunCancelled")
-    assert f"#{cancel['control_id']}" in error["error_message"]
+    # One result per input, and one more for the retried record (its error, then its output).
+    assert len(seen) == len(sent) + 1 == len(results), f"not one result per input and retry: {seen}"
+    errors = {value["key"]: value for kind, value in seen if kind == "error"}
+    assert sorted(errors) == ["cancel", "retry"]
+    assert (errors["cancel"]["seq"], errors["cancel"]["error_type"]) == (0, "RunCancelled")
+    assert f"#{cancel['control_id']}" in errors["cancel"]["error_message"]
+    assert (errors["retry"]["seq"], errors["retry"]["error_type"]) == (0, "RuntimeError")
     out = [value for kind, value in seen if kind == "output"]
     assert [o["id"] for o in out if o["key"] == "paused"] == ["p0", "p1"]  # in order, after the resume
     assert [o["id"] for o in out if o["key"] == "cancel"] == ["c1"]
+    assert [o["found"] for o in out if o["key"] == "retry"] == ["looked up f0"]
+    assert _lines(notes / "lookups.jsonl") == ["f0"]  # committed before the failure: replayed by the retry
     answers = {o["key"]: o["answer"] for o in out if "answer" in o}
     assert answers["approve"] == "refunded A-17"
     assert REASON in answers["reject"] and "rejected" in answers["reject"]
@@ -207,7 +233,8 @@ def test_pause_resume_cancel_approve_and_reject_from_the_cli_while_the_job_runs(
     requests = _lines(notes / "requests.jsonl")
     assert sorted((r["order"], r["round"]) for r in requests) == [("A-17", 0), ("A-17", 1), ("R-99", 0), ("R-99", 1)]
     starts = _lines(notes / "starts.jsonl")
-    assert sorted(starts) == ["c0", "c1", "p0", "p1"]
+    assert sorted(starts) == ["c0", "c1", "f0", "f0", "p0", "p1"]
     controls = {(c["action"], c["state"]) for c in _cli(journal, "runs", "controls")}
-    assert controls == {("pause", "applied"), ("cancel", "applied"), ("resume", "applied")}
+    assert controls == {("pause", "applied"), ("cancel", "applied"), ("retry", "applied"), ("resume", "applied")}
+    assert retry["seq"] == 0
     assert pause["job"] == JOB

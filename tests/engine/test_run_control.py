@@ -69,7 +69,7 @@ class Job:
         while not done():
             assert time.monotonic() < deadline, "timed out"
             for key in list(self.driver.states):
-                self.host._apply(key)
+                self.host.apply(key)  # as the local host does: apply, take retries, release idle keys
             time.sleep(0.02)
 
     def outputs(self) -> List[Any]:
@@ -196,3 +196,52 @@ def test_a_request_no_subtask_could_apply_is_refused_at_the_cli(tmp_path: Path, 
     assert "no runs of key 'nobody'" in capsys.readouterr().err
     assert cli(["runs", "pause", "--journal", str(tmp_path / "missing.db"), "--job", "job", "--key", "a"]) == 2
     assert not (tmp_path / "missing.db").exists()  # never created by a control request
+
+
+def test_a_record_from_the_error_stream_is_retried_after_a_fix_continuing_its_journal(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.db"
+    job = Job(journal, Agent().add_action("flaky", [InputEvent], flaky), error_strategy="skip",
+              **{"run_control.keep_failed": 4})
+    try:
+        job.send("s", "x0")
+        job.pump_until(lambda: bool(job.driver.errors))
+        [error] = job.driver.errors
+        assert (error["seq"], error["error_type"]) == (0, "RuntimeError")
+        assert [entry[:2] for entry in job.driver.load("s").failed] == [[0, "x0"]]  # kept for a retry
+
+        FIXED["now"] = True
+        retry = _cli(journal, "retry", "--key", "s", "--seq", "0")
+        job.pump_until(lambda: job.outputs() == ["looked up x0"])
+        assert CALLS == ["x0"]  # the call it committed before failing was replayed, not made again
+        assert job.driver.load("s").failed == []
+        (applied,) = [c for c in _controls(journal) if c["control_id"] == retry["control_id"]]
+        assert applied["state"] == "applied" and applied["outcome"] == "record #0 queued again as #1"
+
+        # Its run ends ok now: the journal's run end was written anew.
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli(["runs", "list", "--journal", str(journal), "--key", "s", "--json"]) == 0
+        [run] = [json.loads(line) for line in out.getvalue().splitlines()]
+        assert (run["seq"], run["state"], run["outcome"]) == (0, "finished", "ok")
+
+        # A second retry of it finds nothing kept: ignored, saying why.
+        again = _cli(journal, "retry", "--key", "s", "--seq", "0")
+        job.pump_until(lambda: any(c["control_id"] == again["control_id"] and c["state"] == "ignored"
+                                   for c in _controls(journal)))
+        assert job.outputs() == ["looked up x0"]
+    finally:
+        job.close()
+
+
+def test_kept_and_retried_records_survive_a_checkpoint_of_keyed_state() -> None:
+    from flink_agents.runtime.execution.state import KeyState, PendingRecord
+
+    state = KeyState(journal_id="job", next_seq=3, failed=[[0, {"order": "A-1"}, 1_700_000_000_000]],
+                     pending=[PendingRecord(2, "x1", 5, replays=1)])
+    restored = KeyState.from_json(state.to_json())  # what a checkpoint holds and a restore reads
+    assert restored.failed == [[0, {"order": "A-1"}, 1_700_000_000_000]]
+    assert restored.pending == [PendingRecord(2, "x1", 5, replays=1)]
+    plain = KeyState.from_json(KeyState(journal_id="job").to_json())
+    assert plain.failed == [] and '"failed"' not in KeyState(journal_id="job").to_json()  # nothing written

@@ -39,6 +39,7 @@ class FakeEngine:
     def __init__(self, hub: Any) -> None:
         self.callbacks = hub
         self.counters = RunCounters()
+        self.run_control = None
 
 
 class BusyRunner:

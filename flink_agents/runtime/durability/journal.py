@@ -780,6 +780,12 @@ class RunJournal:
         if self._prepare_finish(outcome, force, detail):
             await self._commit_async()
 
+    def reopen(self) -> None:
+        """A retried run (``runs retry`` of a record that ended on the error
+        stream): its steps replay as journaled, and its run end is written
+        anew when it ends (the same slot: the old one is replaced)."""
+        self._journaled.pop((RUN_STEP, RUN_END), None)
+
     @property
     def finished_detail(self) -> Dict[str, Any]:
         """The journaled run end's payload (``{"outcome": ..., ...}``), {}

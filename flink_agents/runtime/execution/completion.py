@@ -42,6 +42,9 @@ class Completion:
             (``KeyState.usage``), None when it reported none.
         parked: The run ended under the ``park`` strategy: the record stays
             pending and its key is paused (the runner keeps it; never applied).
+        keep_failed: ``[journal seq, record, Unix ms]`` of a record that
+            ended on the error stream, kept in ``KeyState.failed`` for a
+            retry (run control on).
     """
 
     seq: int
@@ -52,6 +55,7 @@ class Completion:
     steering_taken_through: int = -1
     usage: Dict[str, Any] | None = None
     parked: BaseException | None = None
+    keep_failed: List[Any] | None = None
 
 
 @dataclass
@@ -106,6 +110,8 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
         if state.callback_deadlines:  # the run's callbacks are closed now
             state.callback_deadlines = [e for e in state.callback_deadlines if e[2] != completion.seq]
+        if completion.keep_failed is not None:
+            state.failed.append(completion.keep_failed)
         emissions.extend((False, output) for output in completion.outputs)
         emissions.extend((True, error) for error in completion.errors)
     return Applied(emissions)

@@ -55,11 +55,15 @@ class PendingRecord:
         seq: Per-key sequence number, from 0.
         value: The record.
         timestamp_ms: The record's Flink timestamp (event time), if any.
+        replays: A retry of a record that ended on the error stream: the
+            seq whose run (journal, callbacks, trace) this one continues,
+            replaying its committed calls (``runtime.features.run_control``).
     """
 
     seq: int
     value: Any
     timestamp_ms: int | None = None
+    replays: int | None = None
 
 
 def _read(read: Any, data: Any, what: str) -> Any:
@@ -90,6 +94,9 @@ class KeyState:
         usage: The key's model usage and cost over its finished records
             (``usage.add_to_totals``: records, tokens, ``cost_usd``); empty
             until a record reported some.
+        failed: Records that ended on the error stream, kept for a retry
+            while run control is on: ``[seq, record, failed at (Unix ms)]``,
+            the newest ``run_control.keep_failed`` for ``run_control.keep_failed_s``.
     """
 
     journal_id: str = ""
@@ -101,6 +108,7 @@ class KeyState:
     steering: List[List[Any]] = field(default_factory=list)
     next_steering_seq: int = 0
     usage: Dict[str, Any] = field(default_factory=dict)
+    failed: List[List[Any]] = field(default_factory=list)
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
@@ -116,7 +124,8 @@ class KeyState:
                 "journal_id": self.journal_id,
                 "next_seq": self.next_seq,
                 "pending": [
-                    {"seq": p.seq, "value": encode(p.value, f"record #{p.seq}"), "ts": p.timestamp_ms}
+                    {"seq": p.seq, "value": encode(p.value, f"record #{p.seq}"), "ts": p.timestamp_ms,
+                     **({"replays": p.replays} if p.replays is not None else {})}
                     for p in self.pending
                 ],
                 "stm": self.short_term_memory if include_memory else None,
@@ -127,6 +136,8 @@ class KeyState:
                 **({"steering": [[seq, encode(m, f"steering message #{seq}")] for seq, m in self.steering]} if self.steering else {}),
                 **({"next_steering_seq": self.next_steering_seq} if self.next_steering_seq else {}),
                 **({"usage": self.usage} if self.usage else {}),
+                **({"failed": [[seq, encode(v, f"failed record #{seq}"), at] for seq, v, at in self.failed]}
+                   if self.failed else {}),
             },
             separators=(",", ":"),
         )
@@ -165,7 +176,8 @@ class KeyState:
         return KeyState(
             journal_id=data["journal_id"],
             next_seq=data["next_seq"],
-            pending=[PendingRecord(p["seq"], _read(read, p["value"], f"queued record #{p['seq']}"), p.get("ts"))
+            pending=[PendingRecord(p["seq"], _read(read, p["value"], f"queued record #{p['seq']}"), p.get("ts"),
+                                   _seq_or_none(p.get("replays")))
                      for p in data["pending"]],
             short_term_memory=memory,
             runs_finished=data["runs_finished"],
@@ -174,4 +186,11 @@ class KeyState:
                       for seq, message in data.get("steering") or []],
             next_steering_seq=data.get("next_steering_seq", 0),
             usage=data.get("usage") if isinstance(data.get("usage"), dict) else {},  # absent before usage totals
+            failed=[[int(seq), _read(read, value, f"failed record #{seq}"), int(at)]
+                    for seq, value, at in data.get("failed") or []],
         )
+
+
+def _seq_or_none(value: Any) -> int | None:
+    """A record seq read back from state (an int >= 0), or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

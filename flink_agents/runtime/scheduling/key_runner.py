@@ -129,6 +129,7 @@ class KeyRunner:
         self._control = engine.run_control  # runtime.features.run_control, or None
         if self._control is not None:
             self._control.attach(self)
+            self._control.prime()  # pauses written before this subtask started hold its first records
         if loop_thread:
             self._thread = threading.Thread(target=self._run_loop, name="flink-agents-runner", daemon=True)
             self._thread.start()
