@@ -73,7 +73,7 @@ setup(
             "pytest-timeout>=2.2",
             "pytest-xdist>=3.5",  # tools/test.sh: fast tests on both cores beside the e2e tests
             # The web inspector's browser test drives Debian's chromium through its
-            # chromedriver (tools/setup.sh installs both; selenium-manager is never used).
+            # chromedriver (tools/test.sh installs both; selenium-manager is never used).
             "selenium>=4.20,<5",
             *sorted({req for reqs in _PROVIDER_EXTRAS.values() for req in reqs}),
             *sorted({req for reqs in _FRAMEWORK_EXTRAS.values() for req in reqs}),

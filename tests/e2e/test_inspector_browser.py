@@ -1,5 +1,5 @@
 """The web inspector in a real browser: Debian's chromium, headless, driven
-by selenium through Debian's chromedriver (tools/setup.sh installs both).
+by selenium through Debian's chromedriver (tools/test.sh installs both).
 
 The review job runs on the local runner with a SQLite journal (the
 ``agent:`` section of ``$FLINK_CONF_DIR/config.yaml``); one callback and one
@@ -40,7 +40,7 @@ def _need_chromium() -> None:
     (whose set-up installs them) fail instead."""
     if CHROMIUM.exists() and CHROMEDRIVER.exists():
         return
-    reason = "Debian's chromium and chromium-driver are not installed (tools/setup.sh installs them)"
+    reason = "Debian's chromium and chromium-driver are not installed (tools/test.sh installs them)"
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)
