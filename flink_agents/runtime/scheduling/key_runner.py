@@ -462,20 +462,19 @@ class KeyRunner:
                 self._changed_now()
 
     async def _run(self, key: Any, worker: _Worker, record: PendingRecord) -> Completion:
-        """Run ``record`` as a task of its own, so that a cancel request can
-        end it (``apply_cancel``) without ending the key's work."""
-        run = self._loop.create_task(self._engine.run_to_completion(
-            key, worker.state, record, self._progress_sink(key, worker) if self._engine.progress_enabled else None))
-        worker.running = (record.seq, run)
+        """Run ``record`` on this task; a cancel request for it
+        (``apply_cancel``) cancels this task, which then ends the record as
+        cancelled and goes on with the key's next records. Any other
+        cancellation (the runner closes) propagates: the record stays
+        pending in the host's state."""
+        current = asyncio.current_task()
+        worker.running = (record.seq, current)
         try:
-            # Not shielded: cancelling this task (the runner closes) cancels
-            # the run and waits for it to unwind; the record stays pending in
-            # the host's state.
-            return await run
+            return await self._engine.run_to_completion(
+                key, worker.state, record, self._progress_sink(key, worker) if self._engine.progress_enabled else None)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
             cancel = worker.cancels.pop(record.seq, None)
-            if cancel is None or (current is not None and current.cancelling()):
+            if cancel is None or current is None or current.uncancel() > 0:
                 raise
             return await self._cancelled(key, worker, record, cancel)
         except BaseException as exc:  # handed to the host, which fails the job
