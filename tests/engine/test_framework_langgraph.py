@@ -7,6 +7,7 @@ Patterns as in ``tests/engine/test_framework_turns.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -655,3 +656,88 @@ def test_a_crash_after_the_approval_replays_without_asking_again_or_repeating_a_
     assert [a["callback_id"] for a in list_approvals(str(path), None)] == [approval["callback_id"]]
     assert _asked(server) == ["draft the launch note", "summarize <draft the launch note>",
                               "publish <draft the launch note>"]
+
+
+@tool
+async def ask_human(question: str) -> str:
+    """Ask a person."""
+    CALLS["ask_human"] += 1
+    answer = interrupt({"question": question})  # not an approval: purpose "interrupt"
+    return f"the person said {answer['text']}"
+
+
+class AskingAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        state = await run_durably(ctx, durable_react_graph(_model(), [ask_human], name="asker"), event.input)
+        ctx.send_event(OutputEvent(output=state["messages"][-1].content))
+
+
+def _answer_pending_interrupt(path: Path, body: bytes, seen: Dict[str, Any], timeout_s: float = 20.0) -> None:
+    """A person: wait for the run's pending interrupt callback, then resolve it."""
+    import sqlite3
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                try:
+                    rows = db.execute("SELECT callback_id, details FROM callbacks"
+                                      " WHERE purpose = 'interrupt' AND state = 'pending'").fetchall()
+                except sqlite3.OperationalError:  # no table yet
+                    rows = []
+            if rows:
+                ((callback_id, details),) = rows
+                seen.update(json.loads(details), calls_while_parked=CALLS["ask_human"])
+                store = SQLiteJournalStore(path)
+                try:
+                    seen["outcome"] = store.complete(callback_id, "resolved", body, int(time.time() * 1000)).outcome
+                finally:
+                    store.close()
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"no pending interrupt within {timeout_s} s")
+
+
+def test_a_tool_that_interrupts_waits_for_the_answer_and_its_result_is_journaled_once(
+        server: OpenAIScriptedServer, tmp_path: Path) -> None:
+    def reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+        results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        if not results:
+            return {"content": None, "tool_calls": [{"id": "call_0", "type": "function", "function": {
+                "name": "ask_human", "arguments": json.dumps({"question": "which colour?"})}}]}
+        return {"content": f"done: {results}"}
+
+    server.set_reply_fn(reply)
+    path = tmp_path / "journal.db"
+    seen: Dict[str, Any] = {}
+
+    def run(with_person: bool) -> LocalDriver:
+        engine = AgentEngine(AgentPlan.from_agent(AskingAgent()),
+                             {"callbacks.poll_interval_ms": 10, "callbacks.base_url": "http://cb.test:9/"},
+                             job_id="job", store=SQLiteJournalStore(path))
+        driver = LocalDriver()
+
+        async def go() -> None:
+            person = [asyncio.to_thread(_answer_pending_interrupt, path, b'{"text": "blue"}', seen)] \
+                if with_person else []
+            await asyncio.gather(host_runs.process_async(engine, driver, "k", "paint it"), *person)
+
+        try:
+            asyncio.run(go())
+        finally:
+            engine.close()
+        return driver
+
+    driver = run(with_person=True)
+    assert seen["outcome"] == "accepted" and seen["calls_while_parked"] == 1
+    assert (seen["node"], seen["tool"], seen["value"]) == ("tools", "ask_human", {"question": "which colour?"})
+    assert driver.outputs == [{"k": "done: ['the person said blue']"}]
+    # LangGraph ran the tool again on the resume (interrupt() then returned
+    # the answer); its result was journaled then, once.
+    assert CALLS["ask_human"] == 2 and len(server.requests) == 2
+    # A replay returns the journaled result: the tool does not run, nobody is asked.
+    CALLS.clear()
+    replayed = run(with_person=False)
+    assert replayed.outputs == driver.outputs and CALLS["ask_human"] == 0 and len(server.requests) == 2
