@@ -67,9 +67,10 @@ def _view(row: Dict[str, Any]) -> Dict[str, Any]:
     ms = lambda value: None if value is None else _iso(value / 1000)  # noqa: E731
     view: Dict[str, Any] = {
         "callback_id": row["callback_id"], "journal_id": row["journal_id"], "key": _key_display(row["key"]),
-        "seq": int(row["seq"]), "step": row["step"], "tool": details.get("tool"),
+        "seq": int(row["seq"]), "step": row["step"], "tool": details.get("tool") or details.get("node"),
         "tool_call_id": details.get("tool_call_id"), "model": details.get("model"),
-        "arguments": redact_secrets(details.get("arguments")), "state": row["state"],
+        # A framework's interrupt (LangGraph) shows its node and the value it asked with.
+        "arguments": redact_secrets(details.get("arguments", details.get("value"))), "state": row["state"],
         "created": ms(row["created_ms"]), "deadline": ms(row["deadline_ms"]), "completed": ms(row["completed_ms"]),
     }
     body = _text(row["body"])

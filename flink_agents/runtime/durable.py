@@ -46,6 +46,9 @@ action shows it), ``wrap_untrusted`` (text from outside, marked as data).
 **Approvals**: ``await_approval(ctx, tool, call_id, arguments, model)``
 parks a framework's tool call until a reviewer decides (``None``: run it;
 else the text the model gets instead; ``runtime.features.approvals``).
+``await_review(ctx, step, purpose, details, subject)`` parks a framework's
+own question to a person (LangGraph's ``interrupt()``) on a callback at
+``step`` and returns the answer (an approval's decision as a dict).
 
 **Conversations** kept in a key's short-term memory, compacted as native
 ones: ``conversation_path``, ``load_turns``, ``dump_turns``, ``flatten``,
@@ -64,7 +67,12 @@ from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.ids import RunIdentity, framework_tool_call_id, framework_turn_id
 from flink_agents.runtime.execution.context import ActionContext
 from flink_agents.runtime.execution.usage import Usage
-from flink_agents.runtime.features.approvals import await_approval
+from flink_agents.runtime.features.approvals import (
+    APPROVAL_PURPOSE,
+    INTERRUPT_PURPOSE,
+    await_approval,
+    await_review,
+)
 from flink_agents.runtime.features.conversation import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
@@ -79,14 +87,17 @@ from flink_agents.runtime.features.tool_results import json_data
 from flink_agents.runtime.features.untrusted import wrap_untrusted
 
 __all__ = [
+    "APPROVAL_PURPOSE",
     "CHARS_PER_TOKEN",
     "DurableContext",
     "EncodeError",
+    "INTERRUPT_PURPOSE",
     "MESSAGE_OVERHEAD_TOKENS",
     "RunIdentity",
     "Usage",
     "action_context",
     "await_approval",
+    "await_review",
     "compact",
     "conversation_path",
     "decode",
@@ -132,6 +143,11 @@ class DurableContext(Protocol):
     def journaled_call_sync(self, function_id: str, digest_args: Any, run: Callable[[], Any]) -> Any: ...
 
     def take_steering_at(self, step: str) -> List[Any]: ...
+
+    def create_callback_at(
+        self, step: str, purpose: str, timeout_s: float, *, details: str | None = None,
+        keep_stored_timeout: bool = False,
+    ) -> Awaitable[Any]: ...
 
 
 def is_action_context(ctx: Any) -> bool:

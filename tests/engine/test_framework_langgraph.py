@@ -7,7 +7,9 @@ Patterns as in ``tests/engine/test_framework_turns.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -25,12 +27,14 @@ from langchain_core.tools import tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import interrupt  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
 from flink_agents.api.agents.agent import Agent  # noqa: E402
 from flink_agents.api.decorators import action  # noqa: E402
 from flink_agents.api.events.event import InputEvent, OutputEvent  # noqa: E402
+from flink_agents.inspection.approvals import decide, list_approvals  # noqa: E402
 from flink_agents.integrations.frameworks.langgraph import (  # noqa: E402
     durable_chat_model,
     durable_react_graph,
@@ -39,8 +43,10 @@ from flink_agents.integrations.frameworks.langgraph import (  # noqa: E402
 )
 from flink_agents.runtime.engine import AgentEngine  # noqa: E402
 from flink_agents.runtime.errors import ActionFailed  # noqa: E402
+from flink_agents.plan.agent_plan import AgentPlan  # noqa: E402
 from flink_agents.runtime.local.driver import LocalDriver  # noqa: E402
 from flink_agents.stores.memory_store import InMemoryJournalStore  # noqa: E402
+from flink_agents.stores.sqlite_store import SQLiteJournalStore  # noqa: E402
 from tests.support.framework_runs import (  # noqa: E402
     CRASH_MODES, OPENAI_USAGE_DETAILS, PRICES, Crash, check_one_request_turn, check_usage, check_repeated_calls, engine_for, first_model_reply, kinds_by_commit,
     process, progress_engine, recoveries, refuse_writes, run_local, run_records, without_langsmith,
@@ -488,3 +494,250 @@ def test_usage_of_each_model_request_is_journaled_with_it_counted_once_and_shown
     shown = check_usage([("k", "go")], lambda: _engine(store, **PRICES), "respond", "gpt-4o-mini",
                         cached=2, reasoning=1)
     assert len(shown) == 2 and len(server.requests) == 2  # the replay asked nothing
+
+
+# -- interrupt(): a node asks a person, the run parks on a durable callback --
+
+class ReviewState(MessagesState):
+    decision: Dict[str, Any]
+    outcome: str
+
+
+def review_reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+    """The scripted model: echoes what it was asked (the last user message)."""
+    asked = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
+    return {"content": f"<{asked}>"}
+
+
+def _review_graph() -> Any:
+    """draft (a model request) -> review (a model request, then
+    ``interrupt()`` for an approval) -> publish (a model request) when
+    approved, else revise (no request)."""
+    model = durable_chat_model(_model())
+
+    async def draft(state: ReviewState) -> Dict[str, Any]:
+        return {"messages": [await model.ainvoke([HumanMessage(f"draft {state['messages'][0].content}")])]}
+
+    async def review(state: ReviewState) -> Dict[str, Any]:
+        draft_text = state["messages"][-1].content
+        summary = await model.ainvoke([HumanMessage(f"summarize {draft_text}")])
+        decision = interrupt({"type": "approval", "draft": draft_text, "summary": summary.content,
+                              "api_key": "sk-live-123"})
+        if CRASH_AFTER_DECISION:
+            CRASH_AFTER_DECISION.pop()
+            raise Crash("process died after the approval, before the graph's end")
+        return {"decision": decision}
+
+    async def publish(state: ReviewState) -> Dict[str, Any]:
+        reply = await model.ainvoke([HumanMessage(f"publish {state['messages'][-1].content}")])
+        return {"messages": [reply], "outcome": f"published {reply.content}"}
+
+    async def revise(state: ReviewState) -> Dict[str, Any]:
+        return {"outcome": f"revise: {state['decision']['reason']}"}
+
+    graph = StateGraph(ReviewState)
+    for node in (draft, review, publish, revise):
+        graph.add_node(node.__name__, node)
+    graph.add_edge(START, "draft")
+    graph.add_edge("draft", "review")
+    graph.add_conditional_edges("review", lambda s: "publish" if s["decision"]["approved"] else "revise")
+    graph.add_edge("publish", END)
+    graph.add_edge("revise", END)
+    return graph.compile(name="reviewer")
+
+
+CRASH_AFTER_DECISION: List[bool] = []
+
+
+class ReviewAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        state = await run_durably(ctx, _review_graph(), event.input)
+        ctx.send_event(OutputEvent(output={"outcome": state["outcome"], "decision": state["decision"]}))
+
+
+def _pending_approval(path: Path, timeout_s: float = 20.0) -> Dict[str, Any]:
+    """The one pending approval, once the run parked on it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = list_approvals(str(path)) if path.exists() else []
+        if found:
+            (approval,) = found
+            return approval
+        time.sleep(0.01)
+    raise AssertionError(f"no pending approval within {timeout_s} s")
+
+
+def _review_run(path: Path, reviewer: Optional[Any] = None, **config: Any) -> LocalDriver:
+    """One record on a fresh engine over the SQLite journal (a restore to
+    before the record); ``reviewer(approval)`` decides from another thread
+    while the run waits."""
+    engine = AgentEngine(AgentPlan.from_agent(ReviewAgent()),
+                         {"callbacks.poll_interval_ms": 10, "callbacks.base_url": "http://approvals.test:9/", **config},
+                         job_id="job", store=SQLiteJournalStore(path))
+    driver = LocalDriver()
+
+    async def go() -> None:
+        async def review() -> None:
+            await asyncio.to_thread(reviewer, await asyncio.to_thread(_pending_approval, path))
+
+        await asyncio.gather(host_runs.process_async(engine, driver, "k", "the launch note"),
+                             *([review()] if reviewer is not None else []))
+
+    try:
+        asyncio.run(go())
+    finally:
+        engine.close()
+    return driver
+
+
+def _asked(server: OpenAIScriptedServer) -> List[str]:
+    return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in server.requests]
+
+
+def test_an_interrupt_for_approval_parks_the_graph_until_approved_then_it_takes_the_approved_path(
+        server: OpenAIScriptedServer, tmp_path: Path) -> None:
+    server.set_reply_fn(review_reply)
+    path = tmp_path / "journal.db"
+    seen: Dict[str, Any] = {}
+
+    def approve(approval: Dict[str, Any]) -> None:
+        seen.update(approval, asked_while_parked=_asked(server))
+        seen["outcome"] = decide(str(path), approval["callback_id"], approve=True, reason="ship it", decided_by="ann")
+
+    driver = _review_run(path, approve)
+
+    # Parked after draft and review's own request; the reviewer sees the node
+    # and what it asked, the key redacted.
+    assert seen["asked_while_parked"] == ["draft the launch note", "summarize <draft the launch note>"]
+    assert seen["outcome"] == "accepted" and seen["tool"] == "review"
+    assert seen["arguments"] == {"type": "approval", "draft": "<draft the launch note>",
+                                 "summary": "<summarize <draft the launch note>>", "api_key": "***"}
+    assert driver.outputs == [{"k": {
+        "outcome": "published <publish <draft the launch note>>",
+        "decision": {"approved": True, "reason": "ship it", "approved_by": "ann"},
+    }}]
+    # LangGraph ran review again from its start on the resume: its summary
+    # request was answered from the first attempt, not asked again.
+    assert _asked(server) == ["draft the launch note", "summarize <draft the launch note>",
+                              "publish <draft the launch note>"]
+    assert [a["state"] for a in list_approvals(str(path), None)] == ["resolved"]
+
+
+def test_a_rejected_interrupt_takes_the_rejected_path_with_the_reason(
+        server: OpenAIScriptedServer, tmp_path: Path) -> None:
+    server.set_reply_fn(review_reply)
+    path = tmp_path / "journal.db"
+    driver = _review_run(path, lambda a: decide(str(path), a["callback_id"], approve=False, reason="too long"))
+    assert driver.outputs == [{"k": {"outcome": "revise: too long",
+                                     "decision": {"approved": False, "reason": "too long"}}}]
+    assert "publish <draft the launch note>" not in _asked(server)  # the approved path never ran
+    (rejected,) = list_approvals(str(path), "rejected")
+    assert rejected["reason"] == "too long"
+
+
+def test_a_crash_after_the_approval_replays_without_asking_again_or_repeating_a_model_request(
+        server: OpenAIScriptedServer, tmp_path: Path) -> None:
+    server.set_reply_fn(review_reply)
+    path = tmp_path / "journal.db"
+    CRASH_AFTER_DECISION.append(True)
+    with pytest.raises(Crash):
+        _review_run(path, lambda a: decide(str(path), a["callback_id"], approve=True, reason="ok"))
+    (approval,) = list_approvals(str(path), None)
+    assert approval["state"] == "resolved" and len(server.requests) == 2  # draft, summary
+
+    # No reviewer: a replay asking again would time out (rejected) after 2 s.
+    driver = _review_run(path, **{"approvals.timeout_s": 2})
+    assert driver.outputs[0]["k"]["outcome"] == "published <publish <draft the launch note>>"
+    assert driver.outputs[0]["k"]["decision"] == {"approved": True, "reason": "ok", "approved_by": "cli"}
+    # The replay got the same callback (its ref: same id, asked once) and
+    # asked the model only what the first run had not: publish.
+    assert [a["callback_id"] for a in list_approvals(str(path), None)] == [approval["callback_id"]]
+    assert _asked(server) == ["draft the launch note", "summarize <draft the launch note>",
+                              "publish <draft the launch note>"]
+
+
+@tool
+async def ask_human(question: str) -> str:
+    """Ask a person."""
+    CALLS["ask_human"] += 1
+    answer = interrupt({"question": question})  # not an approval: purpose "interrupt"
+    return f"the person said {answer['text']}"
+
+
+class AskingAgent(Agent):
+    @action(InputEvent)
+    @staticmethod
+    async def respond(event: InputEvent, ctx: Any) -> None:
+        state = await run_durably(ctx, durable_react_graph(_model(), [ask_human], name="asker"), event.input)
+        ctx.send_event(OutputEvent(output=state["messages"][-1].content))
+
+
+def _answer_pending_interrupt(path: Path, body: bytes, seen: Dict[str, Any], timeout_s: float = 20.0) -> None:
+    """A person: wait for the run's pending interrupt callback, then resolve it."""
+    import sqlite3
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            with contextlib.closing(sqlite3.connect(path)) as db:
+                try:
+                    rows = db.execute("SELECT callback_id, details FROM callbacks"
+                                      " WHERE purpose = 'interrupt' AND state = 'pending'").fetchall()
+                except sqlite3.OperationalError:  # no table yet
+                    rows = []
+            if rows:
+                ((callback_id, details),) = rows
+                seen.update(json.loads(details), calls_while_parked=CALLS["ask_human"])
+                store = SQLiteJournalStore(path)
+                try:
+                    seen["outcome"] = store.complete(callback_id, "resolved", body, int(time.time() * 1000)).outcome
+                finally:
+                    store.close()
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"no pending interrupt within {timeout_s} s")
+
+
+def test_a_tool_that_interrupts_waits_for_the_answer_and_its_result_is_journaled_once(
+        server: OpenAIScriptedServer, tmp_path: Path) -> None:
+    def reply(request: Dict[str, Any], index: int) -> Dict[str, Any]:
+        results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        if not results:
+            return {"content": None, "tool_calls": [{"id": "call_0", "type": "function", "function": {
+                "name": "ask_human", "arguments": json.dumps({"question": "which colour?"})}}]}
+        return {"content": f"done: {results}"}
+
+    server.set_reply_fn(reply)
+    path = tmp_path / "journal.db"
+    seen: Dict[str, Any] = {}
+
+    def run(with_person: bool) -> LocalDriver:
+        engine = AgentEngine(AgentPlan.from_agent(AskingAgent()),
+                             {"callbacks.poll_interval_ms": 10, "callbacks.base_url": "http://cb.test:9/"},
+                             job_id="job", store=SQLiteJournalStore(path))
+        driver = LocalDriver()
+
+        async def go() -> None:
+            person = [asyncio.to_thread(_answer_pending_interrupt, path, b'{"text": "blue"}', seen)] \
+                if with_person else []
+            await asyncio.gather(host_runs.process_async(engine, driver, "k", "paint it"), *person)
+
+        try:
+            asyncio.run(go())
+        finally:
+            engine.close()
+        return driver
+
+    driver = run(with_person=True)
+    assert seen["outcome"] == "accepted" and seen["calls_while_parked"] == 1
+    assert (seen["node"], seen["tool"], seen["value"]) == ("tools", "ask_human", {"question": "which colour?"})
+    assert driver.outputs == [{"k": "done: ['the person said blue']"}]
+    # LangGraph ran the tool again on the resume (interrupt() then returned
+    # the answer); its result was journaled then, once.
+    assert CALLS["ask_human"] == 2 and len(server.requests) == 2
+    # A replay returns the journaled result: the tool does not run, nobody is asked.
+    CALLS.clear()
+    replayed = run(with_person=False)
+    assert replayed.outputs == driver.outputs and CALLS["ask_human"] == 0 and len(server.requests) == 2

@@ -65,7 +65,7 @@ import flink_agents.runtime.durable as durable
 
 __all__ = [
     "USAGE_KEY", "DurableTurn", "ToolCallView", "UsageLedger", "current_turn", "in_journaled_body",
-    "require_action_context", "steering_texts", "token_count",
+    "position_id", "require_action_context", "steering_texts", "token_count",
 ]
 
 # (id, name, arguments as JSON text) of one tool call in a model response.
@@ -356,7 +356,7 @@ class DurableTurn:
             RuntimeError: ``call_id`` was already used in this turn.
             NondeterminismError: A replay calls something else here.
         """
-        step = f"{self.anchor}/t/{_position_id(call_id)}"
+        step = f"{self.anchor}/t/{position_id(call_id)}"
         if step in self._tool_steps:
             raise RuntimeError(
                 f"{self.framework} turn of {self.agent!r}: tool call id {call_id!r} ({name}) used twice in one "
@@ -374,7 +374,16 @@ class DurableTurn:
                 result = await call()
             return with_usage(result, usage.added_since(before)) if usage is not None else result
 
-        stored = await self._ctx.journaled_call_at(step, f"tool:{name}", [name, arguments], run)
+        try:
+            stored = await self._ctx.journaled_call_at(step, f"tool:{name}", [name, arguments], run)
+        except Exception:
+            raise  # journaled: a later call of this id replays it
+        except BaseException:
+            # Not journaled (a framework's control signal, a cancellation):
+            # the framework may run the call again (LangGraph resumes an
+            # interrupted tool by running it again).
+            self._tool_steps.discard(step)
+            raise
         result, added = split_usage(stored)
         if added and not ran:
             if usage is None:
@@ -395,9 +404,9 @@ def _journaled_body() -> Iterator[None]:
         _IN_BODY.reset(token)
 
 
-def _position_id(call_id: str) -> str:
-    """``call_id`` as a journal step segment: as is when short and plain,
-    else a hash (no ``/`` may reach the step)."""
+def position_id(call_id: str) -> str:
+    """``call_id`` (or another name) as a journal step segment: as is when
+    short and plain, else a hash (no ``/`` may reach the step)."""
     if _SAFE_ID.fullmatch(call_id):
         return call_id
     return "h" + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:24]

@@ -40,11 +40,29 @@ Durability is the journal's: a graph with a checkpointer is refused
 (LangGraph's checkpointer would save its own copy of each superstep), and so
 are the sync paths (``invoke``: ``ToolNode`` runs sync tool rounds in a
 thread pool) and tool results that are ``Command``s.
+
+Interrupts. A node (or a tool) calling ``interrupt(value)`` parks the run on
+a durable callback (``runtime.durable.await_review``; purpose ``approval``
+when ``value`` is a dict whose ``type`` is ``"approval"``, else
+``interrupt``), and its answer resumes the graph as
+``Command(resume=<answer>)`` would. To resume at all, ``run_durably`` runs
+the graph with an ``InMemorySaver`` of its own (``durability="exit"``: one
+save, when the graph stops), which lives as long as the call: after a
+failover the graph runs again from its input and the journal replays what
+it did, so the saver is rebuilt, never restored. The callback sits at a
+step named by meaning, ``<anchor>/i<k>/<where>`` (``where``: the tool call
+id for a tool, else the node, its path and LangGraph step; ``k``: the
+interrupts answered there before), so a tool whose result was journaled
+and does not interrupt on a replay moves no other wait. LangGraph runs an
+interrupted node again from its start on a resume: its model requests
+before ``interrupt()`` (same task, same request) and its completed tool
+calls are answered from what the first attempt journaled, not asked again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -67,18 +85,22 @@ try:
     from langchain_core.messages.ai import add_usage, subtract_usage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tracers import context as langchain_context
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.config import get_config
+    from langgraph.errors import GraphInterrupt
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
+    from langgraph.types import Command, Interrupt
     from pydantic import BaseModel
 except ImportError as error:  # pragma: no cover - depends on the extra
     raise ImportError(
         "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents[langgraph]'"
     ) from error
 
-from flink_agents.runtime.durable import Usage, trust_package
+from flink_agents.runtime.durable import APPROVAL_PURPOSE, INTERRUPT_PURPOSE, Usage, await_review, trust_package
 from flink_agents.integrations.frameworks.conversation import FrameworkConversation
 from flink_agents.integrations.frameworks.durable_turn import (
-    DurableTurn, ToolCallView, current_turn, require_action_context, steering_texts, token_count,
+    DurableTurn, ToolCallView, current_turn, position_id, require_action_context, steering_texts, token_count,
 )
 
 # A turn's journal rows hold LangChain messages and LangGraph's values; stored data may
@@ -100,6 +122,53 @@ __all__ = [
 
 FRAMEWORK = "langgraph"
 MESSAGES_KEY = "messages"
+
+
+class _GraphRun:
+    """What one ``run_durably`` keeps across the resumes of its graph.
+
+    Attributes:
+        replies: Per LangGraph task (its ``checkpoint_ns``, the same when
+            the task runs again on a resume), the model requests it made, in
+            order: ``(digest as JSON text, response)``.
+        cursor: Per task, the requests it made since the last resume.
+        tool_results: Journaled ``ToolMessage`` dicts by tool call id (a
+            resumed ``ToolNode`` runs its completed calls again).
+        tool_interrupts: ``(tool call id, tool name)`` by LangGraph
+            interrupt id, for interrupts raised inside a tool.
+        asked: Interrupts answered so far per place (see ``_review_step``).
+    """
+
+    def __init__(self) -> None:
+        self.replies: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+        self.cursor: Dict[str, int] = {}
+        self.tool_results: Dict[str, Dict[str, Any]] = {}
+        self.tool_interrupts: Dict[str, Tuple[str, str]] = {}
+        self.asked: Dict[str, int] = {}
+
+
+_RUN: contextvars.ContextVar[Optional[_GraphRun]] = contextvars.ContextVar("flink_agents_langgraph_run", default=None)
+
+
+class _ToolInterrupted(BaseException):
+    """Carries a tool's ``GraphInterrupt`` out of its journaled call, which
+    journals an ``Exception`` but lets a ``BaseException`` pass: the
+    interrupted call is not journaled, and runs again on the resume."""
+
+    def __init__(self, interrupt: GraphInterrupt) -> None:
+        super().__init__(interrupt)
+        self.interrupt = interrupt
+
+
+def _task_ns() -> Optional[str]:
+    """The running LangGraph task's ``checkpoint_ns`` (``node:<task id>``);
+    None outside a graph's task."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # not inside a runnable
+        return None
+    ns = configurable.get("checkpoint_ns")
+    return ns if isinstance(ns, str) and ns else None
 
 
 def _message_id(turn: DurableTurn, what: str) -> str:
@@ -272,12 +341,32 @@ class DurableChatModel(BaseChatModel):
                 "llm_output": result.llm_output,
             }, default=str))
 
-        response = await turn.model_request(digest, call, _view, response_usage)
+        response = await self._request(turn, digest, call)
         message = messages_from_dict([response["message"]])[0]
         return ChatResult(
             generations=[ChatGeneration(message=message, generation_info=response["generation_info"])],
             llm_output=response["llm_output"],
         )
+
+    async def _request(self, turn: DurableTurn, digest: Dict[str, Any],
+                       call: Callable[[int], Any]) -> Dict[str, Any]:
+        """The journaled response to ``digest``. A task that LangGraph runs
+        again on a resume (it called ``interrupt()``) gets, for its ``k``-th
+        request, what its first attempt got for the ``k``-th one when it asks
+        the same (``_GraphRun.replies``): a resume asks the model nothing
+        twice. Another request is a new one."""
+        run, ns = _RUN.get(), _task_ns()
+        if run is None or ns is None:
+            return await turn.model_request(digest, call, _view, response_usage)
+        k = run.cursor.get(ns, 0)
+        run.cursor[ns] = k + 1
+        made = run.replies.setdefault(ns, [])
+        asked = json.dumps(digest, sort_keys=True, default=str)
+        if k < len(made) and made[k][0] == asked:
+            return made[k][1]
+        response = await turn.model_request(digest, call, _view, response_usage)
+        made[k:] = [(asked, response)]
+        return response
 
     async def _ask(self, messages: List[BaseMessage], stop: Optional[List[str]], kwargs: Dict[str, Any]) -> ChatResult:
         with _without_context_callbacks():
@@ -341,9 +430,16 @@ async def tool_call_wrapper(request: Any, execute: Callable[[Any], Any]) -> Tool
     if turn is None:
         return await execute(request)
     call = request.tool_call
+    graph_run = _RUN.get()
+    if graph_run is not None and call["id"] in graph_run.tool_results:
+        # LangGraph runs a ToolNode again on a resume: a completed call is not.
+        return messages_from_dict([graph_run.tool_results[call["id"]]])[0]
 
     async def run() -> Dict[str, Any]:
-        result = await execute(request)
+        try:
+            result = await execute(request)
+        except GraphInterrupt as asked:
+            raise _ToolInterrupted(asked) from None
         if not isinstance(result, ToolMessage):
             raise TypeError(
                 f"tool {call['name']!r} returned a {type(result).__name__}; a durable ToolNode journals "
@@ -353,7 +449,15 @@ async def tool_call_wrapper(request: Any, execute: Callable[[Any], Any]) -> Tool
         return json.loads(json.dumps(message_to_dict(result), default=str))
 
     ledger = CallbackUsageLedger.of(getattr(request, "runtime", None))
-    data = await turn.tool_call(call["id"], call["name"], _jsonable(call["args"]), run, usage=ledger)
+    try:
+        data = await turn.tool_call(call["id"], call["name"], _jsonable(call["args"]), run, usage=ledger)
+    except _ToolInterrupted as interrupted:
+        if graph_run is not None:
+            for asked in interrupted.interrupt.args[0]:
+                graph_run.tool_interrupts[asked.id] = (call["id"], call["name"])
+        raise interrupted.interrupt from None
+    if graph_run is not None:
+        graph_run.tool_results[call["id"]] = data
     return messages_from_dict([data])[0]
 
 
@@ -545,6 +649,53 @@ def _check_journaled(turn: DurableTurn, agent: str, added: Sequence[BaseMessage]
         )
 
 
+def _is_approval(value: Any) -> bool:
+    """Whether an ``interrupt(value)`` asks for an approval: a dict whose
+    ``type`` is ``"approval"``."""
+    return isinstance(value, dict) and value.get("type") == "approval"
+
+
+def _review_place(run: _GraphRun, step: Any, task: Any, asked: Interrupt) -> Tuple[str, Dict[str, Any]]:
+    """``(where, details)`` of an interrupt: where it sits by meaning (a
+    tool's call id; else the node, its task path and the LangGraph step)
+    and what a reviewer sees."""
+    details: Dict[str, Any] = {"framework": FRAMEWORK, "node": task.name, "value": _jsonable(asked.value)}
+    if asked.id in run.tool_interrupts:
+        call_id, tool_name = run.tool_interrupts[asked.id]
+        details.update(tool=tool_name, tool_call_id=call_id)
+        return f"t.{position_id(call_id)}", details
+    path = ".".join(str(part) for part in task.path)
+    return f"n.{position_id(f'{task.name}.{path}.{step}')}", details
+
+
+async def _answer_interrupts(turn: DurableTurn, run: _GraphRun, agent: str, graph: Any,
+                             config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """Wait for the answers to the interrupts the graph stopped on (in the
+    order of their places); None when it stopped on none (it finished).
+
+    Returns:
+        ``{interrupt id: answer}``, for ``Command(resume=...)``.
+    """
+    snapshot = await graph.aget_state(config)
+    step = (snapshot.metadata or {}).get("step")
+    pending = []
+    for task in snapshot.tasks:
+        for asked in task.interrupts:
+            where, details = _review_place(run, step, task, asked)
+            pending.append((where, asked, task, details))
+    if not pending:
+        return None
+    answers: Dict[str, Any] = {}
+    for where, asked, task, details in sorted(pending, key=lambda item: item[0]):
+        k = run.asked.get(where, 0)
+        run.asked[where] = k + 1
+        details["graph"] = agent
+        purpose = APPROVAL_PURPOSE if _is_approval(asked.value) else INTERRUPT_PURPOSE
+        answers[asked.id] = await await_review(turn.ctx, f"{turn.anchor}/i{k}/{where}", purpose, details,
+                                               f"langgraph node {task.name}")
+    return answers
+
+
 async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] = None,
                       conversation: Optional[str] = None, conversation_max_messages: int = 40,
                       conversation_max_tokens: Optional[int] = None, **framework_kwargs: Any) -> Dict[str, Any]:
@@ -569,15 +720,23 @@ async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] =
         conversation_max_messages, conversation_max_tokens: The
             conversation's bounds (whole turns are dropped).
         **framework_kwargs: ``graph.ainvoke``'s other arguments (``config``,
-            ``context``, ...). ``config["run_id"]`` is set to the turn's run id.
+            ``context``, ...). ``config["run_id"]`` is set to the turn's run
+            id, ``config["configurable"]["thread_id"]`` to its text (the
+            thread of the run's own ``InMemorySaver``); ``durability``
+            defaults to ``"exit"``.
 
     Returns:
-        The graph's final state (``ainvoke``'s result).
+        The graph's final state (``ainvoke``'s last result, after every
+        interrupt was answered).
 
     Raises:
         ValueError: ``conversation`` is not None or ``"per_key"``; the graph
             has a checkpointer; a bound is out of range.
         TypeError: ``graph`` has no ``ainvoke``, or ``input`` is of another type.
+        ApprovalTimedOut: An approval interrupt got no decision within
+            ``approvals.timeout_s`` under ``approvals.on_timeout: fail``.
+        CallbackRejected, CallbackTimeout, CallbackCancelled: Another
+            interrupt's callback ended without an answer.
     """
     require_action_context(ctx, FRAMEWORK)
     if conversation not in (None, "per_key"):
@@ -596,12 +755,25 @@ async def run_durably(ctx: Any, graph: Any, input: Any, *, name: Optional[str] =
     messages, rest = _input_messages(input)
     prompt = input if isinstance(input, str) else json.loads(json.dumps(messages_to_dict(messages), default=str))
     config = dict(framework_kwargs.pop("config", None) or {})
-    with DurableTurn(ctx, FRAMEWORK, agent, prompt=prompt) as turn:
-        messages = [m if m.id else m.model_copy(update={"id": _message_id(turn, f"input:{k}")})
-                    for k, m in enumerate(messages)]
-        config["run_id"] = turn.turn_id
-        state = await graph.ainvoke({**rest, MESSAGES_KEY: history + messages}, config=config, **framework_kwargs)
-        _check_journaled(turn, agent, state.get(MESSAGES_KEY, [])[len(history) + len(messages):])
+    framework_kwargs.setdefault("durability", "exit")
+    # The run's own saver, so an interrupted graph can resume (module docstring).
+    resumable = graph.copy(update={"checkpointer": InMemorySaver()})
+    run = _GraphRun()
+    run_token = _RUN.set(run)
+    try:
+        with DurableTurn(ctx, FRAMEWORK, agent, prompt=prompt) as turn:
+            messages = [m if m.id else m.model_copy(update={"id": _message_id(turn, f"input:{k}")})
+                        for k, m in enumerate(messages)]
+            config["run_id"] = turn.turn_id
+            config["configurable"] = {**(config.get("configurable") or {}), "thread_id": turn.run_id}
+            state = await resumable.ainvoke({**rest, MESSAGES_KEY: history + messages}, config=config,
+                                            **framework_kwargs)
+            while (answers := await _answer_interrupts(turn, run, agent, resumable, config)) is not None:
+                run.cursor.clear()  # the interrupted tasks run again from their start
+                state = await resumable.ainvoke(Command(resume=answers), config=config, **framework_kwargs)
+            _check_journaled(turn, agent, state.get(MESSAGES_KEY, [])[len(history) + len(messages):])
+    finally:
+        _RUN.reset(run_token)
     if store:
         known = {m.id for m in history}
         new = [m for m in state.get(MESSAGES_KEY, []) if m.id not in known]

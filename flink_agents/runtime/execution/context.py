@@ -419,7 +419,35 @@ class ActionContext(RunnerContext):
             )
         if self._callbacks is None:
             raise RuntimeError("this runtime context cannot create callbacks")
-        step, ordinal = self._next_position("callback")
+        return self._create_callback(*self._next_position("callback"), purpose, timeout_s, details,
+                                     keep_stored_timeout)
+
+    def create_callback_at(
+        self, step: str, purpose: str, timeout_s: float, *, details: str | None = None,
+        keep_stored_timeout: bool = False,
+    ) -> Awaitable[Callback]:
+        """Seam (``runtime.durable``): ``create_callback`` at an explicit
+        position (``step`` under an ``anchor``, ordinal 0), so a framework
+        can name a wait by its meaning (a LangGraph interrupt of a node)
+        instead of its order in the task.
+
+        Raises:
+            ValueError: ``timeout_s`` outside [1, 86400] s; ``step`` is not
+                under the action's step.
+            RuntimeError: As ``create_callback``.
+        """
+        EXTENSIONS.context_hook("callback_timeout")(timeout_s)
+        self._check_under_step(step)
+        if not self._is_async:
+            raise RuntimeError(f"action {self.action_name!r} is not async: a callback must be awaited")
+        if self._callbacks is None:
+            raise RuntimeError("this runtime context cannot create callbacks")
+        return self._create_callback(step, 0, purpose, timeout_s, details, keep_stored_timeout)
+
+    def _create_callback(
+        self, step: str, ordinal: int, purpose: str, timeout_s: float, details: str | None,
+        keep_stored_timeout: bool,
+    ) -> Awaitable[Callback]:
         trace = self.runtime_run.trace
         return self._callbacks.create(
             self.callback_ref(ordinal, step), self._run.key, purpose, timeout_s, before_wait=self.commit_journal,
