@@ -224,3 +224,32 @@ def test_under_fail_the_refusal_fails_the_record_naming_the_budget() -> None:
     assert isinstance(failed.value.cause, BudgetExceeded)
     assert failed.value.cause.budget == "budget.record.model_calls"
     assert (failed.value.cause.limit, failed.value.cause.used) == (1, 1)
+
+
+def test_under_park_a_refused_record_waits_and_runs_on_after_the_budget_is_raised(tmp_path: Any) -> None:
+    """The record parks (its key paused, nothing emitted); a restart with a
+    larger budget and ``runs resume`` run it on, its first call replayed."""
+    from tests.engine.test_run_control import Job, _cli, _controls
+
+    journal = tmp_path / "journal.db"
+    first = Job(journal, _agent(), error_strategy="park", **{"budget.record.model_calls": 1})
+    try:
+        first.send("p", _rec("p", 2))
+        first.pump_until(lambda: any(c["action"] == "pause" for c in _controls(journal)))
+        assert first.outputs() == [] and first.driver.errors == []
+        assert [r.seq for r in first.driver.load("p").pending] == [0]
+        (parked,) = _controls(journal)
+        assert "budget.record.model_calls" in parked["outcome"]
+        state = first.driver.load("p")
+    finally:
+        first.close()
+    second = Job(journal, _agent(), error_strategy="park", **{"budget.record.model_calls": 2})
+    try:
+        second.driver.store("p", KeyState.from_json(state.to_json()))  # restored from a checkpoint
+        _cli(journal, "resume", "--key", "p")
+        second.host.resume("p")  # its pending record submitted, as after a restore
+        second.pump_until(lambda: len(second.outputs()) == 1)
+        assert second.outputs() == ["p: 2 calls"]
+        assert CALLS["p"] == 2  # the first call replayed
+    finally:
+        second.close()
