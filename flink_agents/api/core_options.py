@@ -481,6 +481,45 @@ class RuntimeOptions:
         description="Prices per model in USD per million tokens ({model: {input, output, cached_input}}): "
         "the cost of each model call, record and key (docs/durability.md#usage).",
     )
+    # Budgets (runtime.features.budgets; docs/operations.md, "Budgets"):
+    # checked before each model call; a record over one ends with BudgetExceeded.
+    BUDGET_RECORD_MODEL_CALLS = ConfigOption(
+        "budget.record.model_calls", int, None, check=_positive, requirement="must be >= 1",
+        description="Model calls one record may make (its sub-agents' included); the next one is refused.",
+    )
+    BUDGET_RECORD_TOKENS = ConfigOption(
+        "budget.record.tokens", int, None, check=_positive, requirement="must be >= 1",
+        description="Tokens (input + output) one record may use; once reached, its next model call is refused.",
+    )
+    BUDGET_RECORD_COST_USD = ConfigOption(
+        "budget.record.cost_usd", float, None, check=_positive, requirement="must be > 0",
+        description="Cost in USD one record may reach (priced by usage.prices); once reached, its next model "
+        "call is refused.",
+    )
+    BUDGET_KEY_TOKENS = ConfigOption(
+        "budget.key.tokens", int, None, check=_positive, requirement="must be >= 1",
+        description="Tokens one key's records may use per window (budget.key.window_s), kept in keyed state.",
+    )
+    BUDGET_KEY_COST_USD = ConfigOption(
+        "budget.key.cost_usd", float, None, check=_positive, requirement="must be > 0",
+        description="Cost in USD one key's records may reach per window (budget.key.window_s), kept in keyed "
+        "state.",
+    )
+    BUDGET_KEY_WINDOW_S = ConfigOption(
+        "budget.key.window_s", float, None, check=_positive, requirement="must be > 0",
+        description="Length of a key budget's window (seconds): a fixed window from the first record counted "
+        "in it; unset: the key's whole life.",
+    )
+    BUDGET_JOB_TOKENS = ConfigOption(
+        "budget.job.tokens", int, None, check=_positive, requirement="must be >= 1",
+        description="Tokens the job may use; each subtask takes tokens / parallelism and counts its own "
+        "records since it (re)started.",
+    )
+    BUDGET_JOB_COST_USD = ConfigOption(
+        "budget.job.cost_usd", float, None, check=_positive, requirement="must be > 0",
+        description="Cost in USD the job may reach; each subtask takes cost_usd / parallelism and counts its "
+        "own records since it (re)started.",
+    )
 
 
 _OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, RuntimeOptions)

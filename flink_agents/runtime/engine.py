@@ -39,6 +39,7 @@ from flink_agents.runtime.execution.resources import ResourceCache
 from flink_agents.runtime.execution.run import Clock, Run, RunServices
 from flink_agents.runtime.execution.token_usage import count_replayed, run_totals
 from flink_agents.runtime.execution.usage import PriceTable, add_to_totals
+from flink_agents.runtime.features.budgets import Budgets
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.features.steering import SteeringMailboxes
 from flink_agents.runtime.features.sub_agents import SubAgentRunner
@@ -80,6 +81,9 @@ class AgentEngine:
         task: ``(task name, subtask index)`` of the host, for the file
             event logger's file name (``runtime.features.event_log``); only
             subtask 0 reports a shared store (``report_shared_store``).
+        parallelism: The subtasks of the job's agent operator: each takes
+            ``1/parallelism`` of the job's budgets (``budget.job.*``,
+            ``runtime.features.budgets``).
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class AgentEngine:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         deadline_timers: Callable[[Any, str, int, int], None] | None = None,
         task: Tuple[str, int] = ("local", 0),
+        parallelism: int = 1,
     ) -> None:
         self.plan = plan
         # Read-only and validated up front: a bad option fails the job at
@@ -145,6 +150,8 @@ class AgentEngine:
         self.progress_enabled = self.config.get(RuntimeOptions.PROGRESS_ENABLED)
         # Cost per model call (usage.prices; checked at start by validate_options).
         self.prices = PriceTable(self.config.get(RuntimeOptions.USAGE_PRICES))
+        # Checked before each model call; None (nothing checked) without budget.* options.
+        self.budgets = Budgets.of(self.config, self.prices, parallelism)
         self.steering_enabled = self.config.get(RuntimeOptions.STEERING_ENABLED)
         # The keys' steering mailboxes: runs take from them, the host core
         # (runtime.keyed_host) accepts into them.
@@ -209,6 +216,11 @@ class AgentEngine:
         if totals and (totals[0][0] is not None or totals[0][1] is not None):
             # The key's totals, in its keyed state; the run's copy too, for the key's next record.
             completion.usage = state.usage = add_to_totals(state.usage, *totals[0])
+        if self.budgets is not None and completion.parked is None and totals:
+            # A parked record counts when it finally ends (its calls replay, counted once).
+            window = self.budgets.record_finished(state.budget, *totals[0], self.clock.now_ms())
+            if window is not None:
+                completion.budget = state.budget = window
         completion.short_term_memory = state.short_term_memory
         completion.steering_taken_through = self.mailboxes.taken_through(key)
         return completion
@@ -285,7 +297,7 @@ class AgentEngine:
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
                 RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key) if self.steering_enabled else None),
-                self.clock, run_log, trace=trace, prices=self.prices,
+                self.clock, run_log, trace=trace, prices=self.prices, budgets=self.budgets,
             )
             await run_record(completed, record)
         except RecordParked as parked:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "ActionFailed", "ActionReturnedValue", "INTERNAL", "InputRecordError", "JournalUnavailable", "NondeterminismError",
+    "ActionFailed", "ActionReturnedValue", "BudgetExceeded", "INTERNAL", "InputRecordError", "JournalUnavailable", "NondeterminismError",
     "RETRYABLE", "RecordParked", "RecordSkipped", "RunCancelled", "ReplayedError", "StateSchemaError", "TERMINAL", "classify", "job_failure",
 ]
 
@@ -129,6 +129,32 @@ class RunCancelled(Exception):
                          f"#{control_id} ({requested_by})")
         self.control_id = control_id
         self.requested_by = requested_by
+
+
+class BudgetExceeded(RuntimeError):
+    """A model call was refused: the record, its key's window or the job
+    reached a budget (``runtime.features.budgets``). Terminal (a retry
+    would be refused again): the record fails, goes to the error stream
+    under ``skip``, or parks under ``park``.
+
+    Attributes:
+        budget: The option that set the budget (``budget.key.tokens``).
+        limit: Its value (for the job's: this subtask's share).
+        used: What was used when the call was refused (tokens, USD or calls).
+    """
+
+    retryable = False
+
+    def __init__(self, budget: str, limit: float, used: float, detail: str = "") -> None:
+        super().__init__(f"budget {budget} exceeded: {_amount(used)} used of {_amount(limit)}"
+                         f"{f' ({detail})' if detail else ''}; the model call was refused")
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+
+
+def _amount(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
 
 
 class ActionReturnedValue(TypeError):

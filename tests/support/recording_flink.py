@@ -238,6 +238,9 @@ class _RuntimeContext:
     def get_index_of_this_subtask(self) -> int:
         return 0
 
+    def get_number_of_parallel_subtasks(self) -> int:
+        return 1
+
 
 # --- the host -----------------------------------------------------------------------------------
 

@@ -283,6 +283,20 @@ class RunJournal:
         """The entries this run's journal holds (loaded and committed)."""
         return list(self._journaled.values())
 
+    def entries_so_far(self) -> List[JournalEntry]:
+        """The entries this run holds now: loaded, committed and buffered
+        (not yet written), one per position."""
+        entries = dict(self._journaled)
+        for entry in self._buffer:
+            entries[(entry.step, entry.ordinal)] = entry
+        return list(entries.values())
+
+    def holds(self, step: str, ordinal: int) -> bool:
+        """Whether the call at ``(step, ordinal)`` has an outcome already
+        (journaled, or kept from an execution cut off by a timeout): calling
+        it replays, it does not run."""
+        return (step, ordinal) in self._journaled or (step, ordinal) in self._cut_off
+
     @property
     def is_finished(self) -> bool:
         """Whether the journal holds the run's end (a replay of a finished run)."""

@@ -40,6 +40,8 @@ class Completion:
             runs so far (those messages leave the key's state).
         usage: The key's usage totals with this record's added
             (``KeyState.usage``), None when it reported none.
+        budget: The key's budget window with this record added
+            (``KeyState.budget``), None when no key budget is set.
         parked: The run ended under the ``park`` strategy: the record stays
             pending and its key is paused (the runner keeps it; never applied).
         keep_failed: ``[journal seq, record, Unix ms]`` of a record that
@@ -54,6 +56,7 @@ class Completion:
     failure: BaseException | None = None
     steering_taken_through: int = -1
     usage: Dict[str, Any] | None = None
+    budget: Dict[str, Any] | None = None
     parked: BaseException | None = None
     keep_failed: List[Any] | None = None
 
@@ -106,6 +109,8 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
         state.runs_finished += 1
         if completion.usage is not None:
             state.usage = completion.usage
+        if completion.budget is not None:
+            state.budget = completion.budget
         if state.steering:
             state.steering = [m for m in state.steering if m[0] > completion.steering_taken_through]
         if state.callback_deadlines:  # the run's callbacks are closed now

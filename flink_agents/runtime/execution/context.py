@@ -232,6 +232,7 @@ class ActionContext(RunnerContext):
                 failed attempt counted, counts nothing twice.
         """
         step, ordinal = self._next_position()
+        self._check_budgets(function_id, step, ordinal)
         trace = self.runtime_run.trace
         if trace is not None and trace.captures_content and function_id.startswith("chat:"):
             trace.note_prompt(step, ordinal, digest_args[0])  # the messages asked (not journaled: for the span)
@@ -280,11 +281,21 @@ class ActionContext(RunnerContext):
                 (``runtime.execution.token_usage``).
         """
         self._check_under_step(step)
+        if count_usage:
+            self._check_budgets(function_id, step, 0)
         result = await self._journal.call(step, 0, function_id, args_digest(digest_args), run, alive=self._alive)
         if count_usage and isinstance(result, dict):
             count_model_call(self.runtime_run, self.action_name, (step, 0), result,
                              function_id.partition(":")[2] or function_id)
         return result
+
+    def _check_budgets(self, function_id: str, step: str, ordinal: int) -> None:
+        """Before a model call (``chat:...``) that would run, not replay:
+        the run's budgets (``runtime.features.budgets``; raises
+        ``BudgetExceeded``)."""
+        budgets = self.runtime_run.budgets
+        if budgets is not None and function_id.startswith("chat:") and not self._journal.holds(step, ordinal):
+            budgets.check(self.runtime_run)
 
     def record_at(self, step: str, function_id: str, produce: Callable[[], Any]) -> Any:
         """Seam (``runtime.durable``): journal a value the run decides itself (a

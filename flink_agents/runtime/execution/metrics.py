@@ -366,6 +366,13 @@ class BuiltinMetrics:
         """``action.<action>``: the group ``ctx.action_metric_group`` gives."""
         return self._root.get_sub_group("action", action)
 
+    def budget_refused(self, budget: str) -> None:
+        """A model call was refused by the budget ``budget`` (its option
+        key, ``budget.key.tokens``): ``budgetRefusals`` and
+        ``budget.<budget>.budgetRefusals``."""
+        self._root.get_counter("budgetRefusals").inc()
+        self._root.get_sub_group("budget", budget).get_counter("budgetRefusals").inc()
+
     def event_log_truncated(self) -> None:
         """An event log record was truncated (once per record)."""
         self._root.get_counter("eventLogTruncatedEvents").inc()

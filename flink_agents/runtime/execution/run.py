@@ -113,6 +113,11 @@ class Run:
         prices: The engine's price table (``usage.prices``,
             ``runtime.execution.usage.PriceTable``); None: built from
             ``config`` when first needed (``token_usage.prices_of``).
+        budgets: The engine's ``Budgets`` (``runtime.features.budgets``),
+            checked before each model call that would run; None: no
+            ``budget.*`` option is set (nothing checked).
+        budget_seen: What each journal entry of the run used, by position,
+            read once (``budgets.record_usage``).
     """
 
     plan: "AgentPlan"
@@ -130,3 +135,5 @@ class Run:
     tokens: list = field(default_factory=list)
     trace: Any = None  # the run's RunTrace (runtime.features.tracing), None when not traced
     prices: Optional["PriceTable"] = None
+    budgets: Any = None
+    budget_seen: dict = field(default_factory=dict)

@@ -94,6 +94,11 @@ class KeyState:
         usage: The key's model usage and cost over its finished records
             (``usage.add_to_totals``: records, tokens, ``cost_usd``); empty
             until a record reported some.
+        budget: The key's budget window (``runtime.features.budgets``):
+            ``{"v": 1, "start_ms", "tokens", "cost_usd"}``, kept only while a
+            key budget (``budget.key.*``) is set; empty otherwise. Read
+            back tolerantly: absent (state of earlier releases) or malformed,
+            the key starts a new window.
         failed: Records that ended on the error stream, kept for a retry
             while run control is on: ``[seq, record, failed at (Unix ms)]``,
             the newest ``run_control.keep_failed`` for ``run_control.keep_failed_s``.
@@ -109,6 +114,7 @@ class KeyState:
     next_steering_seq: int = 0
     usage: Dict[str, Any] = field(default_factory=dict)
     failed: List[List[Any]] = field(default_factory=list)
+    budget: Dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory
@@ -136,6 +142,7 @@ class KeyState:
                 **({"steering": [[seq, encode(m, f"steering message #{seq}")] for seq, m in self.steering]} if self.steering else {}),
                 **({"next_steering_seq": self.next_steering_seq} if self.next_steering_seq else {}),
                 **({"usage": self.usage} if self.usage else {}),
+                **({"budget": self.budget} if self.budget else {}),
                 **({"failed": [[seq, encode(v, f"failed record #{seq}"), at] for seq, v, at in self.failed]}
                    if self.failed else {}),
             },
@@ -186,6 +193,7 @@ class KeyState:
                       for seq, message in data.get("steering") or []],
             next_steering_seq=data.get("next_steering_seq", 0),
             usage=data.get("usage") if isinstance(data.get("usage"), dict) else {},  # absent before usage totals
+            budget=data.get("budget") if isinstance(data.get("budget"), dict) else {},  # absent before budgets
             failed=[[int(seq), _read(read, value, f"failed record #{seq}"), int(at)]
                     for seq, value, at in data.get("failed") or []],
         )

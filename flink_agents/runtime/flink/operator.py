@@ -87,6 +87,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._engine = engine = AgentEngine(
             self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline,
             task=task_identity(runtime_context),
+            # Each subtask takes its share of the job's budgets (runtime.features.budgets).
+            parallelism=runtime_context.get_number_of_parallel_subtasks(),
         )
         engine.report_shared_store()  # subtask 0 only
         max_runs = engine.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)

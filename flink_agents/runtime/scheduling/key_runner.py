@@ -160,7 +160,7 @@ class KeyRunner:
             if worker is None:
                 self._engine.note_journal(state.journal_id)  # run control reads its requests
                 copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory,
-                                usage=state.usage)
+                                usage=state.usage, budget=state.budget)
                 worker = self._workers[key] = _Worker(copy)
             new = [r for r in state.pending if r.seq > worker.submitted_through]
             if not new:
