@@ -399,6 +399,9 @@ class FakeRuntimeContext:
     def get_metrics_group(self) -> FakeMetricGroup:
         return FakeMetricGroup()
 
+    def get_number_of_parallel_subtasks(self) -> int:
+        return 1
+
 
 class FakeTimers:
     def __init__(self) -> None:

@@ -558,6 +558,8 @@ class KeyRunner:
             if worker is None:
                 return None
             parked = worker.parked
+            if parked is None and key in self._held and worker.queue and worker.queue[0].seq == request.seq:
+                parked = worker.queue[0]  # parked before a restart: its key's pause held it since
             if parked is None or parked.seq != request.seq:
                 if any(r.seq == request.seq for r in worker.queue):
                     return IGNORED, f"record #{request.seq} is queued, not parked: it runs when its turn comes"
