@@ -47,6 +47,7 @@ from flink_agents.runtime.features.otel_export import job_tracing
 from flink_agents.runtime.features.trace_records import with_trace_records
 from flink_agents.runtime.features import register_all
 from flink_agents.runtime.features.run_control import RunControl
+from flink_agents.runtime.features.rate_limits import RateLimits
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.controls import ControlStore
 from flink_agents.stores.factory import open_journal_store
@@ -80,6 +81,9 @@ class AgentEngine:
         task: ``(task name, subtask index)`` of the host, for the file
             event logger's file name (``runtime.features.event_log``); only
             subtask 0 reports a shared store (``report_shared_store``).
+        parallelism: How many subtasks run this agent: each holds its model
+            connections to ``limit // parallelism`` of their rate limits
+            (``runtime.features.rate_limits``).
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class AgentEngine:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         deadline_timers: Callable[[Any, str, int, int], None] | None = None,
         task: Tuple[str, int] = ("local", 0),
+        parallelism: int = 1,
     ) -> None:
         self.plan = plan
         # Read-only and validated up front: a bad option fails the job at
@@ -117,7 +122,9 @@ class AgentEngine:
         # restored keys carry (``KeyState.journal_id``). Pruning deletes
         # their finished runs and never another journal's.
         self._journal_ids: set[str] = {job_id}
-        self._resources = ResourceCache(plan)
+        # Rate limits and 429 cool-downs of the model connections, this subtask's share.
+        self.rate_limits = RateLimits(self.config, parallelism, self.counters.metrics.root)
+        self._resources = ResourceCache(plan, on_connection=self.rate_limits.wrap)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
         # (runtime.scheduling.executors).

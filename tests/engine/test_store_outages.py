@@ -111,7 +111,7 @@ def test_postgres_outage_past_the_retry_bound_fails_cleanly(pg_dsn: str) -> None
     dsn = psycopg.conninfo.make_conninfo(pg_dsn, host="127.0.0.1", port=str(proxy.port))
     fake = FakeTime()
     store = PostgresJournalStore(
-        dsn, retry=StoreRetry(timeout_s=2.0, initial_backoff_s=0.1, max_backoff_s=0.4),
+        dsn, retry=StoreRetry(timeout_s=2.0, initial_backoff_s=0.1, max_backoff_s=0.4, jitter=False),
         sleep=fake.sleep, monotonic=fake.monotonic,
     )
     try:
