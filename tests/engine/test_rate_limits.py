@@ -7,6 +7,7 @@ subtask takes its share, and a 429 holds the subtask's other runs.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any, Dict, List, Sequence
@@ -139,3 +140,17 @@ def test_limits_from_the_configuration_and_the_descriptor_split_by_parallelism()
 def test_a_bad_limit_names_the_connection() -> None:
     with pytest.raises(Exception, match="'conn'.*max_concurrent_requests must be a whole number >= 1"):
         _run(_agent(max_concurrent_requests=0), [{"key": "a", "value": "x"}])
+
+
+def test_the_openai_connection_reports_the_servers_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flink_agents.integrations.chat_models.openai.openai_chat_model import OpenAIChatModelConnection
+    from tests.support.rate_limited_server import RateLimitedChatServer
+
+    with RateLimitedChatServer(per_minute=6, latency_s=0.0) as server:  # 1 per 10 s
+        connection = OpenAIChatModelConnection(api_key="test-key", base_url=server.base_url, max_retries=0)
+        question = [ChatMessage(role=MessageRole.USER, content=json.dumps({"id": "p", "review": "fine"}))]
+        assert "score" in connection.chat(question, model="m").content
+        with pytest.raises(ModelRateLimited) as refused:
+            connection.chat(question, model="m")
+    assert 9.0 <= refused.value.retry_after_s <= 10.0  # retry-after-ms, before the whole-second Retry-After
+    assert server.stats()["refused"] == 1

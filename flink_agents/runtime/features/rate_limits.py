@@ -11,8 +11,12 @@ to each other. A key skew that leaves a subtask idle leaves its share unused.
 
 Windows: a per-minute share is enforced as a sliding log over 10 s holding
 a sixth of the share (rounded down), so no 10 s window, and so no minute,
-ever sees more than the rate (a provider that meters per second or per 10 s
-sees no burst); a share below 6 per minute uses a 60 s window. Tokens are
+ever sees more than the rate (a provider that meters a minute's quota over
+10 s sees no excess); a share below 6 per minute uses a 60 s window. A
+request counts from its admission until its call ends, then from its end:
+the provider saw it in between, so the limiter's window always covers the
+provider's, whatever the latency (a request is never admitted into a
+window the provider still counts as full). Tokens are
 counted before the call from an estimate of the prompt (``ceil(chars / 4)``
 plus 4 per message, as ``conversation_max_tokens``), then corrected to the
 provider's reported usage (input plus output tokens) when the reply lands,
@@ -106,38 +110,50 @@ def estimate_tokens(messages: Any) -> int:
 
 
 class _Window:
-    """A sliding log: at most ``capacity`` units in any ``window_s``."""
+    """A sliding log: at most ``capacity`` units in any ``window_s``.
+
+    An entry counts from its call's admission and, once the call ended,
+    from its end (``restamp``): the provider saw the request between the
+    two, so a window measured from the end covers the provider's window
+    whatever the latency, and no request is admitted into a window the
+    provider still counts as full.
+    """
 
     def __init__(self, capacity: int, window_s: float) -> None:
         self.capacity = capacity
         self.window_s = window_s
-        self._entries: Deque[List[float]] = collections.deque()  # [time, units]
-        self._used = 0.0
+        self._entries: List[List[float]] = []  # [time, units]
+
+    def _prune(self, now: float) -> float:
+        horizon = now - self.window_s
+        if self._entries and min(e[0] for e in self._entries) <= horizon:
+            self._entries = [e for e in self._entries if e[0] > horizon]
+        return sum(e[1] for e in self._entries)
 
     def wait_s(self, now: float, units: float) -> float:
-        """How long until ``units`` fit (0: now)."""
-        while self._entries and self._entries[0][0] <= now - self.window_s:
-            self._used -= self._entries.popleft()[1]
-        if not self._entries or self._used + units <= self.capacity:
+        """How long until ``units`` fit (0: now; always > 0 otherwise)."""
+        used = self._prune(now)
+        if not self._entries or used + units <= self.capacity:
             return 0.0
-        needed = self._used + units - self.capacity
-        for at, amount in self._entries:
+        needed = used + units - self.capacity
+        leaves = sorted(self._entries)
+        for at, amount in leaves:
             needed -= amount
             if needed <= 0:
-                return at + self.window_s - now
-        return self._entries[-1][0] + self.window_s - now  # alone into an empty window
+                return max(at + self.window_s - now, 1e-3)
+        return max(leaves[-1][0] + self.window_s - now, 1e-3)  # alone into an empty window
 
     def take(self, now: float, units: float) -> List[float]:
         entry = [now, float(units)]
         self._entries.append(entry)
-        self._used += units
         return entry
 
-    def correct(self, entry: List[float], units: float) -> None:
-        """Replace what ``entry`` counted by ``units`` (the reported usage)."""
-        if entry in self._entries:  # still inside the window
-            self._used += units - entry[1]
-        entry[1] = float(units)
+    def restamp(self, entry: List[float], now: float, units: Optional[float] = None) -> None:
+        """The call of ``entry`` ended at ``now``; ``units``, when known
+        (the reported usage), replaces what it counted."""
+        entry[0] = max(entry[0], now)
+        if units is not None:
+            entry[1] = float(units)
 
 
 def _window_for(per_minute: int, window_s: float) -> _Window:
@@ -148,9 +164,10 @@ def _window_for(per_minute: int, window_s: float) -> _Window:
 
 
 class _Permit:
-    __slots__ = ("tokens",)
+    __slots__ = ("request", "tokens")
 
-    def __init__(self, tokens: Optional[List[float]]) -> None:
+    def __init__(self, request: Optional[List[float]], tokens: Optional[List[float]]) -> None:
+        self.request = request
         self.tokens = tokens
 
 
@@ -240,17 +257,19 @@ class ConnectionLimiter:
                 return
             self._waiters.popleft()
             self._in_flight += 1
-            if self._requests is not None:
-                self._requests.take(now, 1)
+            request = self._requests.take(now, 1) if self._requests is not None else None
             entry = self._tokens.take(now, tokens) if self._tokens is not None else None
-            future.set_result(_Permit(entry))
+            future.set_result(_Permit(request, entry))
 
     def release(self, permit: _Permit, used_tokens: Optional[int]) -> None:
         """The call ended; ``used_tokens`` (reported usage, None: unknown)
         replaces its estimate. On the loop."""
         self._in_flight -= 1
-        if permit.tokens is not None and used_tokens is not None and self._tokens is not None:
-            self._tokens.correct(permit.tokens, used_tokens)
+        now = self._clock()
+        if permit.request is not None:
+            self._requests.restamp(permit.request, now)
+        if permit.tokens is not None:
+            self._tokens.restamp(permit.tokens, now, used_tokens)
         if self._waiters:
             self._pump()
 

@@ -292,3 +292,20 @@ def test_the_error_policy_backoff_varies_within_its_ceiling() -> None:
     draws = [policy.backoff_s(4) for _ in range(100)]
     assert all(0 <= d <= 0.8 for d in draws) and len(set(draws)) > 50
     assert policy.backoff_s(5, uniform=lambda low, high: high) == 1.0
+
+
+def test_a_request_counts_from_its_end_once_it_ended() -> None:
+    # 1 per 0.5 s window; the first call takes 0.2 s: the provider may have
+    # seen it as late as its end, so the next starts 0.5 s after that end.
+    limiter = ConnectionLimiter("c", Limits(requests_per_minute=120), window_s=0.5)
+
+    async def main() -> float:
+        async def slow() -> None:
+            await asyncio.sleep(0.2)
+
+        began = time.monotonic()
+        await limiter.call(slow, 0)
+        await limiter.call(slow, 0)
+        return time.monotonic() - began
+
+    assert 0.9 <= asyncio.run(main()) < 1.2  # 0.2 + 0.5 + 0.2
