@@ -475,6 +475,13 @@ class RuntimeOptions:
         description="Record model output and tool results in spans when "
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is not set (default false; redacted of secrets).",
     )
+    RATE_LIMITS = ConfigOption(
+        "rate_limits", dict, None,
+        description="Limits per model connection, held across the job's subtasks (each takes limit // "
+        "parallelism): {connection: {requests_per_minute, tokens_per_minute, max_concurrent_requests}}, or "
+        "flat keys rate_limits.<connection>.<limit>; a connection's descriptor arguments of the same names win "
+        "(docs/operations.md#rate-limits).",
+    )
     USAGE_PRICES = ConfigOption(
         "usage.prices", dict, None, check=_valid_prices,
         requirement="must map each model to {input, output[, cached_input]} in USD per million tokens",

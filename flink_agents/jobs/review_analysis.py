@@ -118,19 +118,21 @@ def connection_arguments(
 
 def _model_resources(
     model: str, base_url: str | None, timeout_s: float, max_retries: int, api_version: str | None = None,
+    limits: Dict[str, int] | None = None,
 ) -> tuple[ResourceDescriptor, ResourceDescriptor]:
     provider, _, name = model.partition(":")
     setup_args = dict(connection=MODEL_CONNECTION, prompt="review_analysis_prompt", tools=["notify_shipping_manager"])
     if provider == "local" and not name:
         return (
-            ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_CONNECTION),
+            ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_CONNECTION, **(limits or {})),
             ResourceDescriptor(clazz=ResourceName.ChatModel.LOCAL_SETUP, model="local", **setup_args),
         )
     if provider in PROVIDERS and name:
         connection_class, setup_class, _ = PROVIDERS[provider]
         return (
             ResourceDescriptor(
-                clazz=connection_class, **connection_arguments(provider, base_url, api_version, timeout_s, max_retries)
+                clazz=connection_class, **connection_arguments(provider, base_url, api_version, timeout_s, max_retries),
+                **(limits or {}),
             ),
             ResourceDescriptor(clazz=setup_class, model=name, **setup_args),
         )
@@ -147,6 +149,9 @@ class ReviewAnalysisAgent(Agent):
         max_retries: Retries of a failed request (the SDK's backoff; for the
             providers whose connection has the setting).
         api_version: Azure OpenAI's API version (``azure:`` only).
+        limits: The model connection's rate limits (``requests_per_minute``,
+            ``tokens_per_minute``, ``max_concurrent_requests``: held across
+            the job's subtasks; docs/operations.md, "Rate limits").
 
     Raises:
         ValueError: ``model`` is none of the forms, or an ``azure:`` model
@@ -155,10 +160,10 @@ class ReviewAnalysisAgent(Agent):
 
     def __init__(
         self, model: str = "local", base_url: str | None = None, timeout_s: float = 60.0, max_retries: int = 2,
-        api_version: str | None = None,
+        api_version: str | None = None, limits: Dict[str, int] | None = None,
     ) -> None:
         super().__init__()
-        connection, setup = _model_resources(model, base_url, timeout_s, max_retries, api_version)
+        connection, setup = _model_resources(model, base_url, timeout_s, max_retries, api_version, limits)
         self.add_resource(MODEL_CONNECTION, ResourceType.CHAT_MODEL_CONNECTION, connection)
         self.add_resource(MODEL_SETUP, ResourceType.CHAT_MODEL, setup)
 

@@ -48,6 +48,7 @@ from flink_agents.runtime.features.otel_export import job_tracing
 from flink_agents.runtime.features.trace_records import with_trace_records
 from flink_agents.runtime.features import register_all
 from flink_agents.runtime.features.run_control import RunControl
+from flink_agents.runtime.features.rate_limits import RateLimits
 from flink_agents.stores.callbacks import CallbackStore
 from flink_agents.stores.controls import ControlStore
 from flink_agents.stores.factory import open_journal_store
@@ -81,9 +82,11 @@ class AgentEngine:
         task: ``(task name, subtask index)`` of the host, for the file
             event logger's file name (``runtime.features.event_log``); only
             subtask 0 reports a shared store (``report_shared_store``).
-        parallelism: The subtasks of the job's agent operator: each takes
+        parallelism: How many subtasks run this agent: each takes
             ``1/parallelism`` of the job's budgets (``budget.job.*``,
-            ``runtime.features.budgets``).
+            ``runtime.features.budgets``) and holds its model connections to
+            ``limit // parallelism`` of their rate limits
+            (``runtime.features.rate_limits``).
     """
 
     def __init__(
@@ -122,7 +125,9 @@ class AgentEngine:
         # restored keys carry (``KeyState.journal_id``). Pruning deletes
         # their finished runs and never another journal's.
         self._journal_ids: set[str] = {job_id}
-        self._resources = ResourceCache(plan)
+        # Rate limits and 429 cool-downs of the model connections, this subtask's share.
+        self.rate_limits = RateLimits(self.config, parallelism, self.counters.metrics.root)
+        self._resources = ResourceCache(plan, on_connection=self.rate_limits.wrap)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
         # (runtime.scheduling.executors).

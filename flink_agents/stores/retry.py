@@ -3,7 +3,9 @@
 A read or write that fails with ``JournalUnavailableError`` (connection lost
 or refused, server not answering, SQLite file locked past its busy timeout,
 an I/O error) is tried again after a backoff that starts at
-``initial_backoff_s`` and doubles up to ``max_backoff_s``, reconnecting first
+``initial_backoff_s`` and doubles up to ``max_backoff_s`` (each wait drawn
+with full jitter below that ceiling, ``flink_agents._backoff``, so subtasks
+that lost the same database do not all come back at once), reconnecting first
 when the connection broke, as long as the next attempt would start within
 ``timeout_s`` of the call's start; then the last error is raised, with a note
 saying how many attempts were made over how long. An attempt in progress is
@@ -20,8 +22,10 @@ Job configuration keys (``open_journal_store``), all in seconds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from flink_agents._backoff import full_jitter
 
 from flink_agents.api.configuration import readable
 from flink_agents.api.core_options import RuntimeOptions
@@ -44,6 +48,10 @@ class StoreRetry:
             in seconds; 0 means never.
         initial_backoff_s: The first wait, in seconds.
         max_backoff_s: The longest wait, in seconds (the waits double up to it).
+        jitter: Draw each wait uniformly below its ceiling (full jitter);
+            False gives the ceilings themselves (tests that count waits).
+        uniform: ``(low, high) -> float`` for the draw; default a system
+            random source. Not part of equality.
 
     Raises:
         ValueError: A value is negative, or ``max_backoff_s`` is below
@@ -53,6 +61,8 @@ class StoreRetry:
     timeout_s: float = 10.0
     initial_backoff_s: float = 0.05
     max_backoff_s: float = 1.0
+    jitter: bool = True
+    uniform: Callable[[float, float], float] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "initial_backoff_s", "max_backoff_s"):
@@ -65,13 +75,20 @@ class StoreRetry:
                 f"initial_backoff_s ({self.initial_backoff_s})"
             )
 
-    def backoffs(self) -> Iterator[float]:
-        """The waits between attempts, in seconds: initial, doubling, capped.
+    def ceilings(self) -> Iterator[float]:
+        """The ceilings of the waits, in seconds: initial, doubling, capped.
         Endless: the caller stops at ``timeout_s``."""
         backoff = self.initial_backoff_s
         while True:
             yield backoff
             backoff = min(backoff * 2, self.max_backoff_s) if backoff else self.max_backoff_s
+
+    def backoffs(self) -> Iterator[float]:
+        """The waits between attempts, in seconds: each drawn uniformly from
+        ``[0, ceiling]`` (``ceilings``) with ``jitter``, else the ceilings.
+        Endless: the caller stops at ``timeout_s``."""
+        for ceiling in self.ceilings():
+            yield full_jitter(ceiling, self.uniform) if self.jitter else ceiling
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "StoreRetry":

@@ -34,7 +34,7 @@ from typing import Any
 __all__ = [
     "ModelAuthenticationError", "ModelBadRequest", "ModelCallError", "ModelContextTooLong", "ModelOverloaded",
     "ModelRateLimited", "ModelResponseError", "ModelServerError", "ModelUnreachable", "StructuredOutputError",
-    "error_for_status",
+    "error_for_status", "retry_after_s",
 ]
 
 
@@ -46,14 +46,22 @@ class ModelCallError(Exception):
             ``"tongyi"``, ...
         status: The HTTP status code, None when no response came back.
         retryable: Whether sending the same request again may succeed.
+        retry_after_s: How long the provider asked to wait before the next
+            request (its ``Retry-After``/``retry-after-ms`` header), in
+            seconds; None when it did not say. The runtime's rate limits
+            hold the connection's calls in the subtask that long
+            (``runtime.features.rate_limits``).
     """
 
     retryable = False
 
-    def __init__(self, message: str, provider: str = "", status: int | None = None) -> None:
+    def __init__(
+        self, message: str, provider: str = "", status: int | None = None, retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message, provider, status)
         self.provider = provider
         self.status = status
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         message = self.args[0] if self.args else ""
@@ -111,7 +119,35 @@ _CONTEXT_HINTS = (
 )
 
 
-def error_for_status(status: int | None, message: str, provider: str, **_: Any) -> ModelCallError:
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds a response's ``retry-after-ms`` or ``Retry-After`` header asks
+    to wait (``Retry-After`` in seconds or as an HTTP date); None when
+    ``headers`` (any mapping with ``get``, or None) hold neither, or an
+    unreadable one."""
+    if headers is None:
+        return None
+    try:
+        value = headers.get("retry-after-ms")
+        if value is not None:
+            return max(0.0, float(value) / 1000.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            import email.utils
+            import time
+
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def error_for_status(
+    status: int | None, message: str, provider: str, retry_after_s: float | None = None, **_: Any,
+) -> ModelCallError:
     """The ``ModelCallError`` for an HTTP error response.
 
     Args:
@@ -119,6 +155,8 @@ def error_for_status(status: int | None, message: str, provider: str, **_: Any) 
             reach the provider or timed out).
         message: The provider's error message (from its error body).
         provider: The provider's name, for the message.
+        retry_after_s: The response's ``Retry-After`` (``retry_after_s``),
+            kept on a rate-limited or overloaded error.
 
     Returns:
         An instance of the class the table in this module's docstring gives;
@@ -132,9 +170,9 @@ def error_for_status(status: int | None, message: str, provider: str, **_: Any) 
     if status in (400, 413, 422) and any(hint in lowered for hint in _CONTEXT_HINTS):
         return ModelContextTooLong(message, provider, status)
     if status == 429:
-        return ModelRateLimited(message, provider, status)
+        return ModelRateLimited(message, provider, status, retry_after_s)
     if status in (503, 529) or "overloaded" in lowered:
-        return ModelOverloaded(message, provider, status)
+        return ModelOverloaded(message, provider, status, retry_after_s)
     if status >= 500:
         return ModelServerError(message, provider, status)
     if status in (401, 403):

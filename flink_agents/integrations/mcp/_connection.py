@@ -11,7 +11,8 @@ caller waits on ``result()``). So a stdio server is spawned once per
 
 Reconnects: a request that fails because the connection or session broke
 (the server exited, the HTTP endpoint refused, the session closed) drops
-the session, waits ``backoff_s * 2**attempt`` (capped at 5 s), opens a new
+the session, waits a time drawn uniformly below ``backoff_s * 2**attempt``
+(capped at 5 s; full jitter, ``flink_agents._backoff``), opens a new
 one and runs the request again, at most ``max_retries`` times; then it fails
 with ``MCPServerUnavailable`` naming the server. A request that times out
 (``MCPTimeout``) or that the server answers with an error is not retried; a
@@ -29,6 +30,7 @@ import logging
 import threading
 from typing import Any, AsyncContextManager, Awaitable, Callable, Tuple, TypeVar
 
+from flink_agents._backoff import backoff_ceiling_s, full_jitter
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = ["MCPConnection", "MCPServerUnavailable", "MCPSessionError", "MCPTimeout"]
@@ -199,7 +201,7 @@ class MCPConnection:
                 await self._drop(current)
                 if attempt >= self._max_retries:
                     raise MCPServerUnavailable(self.label, attempt + 1, exc) from exc
-                delay = min(self._backoff_s * (2 ** attempt), _MAX_BACKOFF_S)
+                delay = full_jitter(backoff_ceiling_s(attempt, self._backoff_s, _MAX_BACKOFF_S))
                 log.warning("MCP server %s: connection broken (%s: %s); reconnecting in %.2f s (retry %d of %d)",
                             self.label, type(exc).__name__, exc, delay, attempt + 1, self._max_retries)
                 attempt += 1

@@ -1,7 +1,8 @@
 """What happens when an action raises: the error strategies, in one place.
 
 ``fail`` (default) fails the record and so the job; ``retry`` runs the action
-again with exponential backoff, then fails; ``park`` retries the same way,
+again with exponential backoff (full jitter: each wait drawn from
+``[0, ceiling]``), then fails; ``park`` retries the same way,
 then keeps the record queued in keyed state and pauses its key (a run-control
 pause request naming the failure: ``runtime.features.run_control``) until an
 operator resumes or retries it after a fix; ``skip`` drops the record's run
@@ -34,8 +35,9 @@ option does not apply to it, and a per-action one is rejected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from flink_agents._backoff import backoff_ceiling_s, full_jitter
 from flink_agents.api.configuration import ConfigOption, ReadableConfiguration, readable
 from flink_agents.api.core_options import RuntimeOptions
 
@@ -60,9 +62,21 @@ class ErrorPolicy:
     def attempts_allowed(self) -> int:
         return self.max_attempts if self.strategy in ("retry", "skip", "park") else 1
 
-    def backoff_s(self, attempt: int) -> float:
-        """Delay after failed ``attempt`` (1-based): initial * 2^(attempt-1), capped."""
-        return min(self.initial_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
+    def backoff_ceiling_s(self, attempt: int) -> float:
+        """The longest delay after failed ``attempt`` (1-based):
+        initial * 2^(attempt-1), capped at ``max_backoff_s``."""
+        return backoff_ceiling_s(attempt - 1, self.initial_backoff_s, self.max_backoff_s)
+
+    def backoff_s(self, attempt: int, uniform: Callable[[float, float], float] | None = None) -> float:
+        """Delay after failed ``attempt`` (1-based), drawn uniformly from
+        ``[0, backoff_ceiling_s(attempt)]`` (full jitter, ``flink_agents._backoff``):
+        the keys and subtasks that failed together retry spread out.
+
+        Args:
+            attempt: The attempt that failed, from 1.
+            uniform: ``(low, high) -> float``; default a system random source.
+        """
+        return full_jitter(self.backoff_ceiling_s(attempt), uniform)
 
     @staticmethod
     def for_action(

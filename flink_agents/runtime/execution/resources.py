@@ -86,6 +86,12 @@ def _accepted_arguments(cls: type) -> set:
     return accepted
 
 
+# Descriptor arguments every model connection takes, whatever its class: the
+# runtime's rate limits (runtime.features.rate_limits), not the provider's.
+CONNECTION_LIMIT_ARGUMENTS = frozenset({"requests_per_minute", "tokens_per_minute", "max_concurrent_requests"})
+_LIMITED_TYPES = (ResourceType.CHAT_MODEL_CONNECTION, ResourceType.EMBEDDING_MODEL_CONNECTION)
+
+
 def _check_arguments(spec: ResourceSpec, cls: type) -> None:
     """Refuse a descriptor argument the class does not take (pydantic would
     drop it without a word, so a misspelled ``temprature`` or a timeout
@@ -97,6 +103,8 @@ def _check_arguments(spec: ResourceSpec, cls: type) -> None:
     if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
         return
     accepted = _accepted_arguments(cls)
+    if spec.type in _LIMITED_TYPES:
+        accepted |= CONNECTION_LIMIT_ARGUMENTS
     unknown = sorted(set(spec.descriptor.arguments) - accepted)
     if unknown:
         known = sorted(a for a in accepted if a not in ("self", "resource_context", "get_resource"))
@@ -147,10 +155,24 @@ class ResourceCache:
 
     Resources are shared by every key of the operator instance, so they must
     be safe to use from concurrent runs (the SDK clients are).
+
+    Args:
+        plan: The agent's plan.
+        extensions: What features registered.
+        on_connection: ``(type, name, descriptor arguments, connection)``,
+            called for each chat or embedding model connection built (the
+            engine's rate limits wrap its calls there); its descriptor's
+            ``requests_per_minute``, ``tokens_per_minute`` and
+            ``max_concurrent_requests`` go to it, not to the class (unless
+            the class declares them).
     """
 
-    def __init__(self, plan: AgentPlan, extensions: Extensions = EXTENSIONS) -> None:
+    def __init__(
+        self, plan: AgentPlan, extensions: Extensions = EXTENSIONS,
+        on_connection: Callable[[ResourceType, str, Dict[str, Any], Resource], None] | None = None,
+    ) -> None:
         self._plan = plan
+        self._on_connection = on_connection
         self.extensions = extensions
         self._built: Dict[Tuple[ResourceType, str], Resource] = {}
         self._lock = threading.RLock()
@@ -206,7 +228,14 @@ class ResourceCache:
             _check_arguments(spec, cls)
             # As Flink Agents 0.3.1: the context is a constructor argument, so
             # a resource may use it in its own validators.
-            resource = cls(**_secret_arguments(spec), resource_context=context)
+            arguments = _secret_arguments(spec)
+            if spec.type in _LIMITED_TYPES:
+                taken = _accepted_arguments(cls) if isinstance(cls, type) and issubclass(cls, BaseModel) else set()
+                for limit in CONNECTION_LIMIT_ARGUMENTS - taken:
+                    arguments.pop(limit, None)
+            resource = cls(**arguments, resource_context=context)
+            if spec.type in _LIMITED_TYPES and self._on_connection is not None:
+                self._on_connection(spec.type, spec.name, dict(spec.descriptor.arguments), resource)
         if spec.type == ResourceType.MCP_SERVER and hasattr(resource, "bind_resource_name"):
             resource.bind_resource_name(spec.name)  # for messages and untrusted-data sources
         if isinstance(resource, Resource):

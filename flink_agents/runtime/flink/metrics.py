@@ -29,7 +29,7 @@ from flink_agents.runtime.execution.metrics import (
     GroupPath, LocalCounter, LocalGauge, LocalHistogram, LocalMeter, MetricRegistry,
 )
 
-__all__ = ["FlinkMetricMirror", "task_identity"]
+__all__ = ["parallelism_of", "FlinkMetricMirror", "task_identity"]
 
 
 def task_identity(runtime_context: Any) -> Tuple[str, int]:
@@ -50,6 +50,21 @@ def task_identity(runtime_context: Any) -> Tuple[str, int]:
         return str(info.getTaskName()), int(info.getIndexOfThisSubtask())
     except Exception:
         return "agent", id(runtime_context)
+
+
+def parallelism_of(runtime_context: Any) -> int:
+    """The operator's parallelism (its number of subtasks), for the rate
+    limits' per-subtask share; as ``task_identity``, through the task info
+    when PyFlink 2.x's thread-mode context lacks the method; 1 if neither
+    works (each subtask then holds the whole limit: documented)."""
+    try:
+        return max(1, int(runtime_context.get_number_of_parallel_subtasks()))
+    except Exception:
+        pass
+    try:
+        return max(1, int(runtime_context._runtime_context.getTaskInfo().getNumberOfParallelSubtasks()))
+    except Exception:
+        return 1
 
 
 class FlinkMetricMirror:

@@ -41,7 +41,7 @@ from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names re-exported)
     ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
 )
-from flink_agents.runtime.flink.metrics import FlinkMetricMirror, task_identity
+from flink_agents.runtime.flink.metrics import FlinkMetricMirror, parallelism_of, task_identity
 from flink_agents.runtime.keyed_host import END_OF_TIME_MS, KeyedHost  # noqa: F401 (re-exported)
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 
@@ -87,8 +87,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._engine = engine = AgentEngine(
             self._plan, self._config, self._job_id, deadline_timers=self._driver.arm_deadline,
             task=task_identity(runtime_context),
-            # Each subtask takes its share of the job's budgets (runtime.features.budgets).
-            parallelism=runtime_context.get_number_of_parallel_subtasks(),
+            # Each subtask takes its share of the job's budgets and rate limits.
+            parallelism=parallelism_of(runtime_context),
         )
         engine.report_shared_store()  # subtask 0 only
         max_runs = engine.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)

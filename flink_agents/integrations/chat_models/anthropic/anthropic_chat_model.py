@@ -60,6 +60,7 @@ from flink_agents.api.chat_models.errors import (
     ModelResponseError,
     ModelUnreachable,
     error_for_status,
+    retry_after_s,
 )
 from flink_agents.api.events.chat_event import as_output_schema
 from flink_agents.api.tools.tool import Tool, ToolMetadata
@@ -299,7 +300,10 @@ def _failure(exc: Exception) -> ModelCallError:
         message = getattr(exc, "api_message", None)
         if not message and isinstance(exc.body, dict):
             message = (exc.body.get("error") or {}).get("message")
-        return error_for_status(exc.status_code, message or str(exc), PROVIDER)
+        return error_for_status(
+            exc.status_code, message or str(exc), PROVIDER,
+            retry_after_s=retry_after_s(getattr(getattr(exc, "response", None), "headers", None)),
+        )
     return ModelUnreachable(f"{type(exc).__name__}: {exc}", PROVIDER)
 
 

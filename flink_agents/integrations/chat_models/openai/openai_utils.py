@@ -20,6 +20,7 @@ from flink_agents.api.chat_models.errors import (
     ModelResponseError,
     ModelUnreachable,
     error_for_status,
+    retry_after_s,
 )
 from flink_agents.api.tools.tool import Tool
 from flink_agents.integrations.chat_models.chat_model_utils import parse_tool_arguments, to_openai_tool
@@ -291,7 +292,9 @@ def openai_call_error(exc: Exception, provider: str) -> ModelCallError:
         message = _error_message(exc)
         if getattr(exc, "code", None) == _CONTEXT_LENGTH_CODE:
             return ModelContextTooLong(message, provider, exc.status_code)
-        return error_for_status(exc.status_code, message, provider)
+        return error_for_status(
+            exc.status_code, message, provider, retry_after_s=retry_after_s(getattr(exc.response, "headers", None)),
+        )
     if isinstance(exc, openai.APIResponseValidationError):
         return ModelResponseError(f"unreadable response: {exc}", provider, exc.status_code)
     if isinstance(exc, openai.APIError):
