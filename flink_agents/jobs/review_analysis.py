@@ -410,8 +410,23 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models")
     parser.add_argument("--max-retries", type=int, default=2,
                         help="retries of a failed request (openai:, anthropic:, azure:)")
+    parser.add_argument("--requests-per-minute", type=positive_int, default=None,
+                        help="the model connection's request limit, held across the job's subtasks "
+                             "(docs/operations.md, \"Rate limits\"); default none")
+    parser.add_argument("--tokens-per-minute", type=positive_int, default=None,
+                        help="the model connection's token limit (input plus output), held across the job")
+    parser.add_argument("--max-concurrent-requests", type=positive_int, default=None,
+                        help="the model connection's bound on requests in flight, held across the job")
     add_run_arguments(parser)
     return parser.parse_args(argv)
+
+
+def rate_limits_of(args: argparse.Namespace) -> Dict[str, int]:
+    """The connection limits the command line set (``--requests-per-minute``,
+    ``--tokens-per-minute``, ``--max-concurrent-requests``), as descriptor
+    arguments; empty when none was given."""
+    names = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
 def failure_summary(exc: BaseException) -> str:
@@ -443,7 +458,8 @@ def main(argv: List[str] | None = None) -> int:
     try:
         check_output_path(args.output)
         read = read_reviews(args.input, skip_bad_records=args.skip_bad_records)
-        agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries, args.api_version)
+        agent = ReviewAnalysisAgent(args.model, args.base_url, args.timeout_s, args.max_retries, args.api_version,
+                                    rate_limits_of(args))
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
