@@ -68,9 +68,13 @@ class FunctionRef(BaseModel):
         Raises:
             PlanError: It cannot be imported by name.
         """
-        if self._fn is None:
+        # Read the private slot directly: ``self._fn`` goes through
+        # pydantic's ``__getattr__`` (a few us, and this runs per step).
+        private = self.__pydantic_private__
+        fn = private.get("_fn") if private is not None else None
+        if fn is None:
             try:
-                self._fn = resolve_function(self.module, self.qualname)
+                fn = self._fn = resolve_function(self.module, self.qualname)
             except (ImportError, AttributeError, TypeError) as exc:
                 raise PlanError(f"cannot import function {self.name}: {exc}") from exc
-        return self._fn
+        return fn
