@@ -4,7 +4,9 @@ Two comparisons, each side in a fresh interpreter, alternated over rounds
 (the median is printed):
 
 1. **Per model call**: the bare ``openai`` SDK (``AsyncOpenAI``, one client,
-   C keys each sending its requests one after another, all keys at once)
+   C keys each sending its requests one after another, all keys at once;
+   the agent's request: its system prompt, the review, its tool's schema
+   and its structured-output ``response_format``)
    against the review-analysis agent on the local runner making the same
    requests (C keys x N records, one model call per record), both against a
    scripted OpenAI-compatible server in a process of its own answering
@@ -56,9 +58,14 @@ def _sdk_side(base_url: str, reviews: List[dict]) -> Dict[str, float]:
 
     from openai import AsyncOpenAI
 
+    from flink_agents.api.agents.types import OutputSchema
+    from flink_agents.integrations.chat_models.openai.openai_utils import json_schema_response_format
     from flink_agents.jobs.review_analysis import REVIEW_PROMPT
+    from flink_agents.jobs.review_records import ReviewAnalysis
 
     system = REVIEW_PROMPT.format_messages()[0].content
+    # The agent asks for a ReviewAnalysis as structured output: so does this side.
+    response_format = json_schema_response_format(OutputSchema(ReviewAnalysis), strict=False)
     # The agent's request carries its tool's schema too.
     tools = [{"type": "function", "function": {
         "name": "notify_shipping_manager", "description": "Notify the shipping manager of a damaged product.",
@@ -79,7 +86,7 @@ def _sdk_side(base_url: str, reviews: List[dict]) -> Dict[str, float]:
                     model="scripted",
                     messages=[{"role": "system", "content": system},
                               {"role": "user", "content": json.dumps({"id": review["id"], "review": review["review"]})}],
-                    tools=tools,
+                    tools=tools, response_format=response_format,
                 )
                 json.loads(reply.choices[0].message.content)
                 answered += 1

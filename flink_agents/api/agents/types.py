@@ -16,6 +16,9 @@ for a JSON schema, so it can travel in events and keyed state.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import importlib
 import json
 from typing import Any, Callable, Dict, List
@@ -88,6 +91,14 @@ def _strip_fences(text: str) -> str:
     if stripped.startswith("```") and stripped.endswith("```") and stripped.count("\n") >= 1:
         return stripped[stripped.index("\n") + 1:-3].strip()
     return stripped
+
+
+@functools.lru_cache(maxsize=256)
+def _model_json_schema(model: type) -> Dict[str, Any]:
+    """``model.model_json_schema()``, once per class: generating it costs
+    more than the rest of building a request (it is asked for on every
+    structured chat call). Callers get a deep copy."""
+    return model.model_json_schema()
 
 
 class OutputSchema(BaseModel):
@@ -188,7 +199,7 @@ class OutputSchema(BaseModel):
                 "properties": {n: _row_field_schema(t) for n, t in zip(schema.get_field_names(), schema.get_field_types())},
                 "required": list(schema.get_field_names()),
             }
-        return schema.model_json_schema()
+        return copy.deepcopy(_model_json_schema(schema))
 
     def parse(self, text: str) -> Any:
         """The answer ``text`` as the schema's value.
