@@ -477,9 +477,19 @@ class RuntimeOptions:
     )
     RATE_LIMITS = ConfigOption(
         "rate_limits", dict, None,
-        description="Limits per model connection, held across the job's subtasks (each takes limit // "
-        "parallelism): {connection: {requests_per_minute, tokens_per_minute, max_concurrent_requests}}, or "
+        description="Limits per model connection, held across the job's subtasks (rate_limits.scope: each takes "
+        "limit // parallelism, or all share one job-wide window): {connection: {requests_per_minute, tokens_per_minute, max_concurrent_requests}}, or "
         "flat keys rate_limits.<connection>.<limit>; a connection's descriptor arguments of the same names win "
+        "(docs/operations.md#rate-limits).",
+    )
+    RATE_LIMITS_SCOPE = ConfigOption(
+        "rate_limits.scope", str, "subtask", check=lambda value: value in ("subtask", "job"),
+        requirement="must be 'subtask' or 'job'",
+        description="How rate limits are held across a job's subtasks: 'subtask' (each holds limit // parallelism "
+        "on its own; no coordination, but a subtask left idle by key skew leaves its share unused) or 'job' "
+        "(each request is also claimed from one job-wide window in the journal store, so the job as a whole gets "
+        "the whole limit whichever subtasks are busy; one store round trip per request). max_concurrent_requests "
+        "stays a per-subtask share either way. Per connection: rate_limits.<connection>.scope "
         "(docs/operations.md#rate-limits).",
     )
     USAGE_PRICES = ConfigOption(

@@ -85,7 +85,9 @@ class AgentEngine:
         parallelism: How many subtasks run this agent: each takes
             ``1/parallelism`` of the job's budgets (``budget.job.*``,
             ``runtime.features.budgets``) and holds its model connections to
-            ``limit // parallelism`` of their rate limits
+            ``limit // parallelism`` of their rate limits, or, with
+            ``rate_limits.scope: job``, to their whole limits through one
+            window per connection shared in ``store`` under ``job_id``
             (``runtime.features.rate_limits``).
     """
 
@@ -125,9 +127,6 @@ class AgentEngine:
         # restored keys carry (``KeyState.journal_id``). Pruning deletes
         # their finished runs and never another journal's.
         self._journal_ids: set[str] = {job_id}
-        # Rate limits and 429 cool-downs of the model connections, this subtask's share.
-        self.rate_limits = RateLimits(self.config, parallelism, self.counters.metrics.root)
-        self._resources = ResourceCache(plan, on_connection=self.rate_limits.wrap)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
         # (runtime.scheduling.executors).
@@ -135,6 +134,12 @@ class AgentEngine:
             self.config.get(AgentExecutionOptions.NUM_ASYNC_THREADS)
             or self.config.get(RuntimeOptions.MAX_CONCURRENT_RUNS)
         )
+        # Rate limits and 429 cool-downs of the model connections: this
+        # subtask's share, or (rate_limits.scope: job) a job-wide window in
+        # the store, claimed on the I/O threads.
+        self.rate_limits = RateLimits(self.config, parallelism, self.counters.metrics.root, store=self.store,
+                                      job_id=job_id, io=self.executors.io)
+        self._resources = ResourceCache(plan, on_connection=self.rate_limits.wrap)
         # Callbacks live beside the journal, in the same store.
         self.callbacks: CallbackHub | None = (
             CallbackHub(self.store, self.config, self.counters, self.clock, self.executors, deadline_timers)

@@ -16,7 +16,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ContextManager, List, Optional, Tuple, Type
 
-from flink_agents.stores import _sql, _sql_callbacks, _sql_controls
+import time
+
+from flink_agents.stores import _sql, _sql_callbacks, _sql_controls, _sql_rate_window
 from flink_agents.stores.errors import JournalStoreError
 
 __all__ = ["Dialect", "SCHEMA_OBJECTS"]
@@ -24,7 +26,8 @@ __all__ = ["Dialect", "SCHEMA_OBJECTS"]
 # The tables and indexes of schema version 1, as ``Dialect.schema`` creates
 # them: a database missing one was written by an older release.
 SCHEMA_OBJECTS: Tuple[str, ...] = (
-    _sql.TABLE, _sql.RUN_END_INDEX, _sql.RUN_INDEX, *_sql_callbacks.SCHEMA_OBJECTS, *_sql_controls.SCHEMA_OBJECTS
+    _sql.TABLE, _sql.RUN_END_INDEX, _sql.RUN_INDEX, *_sql_callbacks.SCHEMA_OBJECTS, *_sql_controls.SCHEMA_OBJECTS,
+    *_sql_rate_window.SCHEMA_OBJECTS,
 )
 
 
@@ -69,6 +72,7 @@ class Dialect(ABC):
             _sql.CREATE_RUN_INDEX,
             *_sql_callbacks.create_statements(self.integer, self.blob),
             *_sql_controls.create_statements(self.integer),
+            *_sql_rate_window.create_statements(self.integer, self.real),
         ]
 
     @abstractmethod
@@ -102,6 +106,19 @@ class Dialect(ABC):
         an I/O error; a terminal kind (``JournalReplacedError``,
         ``JournalCorruptError``, ``JournalStoreError``) for the rest.
         """
+
+    def lock_rate_scope(self, connection: Any, scope: str) -> None:
+        """Inside a write transaction: hold off every other claim on the
+        shared rate window ``scope`` (``stores.rate_window``) until it ends.
+        By default a no-op: a dialect whose write transaction already
+        excludes every other writer (SQLite's ``BEGIN IMMEDIATE``) needs
+        nothing more."""
+
+    def clock_s(self, connection: Any) -> float:
+        """The time shared rate windows are stamped with, Unix seconds. By
+        default this host's ``time.time()`` (the database is on this host);
+        a server dialect reads the server's clock, so hosts agree."""
+        return time.time()
 
     def check(self, connection: Any) -> None:
         """Called before every read and write on ``connection``; raises a

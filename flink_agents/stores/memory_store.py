@@ -32,6 +32,7 @@ from flink_agents.stores.journal import RUN_END, RUN_STEP, TRACE_STEP, JournalEn
 
 RunKeyTail = Tuple[str, int]  # (key, seq) within one journal
 from flink_agents.stores.controls import InMemoryControls
+from flink_agents.stores.rate_window import InMemoryRateWindow
 from flink_agents.stores.memory_callbacks import PRUNE_BATCH_RUNS, InMemoryCallbacks, nested_in
 
 __all__ = ["InMemoryJournalStore"]
@@ -42,7 +43,7 @@ _RUN_END = (RUN_STEP, RUN_END)
 _RunEnd = Tuple[float, str, int]  # (committed_at, key, seq) in one journal's heap
 
 
-class InMemoryJournalStore(InMemoryCallbacks, InMemoryControls, JournalStore):
+class InMemoryJournalStore(InMemoryCallbacks, InMemoryControls, InMemoryRateWindow, JournalStore):
     """A dict-backed, thread-safe ``JournalStore`` (and ``CallbackStore``).
 
     Args:

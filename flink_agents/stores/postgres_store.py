@@ -64,6 +64,7 @@ APPLICATION_NAME = "flink_agents"
 _SCHEMA_TABLE = "journal_schema"
 # pg_advisory_xact_lock key serializing schema creation: "flinkJ" in ASCII.
 _SCHEMA_LOCK_ID = 0x666C696E6B4A
+_RATE_LOCK_CLASS = 0x46415257  # 'FARW': the key space of shared rate window locks
 
 
 class PostgresJournalStore(SQLJournalStore):
@@ -193,6 +194,19 @@ class PostgresDialect(Dialect):
         if isinstance(error, psycopg.Error):
             return JournalStoreError
         return None
+
+    def lock_rate_scope(self, connection: "psycopg.Connection[Any]", scope: str) -> None:
+        """A transaction advisory lock on the scope's hash, in a key space
+        of its own (the two-key form), released at commit or rollback: claims
+        on one scope queue, other scopes' claims (and hash collisions'
+        only cost) go on."""
+        connection.execute("SELECT pg_advisory_xact_lock(%s::int4, hashtext(%s))", (_RATE_LOCK_CLASS, scope))
+
+    def clock_s(self, connection: "psycopg.Connection[Any]") -> float:
+        """The server's clock (``clock_timestamp()``, not the transaction's
+        start), so subtasks on hosts whose clocks drift agree."""
+        row = connection.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        return float(row[0])
 
     def transaction(self, connection: "psycopg.Connection[Any]") -> ContextManager[Any]:
         """psycopg's transaction block (``BEGIN`` ... ``COMMIT``/``ROLLBACK``)."""

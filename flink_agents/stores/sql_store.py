@@ -40,7 +40,7 @@ import time
 from contextlib import closing, contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-from flink_agents.stores import _sql, _sql_callbacks, _sql_controls
+from flink_agents.stores import _sql, _sql_callbacks, _sql_controls, _sql_rate_window
 from flink_agents.stores._dialect import Dialect
 from flink_agents.stores.callbacks import (
     ACCEPTED,
@@ -53,6 +53,7 @@ from flink_agents.stores.capabilities import new_capability_token
 from flink_agents.stores.controls import ControlRequest, ControlStore, check_request
 from flink_agents.stores.errors import JournalStoreError, JournalUnavailableError, RunIdentity
 from flink_agents.stores.journal import JournalEntry, JournalStore
+from flink_agents.stores.rate_window import Claim, RateWindowStore, check_claim, new_claim_id
 from flink_agents.stores.retry import StoreRetry
 
 __all__ = ["SQLJournalStore"]
@@ -73,7 +74,7 @@ def _deleting(statement: str, batch: List[Tuple[Any, ...]]) -> Callable[[Any], i
     return delete
 
 
-class SQLJournalStore(JournalStore, CallbackStore, ControlStore):
+class SQLJournalStore(JournalStore, CallbackStore, ControlStore, RateWindowStore):
     """A ``JournalStore`` and ``CallbackStore`` on an SQL database.
 
     Callbacks live beside the journal, so the ingress finds them with the
@@ -417,6 +418,58 @@ class SQLJournalStore(JournalStore, CallbackStore, ControlStore):
             return _sql_controls.mark(connection, self._dialect.placeholder, control_id, state, outcome, now_ms)
 
         return self._call("mark_control", None, write, write=True)
+
+    # --- the shared rate window port (stores.rate_window) ------------------------------
+
+    def claim(self, scope: str, requests_cap: Optional[int], requests_window_s: float, tokens: int = 0,
+              tokens_cap: Optional[int] = None, tokens_window_s: float = 10.0,
+              now: Optional[float] = None) -> Claim:
+        """See ``RateWindowStore.claim``: one transaction holding the scope's
+        lock (``Dialect.lock_rate_scope``), stamped with ``now`` or the
+        dialect's clock (``Dialect.clock_s``: PostgreSQL's server clock).
+
+        Retried on a lost connection (``StoreRetry``) without double
+        counting: the claim id is drawn once, before the first attempt, and
+        an attempt that finds it stored returns it (its earlier commit landed).
+
+        Raises:
+            ValueError: See ``check_claim`` (nothing is written).
+            JournalUnavailableError: The store stayed unreachable past the retry bound.
+            JournalStoreError: The transaction failed otherwise and was rolled back.
+        """
+        check_claim(requests_cap, requests_window_s, tokens, tokens_cap, tokens_window_s)
+        claim_id = new_claim_id()
+
+        def write(connection: Any) -> Claim:
+            self._dialect.lock_rate_scope(connection, scope)
+            at = self._dialect.clock_s(connection) if now is None else float(now)
+            return _sql_rate_window.claim(connection, self._dialect.placeholder, claim_id, scope, at, requests_cap,
+                                          requests_window_s, int(tokens), tokens_cap, tokens_window_s)
+
+        return self._call("claim", None, write, write=True)
+
+    def restamp(self, claim_id: str, tokens: Optional[int] = None, now: Optional[float] = None) -> bool:
+        """See ``RateWindowStore.restamp`` (a conditional update: retried safely).
+
+        Raises:
+            JournalStoreError: As ``claim``.
+        """
+        def write(connection: Any) -> bool:
+            at = self._dialect.clock_s(connection) if now is None else float(now)
+            return _sql_rate_window.restamp(connection, self._dialect.placeholder, claim_id, at, tokens)
+
+        return self._call("restamp", None, write, write=True)
+
+    def unclaim(self, claim_id: str) -> bool:
+        """See ``RateWindowStore.unclaim`` (a delete by id: retried safely).
+
+        Raises:
+            JournalStoreError: As ``claim``.
+        """
+        def write(connection: Any) -> bool:
+            return _sql_rate_window.unclaim(connection, self._dialect.placeholder, claim_id)
+
+        return self._call("unclaim", None, write, write=True)
 
     def _call(
         self,

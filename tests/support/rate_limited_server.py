@@ -11,6 +11,10 @@ oldest counted request leaves the window), an OpenAI error body, and is
 not counted. An admitted request is answered after ``latency_s`` with
 ``reply(request_json)`` (default: a review analysis for the review job).
 
+``window_s`` shrinks the metering interval for fast tests: at most
+``per_minute // 6`` requests in any ``window_s`` and ``per_minute`` in any
+``6 * window_s`` (the minute shrinks with it).
+
 ``GET /stats`` (and ``stats()``): ``{"answered": [arrival times, monotonic
 s], "refused": n}``.
 """
@@ -39,8 +43,9 @@ class RateLimitedChatServer:
     """See the module docstring. A context manager; ``base_url`` ends in ``/v1``."""
 
     def __init__(self, per_minute: int = 600, latency_s: float = 0.05,
-                 reply: Callable[[Dict[str, Any]], str] = review_answer) -> None:
+                 reply: Callable[[Dict[str, Any]], str] = review_answer, window_s: float = 10.0) -> None:
         self.per_minute = per_minute
+        self.window_s = window_s
         self.latency_s = latency_s
         self.reply = reply
         self._lock = threading.Lock()
@@ -59,14 +64,15 @@ class RateLimitedChatServer:
     def admit(self, now: float) -> Optional[float]:
         """None: counted and admitted; else the seconds until it would be."""
         with self._lock:
-            for window, span in ((self._minute, 60.0), (self._ten, 10.0)):
+            short, minute = self.window_s, 6 * self.window_s
+            for window, span in ((self._minute, minute), (self._ten, short)):
                 while window and window[0] <= now - span:
                     window.popleft()
             waits = []
             if len(self._minute) >= self.per_minute:
-                waits.append(self._minute[0] + 60.0 - now)
+                waits.append(self._minute[0] + minute - now)
             if len(self._ten) >= max(1, self.per_minute // 6):
-                waits.append(self._ten[0] + 10.0 - now)
+                waits.append(self._ten[0] + short - now)
             if waits:
                 self.refused += 1
                 return max(waits)
@@ -124,7 +130,13 @@ class RateLimitedChatServer:
                     "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
                 })
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # A burst of connections beyond the listen backlog (5 by default)
+            # would reach the server a SYN retransmission (1 s) late, and
+            # count in a later window than the client's limiter saw it in.
+            request_queue_size = 128
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="rate-limited-server", daemon=True)
         self._thread.start()

@@ -5,9 +5,33 @@ A chat or embedding model connection may carry ``requests_per_minute``,
 ``tokens_per_minute`` and ``max_concurrent_requests`` (descriptor arguments,
 or ``rate_limits.<connection>.<limit>`` in the agent configuration; the
 descriptor wins). Each subtask builds one ``ConnectionLimiter`` per limited
-connection and holds it to ``limit // parallelism`` of each limit (at least
-1), so the job's subtasks together never exceed the limit, without talking
-to each other. A key skew that leaves a subtask idle leaves its share unused.
+connection. How the job's subtasks share a limit is the scope
+(``rate_limits.scope``, or ``rate_limits.<connection>.scope`` for one
+connection):
+
+- ``subtask`` (the default): each subtask holds itself to ``limit //
+  parallelism`` of each limit (at least 1), so the job's subtasks together
+  never exceed the limit, without talking to each other. A key skew that
+  leaves a subtask idle leaves its share unused (measured: a 600 rpm limit
+  at parallelism 4 gave the review job about 450 rpm).
+- ``job``: the per-minute limits are held job-wide. Each subtask keeps its
+  own FIFO queue, cool-down and windows at the full limit, and once a call
+  has its local turn it also claims a place in one window per connection
+  shared by the whole job, kept in the journal store every subtask already
+  opens (``stores.rate_window``: SQLite file, PostgreSQL, or memory for the
+  local runner), named by the job's journal namespace and the connection.
+  A refused claim waits until the store says a place frees (plus a few ms
+  of full jitter) and claims again, holding the subtask's queue head, so
+  the order of turns stays FIFO. A busy subtask so gets whatever the idle
+  ones leave, and the job together never exceeds the limit. Cost: one
+  store transaction per request (serialised per connection: SQLite's write
+  lock, a PostgreSQL advisory lock), on the engine's I/O threads, never on
+  the event loop, plus one to restamp the claim when the call ends.
+  ``max_concurrent_requests`` stays a per-subtask share in this scope: a
+  count of calls in flight kept in a store would outlive a crashed worker
+  and hold its places forever, where a claim in a window simply ages out.
+  A claim the store cannot make (``JournalStoreError``, after the store's
+  own retries) fails the call with that error.
 
 Windows: a per-minute share is enforced as a sliding log over 10 s holding
 a sixth of the share (rounded down), so no 10 s window, and so no minute,
@@ -42,8 +66,8 @@ Replays never reach the connection (the journal answers), so nothing here
 counts or waits for them.
 
 Metrics, under ``connection.<name>``: ``rateLimitWaitMs`` (histogram of
-the time each call waited for its turn), ``rateLimitWaits`` (calls that
-had to wait), ``modelRateLimited`` (429 and overload answers seen) and
+the time each call waited for its turn, a shared window's waits included),
+``rateLimitWaits`` (calls that had to wait), ``modelRateLimited`` (429 and overload answers seen) and
 ``rateLimitCoolDownMs`` (cool-down time set).
 """
 
@@ -52,18 +76,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import json
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, List, Mapping, Optional, Tuple
+from typing import Any, Awaitable, Callable, Deque, List, Mapping, Optional, Set, Tuple
 
 from flink_agents._backoff import backoff_ceiling_s, full_jitter
 from flink_agents.api.chat_models.errors import ModelOverloaded, ModelRateLimited
+from flink_agents.api.core_options import RuntimeOptions
 from flink_agents.api.resource import Resource, ResourceType
 
-__all__ = ["LIMIT_ARGUMENTS", "ConnectionLimiter", "Limits", "RateLimits", "estimate_tokens"]
+__all__ = [
+    "JOB", "LIMIT_ARGUMENTS", "SCOPES", "SUBTASK", "ConnectionLimiter", "Limits", "RateLimits", "SharedWindow",
+    "estimate_tokens",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +100,10 @@ LIMIT_ARGUMENTS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_r
 LIMITED_TYPES = (ResourceType.CHAT_MODEL_CONNECTION, ResourceType.EMBEDDING_MODEL_CONNECTION)
 _COOL_DOWN_INITIAL_S = 0.5
 _COOL_DOWN_MAX_S = 30.0
+_CLAIM_JITTER_S = 0.02  # full jitter added to a refused claim's wait (subtasks waking together)
+SUBTASK = "subtask"
+JOB = "job"
+SCOPES = (SUBTASK, JOB)
 
 
 @dataclass(frozen=True)
@@ -95,6 +128,13 @@ class Limits:
         def part(value: Optional[int]) -> Optional[int]:
             return None if value is None else max(1, value // max(1, parallelism))
         return Limits(*(part(getattr(self, name)) for name in LIMIT_ARGUMENTS))
+
+    def job_scoped(self, parallelism: int) -> "Limits":
+        """One subtask's local limits in the ``job`` scope: the per-minute
+        limits whole (the shared window holds the job to them), the
+        concurrency bound its ``// parallelism`` share."""
+        return Limits(self.requests_per_minute, self.tokens_per_minute,
+                      self.share(parallelism).max_concurrent_requests)
 
 
 def estimate_tokens(messages: Any) -> int:
@@ -156,19 +196,91 @@ class _Window:
             entry[1] = float(units)
 
 
-def _window_for(per_minute: int, window_s: float) -> _Window:
+def _capacity(per_minute: int, window_s: float) -> Tuple[int, float]:
+    """``(capacity, window_s)`` holding ``per_minute``: ``per_minute *
+    window_s / 60`` (rounded down) per ``window_s``, or, below 1, the whole
+    ``per_minute`` per 60 s."""
     capacity = int(per_minute * window_s // 60)
     if capacity < 1:
-        return _Window(per_minute, 60.0)
-    return _Window(capacity, window_s)
+        return per_minute, 60.0
+    return capacity, window_s
+
+
+def _window_for(per_minute: int, window_s: float) -> _Window:
+    return _Window(*_capacity(per_minute, window_s))
+
+
+class SharedWindow:
+    """One connection's job-wide window in the journal store (``job`` scope).
+
+    Args:
+        store: A ``stores.rate_window.RateWindowStore`` (the journal store).
+        scope: The window's name: the job's journal namespace and the
+            connection's name (``RateLimits.scope_name``).
+        limits: The job's limits (whole, not shared out).
+        window_s: The per-minute limits' window, as the local ones (``_capacity``).
+        io: ``await io(fn, *args)`` runs ``fn`` off the loop (the engine's
+            ``Executors.io``).
+    """
+
+    def __init__(self, store: Any, scope: str, limits: Limits, window_s: float,
+                 io: Callable[..., Awaitable[Any]]) -> None:
+        self.store = store
+        self.scope = scope
+        self._io = io
+        self.requests_cap, self.requests_window_s = (
+            _capacity(limits.requests_per_minute, window_s) if limits.requests_per_minute else (None, window_s))
+        self.tokens_cap, self.tokens_window_s = (
+            _capacity(limits.tokens_per_minute, window_s) if limits.tokens_per_minute else (None, window_s))
+        self._pending: Set["asyncio.Future[Any]"] = set()  # fire-and-forget writes, held until done
+
+    async def claim(self, tokens: int) -> Tuple[Optional[str], float]:
+        """``(claim id, 0.0)`` or ``(None, seconds to wait)``; one store
+        transaction on the I/O threads.
+
+        Raises:
+            JournalStoreError: The store could not make the claim.
+        """
+        return await self._io(self.store.claim, self.scope, self.requests_cap, self.requests_window_s,
+                              int(tokens), self.tokens_cap, self.tokens_window_s)
+
+    def restamp(self, claim_id: str, used_tokens: Optional[int]) -> None:
+        """The call ended: count it from now, with its reported tokens.
+        Fire and forget on the I/O threads; a failure is logged. On the loop."""
+        self._later("restamp", self.store.restamp, claim_id, used_tokens)
+
+    def unclaim(self, claim_id: str) -> None:
+        """Drop a claim whose call never ran (cancelled). As ``restamp``."""
+        self._later("unclaim", self.store.unclaim, claim_id)
+
+    def _later(self, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            future = asyncio.ensure_future(self._io(fn, *args))
+        except RuntimeError as error:  # the engine closed its I/O pool
+            log.warning("shared rate window %s: %s of claim %s not written: %s", self.scope, what, args[0], error)
+            return
+        self._pending.add(future)
+
+        def done(finished: "asyncio.Future[Any]") -> None:
+            self._pending.discard(finished)
+            if finished.cancelled():
+                return
+            error = finished.exception()
+            if error is not None:
+                log.warning("shared rate window %s: %s of claim %s failed (it counts from its claim until it "
+                            "ages out): %s", self.scope, what, args[0], error)
+
+        future.add_done_callback(done)
 
 
 class _Permit:
-    __slots__ = ("request", "tokens")
+    __slots__ = ("request", "tokens", "claim")
 
-    def __init__(self, request: Optional[List[float]], tokens: Optional[List[float]]) -> None:
+    def __init__(self, request: Optional[List[float]], tokens: Optional[List[float]],
+                 claim: Optional[str] = None) -> None:
         self.request = request
         self.tokens = tokens
+        self.claim = claim
 
 
 class ConnectionLimiter:
@@ -176,17 +288,23 @@ class ConnectionLimiter:
 
     Args:
         name: The connection's resource name (messages, metrics).
-        limits: This subtask's share (``Limits.share``).
+        limits: This subtask's limits (``Limits.share`` in the ``subtask``
+            scope, ``Limits.job_scoped`` in the ``job`` scope).
         metrics: The ``connection.<name>`` metric group, or None.
         clock: Monotonic seconds; must be the loop's clock (``loop.time``
             is ``time.monotonic``).
         window_s: The sliding window of the per-minute limits (module docstring).
+        shared: The job-wide window each call also claims a place in
+            (``job`` scope), or None.
     """
 
     def __init__(self, name: str, limits: Limits, metrics: Any = None,
-                 clock: Callable[[], float] = time.monotonic, window_s: float = 10.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, window_s: float = 10.0,
+                 shared: Optional[SharedWindow] = None) -> None:
         self.name = name
         self.limits = limits
+        self.shared = shared
+        self._claiming = False  # the queue's head is claiming its place in the shared window
         self._clock = clock
         self._requests = _window_for(limits.requests_per_minute, window_s) if limits.requests_per_minute else None
         self._tokens = _window_for(limits.tokens_per_minute, window_s) if limits.tokens_per_minute else None
@@ -234,10 +352,14 @@ class ConnectionLimiter:
 
     def _pump(self) -> None:
         """Grant the queue's head while the windows, the concurrency bound
-        and the cool-down allow; else arm one loop timer for when they may."""
+        and the cool-down allow; else arm one loop timer for when they may.
+        With a shared window the head, once the local checks pass, claims
+        its place there (``_claim``) and the queue waits for it."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._claiming:
+            return  # the head's claim pumps again when it is done
         now = self._clock()
         while self._waiters:
             future, tokens = self._waiters[0]
@@ -257,14 +379,64 @@ class ConnectionLimiter:
                 return
             self._waiters.popleft()
             self._in_flight += 1
+            if self.shared is not None:
+                assert self._loop is not None
+                self._claiming = True
+                self._loop.create_task(self._claim(future, tokens))
+                return
             request = self._requests.take(now, 1) if self._requests is not None else None
             entry = self._tokens.take(now, tokens) if self._tokens is not None else None
             future.set_result(_Permit(request, entry))
+
+    async def _claim(self, future: asyncio.Future, tokens: int) -> None:
+        """The head's claim in the shared window: claim (on the I/O
+        threads), and while refused wait what the store says plus full
+        jitter, then claim again; the head keeps its place and the local
+        queue waits meanwhile. The cool-down still holds the head. Granted:
+        the local windows count it too. The caller cancelled meanwhile: the
+        claim is dropped (or never made), nothing counts. The store failed:
+        the caller gets its error."""
+        assert self.shared is not None
+        granted = False
+        try:
+            while not future.done():
+                cool_down_s = self._cool_down_until - self._clock()
+                if cool_down_s > 0:
+                    await asyncio.wait((future,), timeout=cool_down_s)
+                    continue
+                try:
+                    claim_id, wait_s = await self.shared.claim(tokens)
+                except Exception as error:
+                    if not future.done():
+                        future.set_exception(error)
+                    return
+                if claim_id is None:
+                    await asyncio.wait((future,), timeout=wait_s + full_jitter(_CLAIM_JITTER_S))
+                    continue
+                if future.done():  # cancelled while claiming
+                    self.shared.unclaim(claim_id)
+                    return
+                now = self._clock()
+                request = self._requests.take(now, 1) if self._requests is not None else None
+                entry = self._tokens.take(now, tokens) if self._tokens is not None else None
+                future.set_result(_Permit(request, entry, claim_id))
+                granted = True
+        except asyncio.CancelledError:  # the loop is going away
+            future.cancel()
+            raise
+        finally:
+            if not granted:
+                self._in_flight -= 1
+            self._claiming = False
+            if self._waiters and self._loop is not None and not self._loop.is_closed():
+                self._pump()
 
     def release(self, permit: _Permit, used_tokens: Optional[int]) -> None:
         """The call ended; ``used_tokens`` (reported usage, None: unknown)
         replaces its estimate. On the loop."""
         self._in_flight -= 1
+        if permit.claim is not None and self.shared is not None:
+            self.shared.restamp(permit.claim, used_tokens)
         now = self._clock()
         if permit.request is not None:
             self._requests.restamp(permit.request, now)
@@ -359,16 +531,42 @@ class RateLimits:
     """The limiters of one subtask (one engine), built as connections are.
 
     Args:
-        config: The agent configuration (``rate_limits.<connection>.<limit>``).
+        config: The agent configuration (``rate_limits.<connection>.<limit>``,
+            ``rate_limits.scope``, ``rate_limits.<connection>.scope``).
         parallelism: The operator's parallelism (1 for the local runner).
         metrics: The engine's root metric group, or None.
+        store: The journal store; in the ``job`` scope it keeps the shared
+            windows (a ``stores.rate_window.RateWindowStore``).
+        job_id: The job's journal namespace (``AgentEngine.job_id``): the
+            shared windows are the job's, never another job's.
+        io: ``await io(fn, *args)`` runs store calls off the loop (the
+            engine's ``Executors.io``); None: ``asyncio.to_thread``.
+        window_s: The per-minute limits' window in seconds (module
+            docstring; tests shorten it).
+
+    Attributes:
+        scope: The job's default scope, ``SUBTASK`` or ``JOB``.
+
+    Raises:
+        ValueError: ``rate_limits.scope`` (flat, or ``scope`` in the nested
+            ``rate_limits`` mapping) is neither ``subtask`` nor ``job``, or it
+            is ``job`` and ``store`` keeps no shared windows; naming the option.
     """
 
-    def __init__(self, config: Mapping[str, Any], parallelism: int = 1, metrics: Any = None) -> None:
+    def __init__(self, config: Mapping[str, Any], parallelism: int = 1, metrics: Any = None,
+                 store: Any = None, job_id: str = "job",
+                 io: Optional[Callable[..., Awaitable[Any]]] = None, window_s: float = 10.0) -> None:
         self._config = config
         self.parallelism = max(1, parallelism)
         self._metrics = metrics
+        self._store = store
+        self.job_id = job_id
+        self._io = io or _to_thread
+        self.window_s = window_s
         self.limiters: dict[str, ConnectionLimiter] = {}
+        self.scope = _scope_value(_default_scope(config), "rate_limits.scope")
+        if self.scope == JOB:
+            self._check_store("rate_limits.scope")
 
     def limits_of(self, name: str, arguments: Mapping[str, Any]) -> Limits:
         """The job-wide limits of connection ``name``: its descriptor's
@@ -384,6 +582,29 @@ class RateLimits:
         except (TypeError, ValueError) as error:
             raise ValueError(f"model connection {name!r}: {error}") from None
 
+    def scope_of(self, name: str) -> str:
+        """Connection ``name``'s scope: ``rate_limits.<name>.scope`` if set,
+        else the job's (``scope``).
+
+        Raises:
+            ValueError: Neither ``subtask`` nor ``job``, or ``job`` on a store
+                without shared windows; naming the option.
+        """
+        key = f"rate_limits.{name}.scope"
+        value = _configured(self._config, name).get("scope")
+        if value is None:
+            return self.scope
+        scope = _scope_value(value, key)
+        if scope == JOB:
+            self._check_store(key)
+        return scope
+
+    def scope_name(self, name: str) -> str:
+        """The shared window of connection ``name`` in the store: the job's
+        namespace and the connection, as a JSON pair (unambiguous whatever
+        the names hold)."""
+        return json.dumps([self.job_id, name])
+
     def wrap(self, resource_type: ResourceType, name: str, arguments: Mapping[str, Any], resource: Resource) -> None:
         """Put connection ``resource``'s calls (``chat``/``achat``, or
         ``embed``/``aembed``) behind its limiter. Any other resource is left."""
@@ -391,11 +612,48 @@ class RateLimits:
             return
         limits = self.limits_of(name, arguments)
         group = self._metrics.get_sub_group("connection", name) if self._metrics is not None else None
-        limiter = self.limiters[name] = ConnectionLimiter(name, limits.share(self.parallelism), group)
+        if self.scope_of(name) == JOB and (limits.requests_per_minute or limits.tokens_per_minute):
+            shared = SharedWindow(self._store, self.scope_name(name), limits, self.window_s, self._io)
+            limiter = ConnectionLimiter(name, limits.job_scoped(self.parallelism), group, window_s=self.window_s,
+                                        shared=shared)
+        else:
+            limiter = ConnectionLimiter(name, limits.share(self.parallelism), group, window_s=self.window_s)
+        self.limiters[name] = limiter
         if resource_type == ResourceType.CHAT_MODEL_CONNECTION:
             _wrap_methods(resource, limiter, "chat", "achat", lambda args, kwargs: estimate_tokens(args[0] if args else kwargs.get("messages")))
         else:
             _wrap_methods(resource, limiter, "embed", "aembed", lambda args, kwargs: estimate_tokens(args[0] if args else kwargs.get("text")))
+
+    def _check_store(self, key: str) -> None:
+        from flink_agents.stores.rate_window import RateWindowStore
+
+        if not isinstance(self._store, RateWindowStore):
+            raise ValueError(
+                f"configuration {key!r}: 'job' needs a journal store that keeps shared rate windows "
+                f"(sqlite, postgres or memory); {self._store!r} does not"
+            )
+
+
+async def _to_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+def _default_scope(config: Mapping[str, Any]) -> Any:
+    """``rate_limits.scope`` (the declared option, flat key), else ``scope``
+    of a nested ``rate_limits`` mapping, else ``subtask``."""
+    value = _get(config, RuntimeOptions.RATE_LIMITS_SCOPE.key)
+    if value is not None:
+        return value
+    nested = _get(config, "rate_limits")
+    if isinstance(nested, Mapping) and nested.get("scope") is not None:
+        return nested["scope"]
+    return SUBTASK
+
+
+def _scope_value(value: Any, key: str) -> str:
+    if value not in SCOPES:
+        raise ValueError(f"configuration {key!r}: must be 'subtask' or 'job', got {value!r}")
+    return value
 
 
 def _wrap_methods(resource: Any, limiter: ConnectionLimiter, sync_name: str, async_name: str,
@@ -425,7 +683,7 @@ def _configured(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     nested = _get(config, "rate_limits")
     if isinstance(nested, Mapping) and isinstance(nested.get(name), Mapping):
         found.update(nested[name])
-    for key in LIMIT_ARGUMENTS:
+    for key in (*LIMIT_ARGUMENTS, "scope"):
         value = _get(config, f"rate_limits.{name}.{key}")
         if value is not None:
             found[key] = value
