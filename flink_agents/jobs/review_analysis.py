@@ -210,13 +210,15 @@ def product_id_of(review: Dict[str, Any]) -> str:
 
 
 def run_locally(
-    reviews: List[Dict[str, Any]], agent: Agent, key_of: Callable[[Dict[str, Any]], str] = product_id_of
+    reviews: List[Dict[str, Any]], agent: Agent, key_of: Callable[[Dict[str, Any]], str] = product_id_of,
+    config: Dict[str, Any] | None = None,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` (any records, keyed by ``key_of``) on
-    the embedded local runner."""
+    the embedded local runner; ``config`` is the agent configuration
+    (flat keys, docs/operations.md)."""
     from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 
-    env = AgentsExecutionEnvironment.get_execution_environment()
+    env = AgentsExecutionEnvironment.get_execution_environment(**(config or {}))
     outputs = env.from_list([{"key": key_of(r), "value": r} for r in reviews]).apply(agent).to_list()
     env.execute()
     return [output for record in outputs for output in record.values()]
@@ -271,6 +273,7 @@ def run_on_flink(
     restart_attempts: int = 3,
     key_of: Callable[[Dict[str, Any]], str] = product_id_of,
     job_name: str = "review-analysis",
+    config: Dict[str, Any] | None = None,
 ) -> List[Dict[str, Any]]:
     """Run ``agent`` over ``reviews`` as a Flink job on a local mini-cluster;
     outputs come back to this process as they are produced.
@@ -285,6 +288,7 @@ def run_on_flink(
         restart_attempts: Restarts after a failure before the job fails.
         key_of: The key selector (any JSON records, keyed by product id by default).
         job_name: The Flink job's name, also the prefix of its source's operator uids.
+        config: More agent configuration (flat keys, docs/operations.md).
 
     Raises:
         flink_agents.runtime.flink.failures.FlinkJobFailed: The job
@@ -297,6 +301,7 @@ def run_on_flink(
     env = flink_environment(parallelism, checkpoint_interval_ms, execution_mode, restart_attempts)
     # Absolute: on a cluster a relative path would name another file on each host.
     options = {"journal.sqlite.path": str(_fresh_journal(Path(journal_path)))} if journal_path else {}
+    options.update(config or {})
     agents_env = AgentsExecutionEnvironment.get_execution_environment(env, **options)
     with tempfile.TemporaryDirectory(prefix="review-analysis-") as directory:
         outputs = agents_env.from_datastream(
@@ -417,6 +422,9 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
                         help="the model connection's token limit (input plus output), held across the job")
     parser.add_argument("--max-concurrent-requests", type=positive_int, default=None,
                         help="the model connection's bound on requests in flight, held across the job")
+    parser.add_argument("--rate-limit-scope", choices=["subtask", "job"], default="subtask",
+                        help="how the job's subtasks share the limits: each takes limit // parallelism, or one "
+                             "job-wide window in the journal store (docs/operations.md, \"Rate limits\")")
     add_run_arguments(parser)
     return parser.parse_args(argv)
 
@@ -463,7 +471,7 @@ def main(argv: List[str] | None = None) -> int:
     except (BadRecordError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return run_review_job(args, read, agent, "review-analysis")
+    return run_review_job(args, read, agent, "review-analysis", config={"rate_limits.scope": args.rate_limit_scope})
 
 
 def run_review_job(
@@ -474,7 +482,8 @@ def run_review_job(
     ``args.output`` and report; returns the process exit code (0, or 1 with
     one line naming the root cause: ``failure_summary``). ``job_name``
     names the Flink job (and its operator uids); ``flink_options`` go to
-    ``run_on_flink`` (``key_of``)."""
+    ``run_on_flink`` (``key_of``, ``config``: the agent configuration, also
+    given to the local runner)."""
     from flink_agents.jobs.review_records import jsonl_output
 
     if read.bad_lines:
@@ -490,7 +499,7 @@ def run_review_job(
                     job_name=job_name, **flink_options,
                 )
             else:
-                for output in run_locally(read.reviews, agent):
+                for output in run_locally(read.reviews, agent, config=flink_options.get("config")):
                     write(output)
     except Exception as exc:
         if args.verbose:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 import pytest
@@ -154,3 +155,31 @@ def test_the_openai_connection_reports_the_servers_retry_after(monkeypatch: pyte
             connection.chat(question, model="m")
     assert 9.0 <= refused.value.retry_after_s <= 10.0  # retry-after-ms, before the whole-second Retry-After
     assert server.stats()["refused"] == 1
+
+
+def test_the_review_command_holds_its_connection_to_requests_per_minute_job_wide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--requests-per-minute`` and ``--rate-limit-scope job`` reach the
+    job's connection: 24 reviews at 120 requests per minute (20 in any
+    10 s) against a provider allowing 600 are answered 20, then 4 after
+    the window frees; none refused."""
+    from flink_agents.jobs.review_analysis import main
+    from tests.support.rate_limited_server import RateLimitedChatServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    sample = Path(__file__).resolve().parents[2] / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+    reviews = tmp_path / "reviews.jsonl"
+    reviews.write_text("".join(sample.read_text(encoding="utf-8").splitlines(keepends=True)[:24]), encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    with RateLimitedChatServer(per_minute=600, latency_s=0.0) as server:
+        code = main(["--runner", "local", "--input", str(reviews), "--output", str(output),
+                     "--model", "openai:scripted", "--base-url", server.base_url, "--max-retries", "0",
+                     "--requests-per-minute", "120", "--rate-limit-scope", "job"])
+        stats = server.stats()
+    assert code == 0
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 24
+    answered = sorted(stats["answered"])
+    assert stats["refused"] == 0 and len(answered) == 24
+    in_first_window = [t for t in answered if t < answered[0] + 10.0]
+    assert len(in_first_window) == 20, f"{len(in_first_window)} requests in the first 10 s, the limit allows 20"
