@@ -35,11 +35,11 @@ def add_approvals(commands: Any) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     approve = approvals.add_parser("approve", help="let the tool call run")
     _journal(approve)
-    approve.add_argument("callback_id", metavar="ID", help="the approval's callback id (approvals list)")
+    approve.add_argument("callback_id", metavar="ID", help="the approval's callback id (approvals list; an id starting with '-' goes after '--')")
     approve.add_argument("--reason", default="", help="kept with the approval")
     reject = approvals.add_parser("reject", help="refuse the tool call; the model gets the reason")
     _journal(reject)
-    reject.add_argument("callback_id", metavar="ID", help="the approval's callback id (approvals list)")
+    reject.add_argument("callback_id", metavar="ID", help="the approval's callback id (approvals list; an id starting with '-' goes after '--')")
     reject.add_argument("--reason", required=True, help="why: the model sees it as the call's result")
     for parser in (approve, reject):
         parser.add_argument("--by", dest="decided_by", default="cli", help="who decides (default cli)")

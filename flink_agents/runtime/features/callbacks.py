@@ -83,6 +83,18 @@ log = logging.getLogger(__name__)
 BASE_URL_ENV = "CALLBACK_BASE_URL"
 DEFAULT_BASE_URL = "http://127.0.0.1:8089"
 _ID_BYTES = 24  # 192 bits from the OS's CSPRNG, URL-safe base64: 32 characters
+
+
+def new_callback_id() -> str:
+    """A fresh public callback id: ``_ID_BYTES`` random bytes, URL-safe
+    base64 (RFC 4648 section 5), never starting with ``-``: one that did
+    would read as an option on a command line (``approvals approve ID``)."""
+    while True:
+        candidate = secrets.token_urlsafe(_ID_BYTES)
+        if not candidate.startswith("-"):
+            return candidate
+
+
 _ROUTES = {RESOLVED: "resolve", REJECTED: "reject"}
 
 
@@ -289,7 +301,7 @@ class CallbackHub:
             raise TypeError(f"callback purpose must be a str, got {type(purpose).__name__}")
         now_ms = self._now_ms()
         timeout_ms = int(round(timeout * 1000))
-        candidate = secrets.token_urlsafe(_ID_BYTES)
+        candidate = new_callback_id()
         record = await self._in_thread(
             self._store.register, ref, candidate, purpose, now_ms, now_ms + timeout_ms,
             new_capability_token(), new_capability_token(), details,
