@@ -32,3 +32,23 @@ def test_keys_as_text_callback_refs_and_tool_call_ids() -> None:
     assert key_text("k") == '"k"' and key_text(("a", 1)) == '["a",1]' and key_text(7) == "7"
     assert callback_ref(RUN, "act@0/1", 2) == CallbackRef("job", '"k"', 3, "act@0/1", 2)
     assert tool_call_id("0b4e7c1a-9a5f-5d7e-8c1b-2f3a4b5c6d7e", 2, 1) == "0b4e7c1a9a5f-2-1"
+
+
+def test_event_ids_are_the_uuid5_ids_journals_already_hold() -> None:
+    """``RunIdentity.event_id`` hashes the run's part of the name once per
+    run; the ids are still exactly ``uuid5(namespace, name)``, as journaled
+    by every earlier release (pinned values)."""
+    import uuid
+
+    from flink_agents.runtime.durability.ids import RunIdentity, event_id
+
+    run = RunIdentity("job-1", "k", 3)
+    assert str(run.event_id("_input", 0)) == "257ab14f-2fc9-5e4d-b6dd-b947e84463fd"
+    assert str(run.event_id("review@1", 2)) == "37aacec3-ced6-5e46-9583-cea1ffee0fee"
+    other = RunIdentity("j/ünïcode", {"id": [1, 2.5, None]}, 10**12)
+    for step, ordinal in [("_input", 0), ("act@0/1.2", 7), ("sub:ä@3", 123456)]:
+        made = other.event_id(step, ordinal)
+        assert made == event_id(other, step, ordinal)
+        assert (made.version, made.variant, made.is_safe, hash(made), repr(made)) == (
+            5, uuid.RFC_4122, uuid.SafeUUID.unknown, hash(event_id(other, step, ordinal)),
+            repr(event_id(other, step, ordinal)))

@@ -28,7 +28,7 @@ import json
 import random
 import sys
 from typing import Any, ClassVar, Dict, Optional, TypeVar
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,8 +44,19 @@ def _unsent_event_id() -> UUID:
     """A random version-4 UUID from ``random`` rather than ``os.urandom``: the
     id of an event never sent needs to be unique, not unpredictable, and the
     system call (which releases the GIL) cost more than the rest of
-    constructing a small event. ``random`` reseeds in a forked child."""
-    return UUID(int=random.getrandbits(128), version=4)
+    constructing a small event. ``random`` reseeds in a forked child.
+    Built as ``UUID(int=..., version=4)`` builds it (RFC 9562 section 5.4:
+    version 4, variant 10), without its argument checks."""
+    made = object.__new__(UUID)
+    _UUID_INT.__set__(made, (random.getrandbits(128) & _V4_CLEAR) | _V4_SET)
+    _UUID_SAFE.__set__(made, SafeUUID.unknown)
+    return made
+
+
+_UUID_INT = UUID.__dict__["int"]  # the slots UUID.__init__ fills
+_UUID_SAFE = UUID.__dict__["is_safe"]
+_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_V4_SET = (4 << 76) | (0x8000 << 48)
 
 
 def _row_class() -> Any:

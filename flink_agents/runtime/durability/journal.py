@@ -236,7 +236,11 @@ class RunJournal:
         self.started_ns = time.time_ns()  # when this attempt of the run opened its journal
         # The entries of a run that ended without a write (it journaled no
         # call): what it did, for a trace, though nothing was kept.
-        self.unwritten: List[JournalEntry] = []
+        self._unwritten: List[JournalEntry] = []
+        # Step completions buffered as values, by id of their placeholder
+        # entry in the buffer: encoded to JSON only when they are written
+        # (or read), since most runs without a call never write them.
+        self._unencoded: Dict[int, Tuple[JournalEntry, Dict[str, Any], int | None, int]] = {}
         self._input_digest = input_digest
         # The first write stamps one of its entries with the input digest.
         self._stamp_input = input_digest is not None and not self._journaled
@@ -287,9 +291,35 @@ class RunJournal:
         """The entries this run holds now: loaded, committed and buffered
         (not yet written), one per position."""
         entries = dict(self._journaled)
-        for entry in self._buffer:
+        for entry in self._encoded(self._buffer, keep=True):
             entries[(entry.step, entry.ordinal)] = entry
         return list(entries.values())
+
+    @property
+    def unwritten(self) -> List[JournalEntry]:
+        """What a run that ended without a write buffered (its step
+        completions), for its trace; empty otherwise."""
+        if self._unencoded:
+            self._unwritten = self._encoded(self._unwritten)
+        return self._unwritten
+
+    def _encoded(self, entries: List[JournalEntry], keep: bool = False) -> List[JournalEntry]:
+        """``entries`` with buffered step completions encoded (``complete``);
+        ``keep``: leave them buffered as values too."""
+        if not self._unencoded:
+            return entries
+        out = []
+        for entry in entries:
+            pending = self._unencoded.get(id(entry)) if entry.ordinal == COMPLETION else None
+            if pending is not None and pending[0] is entry:
+                if not keep:
+                    del self._unencoded[id(entry)]
+                _, completion, started_ns, ended_ns = pending
+                payload = json.dumps(completion)
+                entry = JournalEntry(entry.step, COMPLETION, "", "",
+                                     payload if started_ns is None else timed(payload, started_ns, ended_ns))
+            out.append(entry)
+        return out
 
     def holds(self, step: str, ordinal: int) -> bool:
         """Whether the call at ``(step, ordinal)`` has an outcome already
@@ -329,7 +359,7 @@ class RunJournal:
     def _take(self) -> List[JournalEntry]:
         if self._write_failure is not None:
             raise self._write_failure
-        entries, self._buffer = self._buffer, []
+        entries, self._buffer = self._encoded(self._buffer), []
         self._buffered_errors.clear()
         if self._stamp_input and entries:
             assert self._input_digest is not None  # _stamp_input implies it
@@ -721,9 +751,9 @@ class RunJournal:
     def complete(self, step: str, completion: Dict[str, Any], started_ns: int | None = None) -> None:
         """Buffer ``step``'s completion (committed with the next write), with
         the step's times when ``started_ns`` (Unix ns) is given (``timed``)."""
-        payload = json.dumps(completion)
-        self._buffer.append(JournalEntry(
-            step, COMPLETION, "", "", payload if started_ns is None else timed(payload, started_ns)))
+        placeholder = JournalEntry(step, COMPLETION, "", "", "")
+        self._unencoded[id(placeholder)] = (placeholder, completion, started_ns, time.time_ns())
+        self._buffer.append(placeholder)
 
     def discard_failed(self, step: str) -> None:
         """Forget the uncommitted errors of a failed ``step`` (and its
@@ -828,7 +858,7 @@ class RunJournal:
     def _prepare_finish(self, outcome: str, force: bool = False, detail: Dict[str, Any] | None = None) -> bool:
         """Buffer the run end; whether there is anything to commit."""
         if not force and not self._journaled and self.calls_executed == 0:
-            self.unwritten, self._buffer = self._buffer, []
+            self._unwritten, self._buffer = self._buffer, []
             return False
         if (RUN_STEP, RUN_END) not in self._journaled:
             self._buffer.append(JournalEntry(

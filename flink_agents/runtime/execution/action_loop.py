@@ -76,13 +76,12 @@ async def run_record(run: Run, record: PendingRecord) -> None:
         RecordSkipped: An action failed under ``skip``.
     """
     state, journal, counters, identity = run.state, run.journal, run.counters, run.identity
-    first = InputEvent(input=record.value)
     try:
         journal.check_input(identity.key)
     except NondeterminismError as exc:  # the replay of the input's first listener would diverge
-        listeners = run.plan.actions_for(first.get_type())
+        listeners = run.plan.actions_for(InputEvent.EVENT_TYPE)
         raise ActionFailed(identity.key, identity.seq, listeners[0].name if listeners else INPUT_STEP, exc) from exc
-    first.id = identity.event_id(INPUT_STEP, 0)
+    first = InputEvent(input=record.value, id=identity.event_id(INPUT_STEP, 0))
     # Each event with its encoded form (None: not encoded yet), from which
     # every listener after the first gets a copy of its own.
     queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])

@@ -15,7 +15,7 @@ earlier untyped form, validated by the class.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from flink_agents.api.events.event import Event
 from flink_agents.runtime.durability.codec import decode, encode, rebuild_model
@@ -36,15 +36,27 @@ def encode_event(event: Event) -> Dict[str, Any]:
             name where the journal is read.
     """
     cls = type(event)
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        # Per class, once: pydantic's ``model_fields`` is a property that
+        # costs more than encoding a small event's fields.
+        shape = _SHAPES[cls] = (tuple(cls.model_fields), class_name(cls, EVENT), f"event {cls.__qualname__}")
+    names, type_name, where = shape
     state = event.__dict__
-    where = f"event {cls.__qualname__}"
-    fields = {name: encode(state[name], f"{where}.{name}") for name in cls.model_fields if name in state}
-    for name, value in (event.__pydantic_extra__ or {}).items():
-        fields[name] = encode(value, f"{where}.{name}")
-    out: Dict[str, Any] = {"type": class_name(cls, EVENT), "fields": fields, "c": _CODEC_VERSION}
-    if event.model_fields_set != fields.keys():
-        out["set"] = sorted(event.model_fields_set)
+    fields = {name: encode(state[name], f"{where}.{name}") for name in names if name in state}
+    extra = event.__pydantic_extra__
+    if extra:
+        for name, value in extra.items():
+            fields[name] = encode(value, f"{where}.{name}")
+    out: Dict[str, Any] = {"type": type_name, "fields": fields, "c": _CODEC_VERSION}
+    fields_set = event.__pydantic_fields_set__
+    if fields_set != fields.keys():
+        out["set"] = sorted(fields_set)
     return out
+
+
+# Per event class: (field names, journaled class name, error-path prefix).
+_SHAPES: Dict[type, Tuple[Tuple[str, ...], str, str]] = {}
 
 
 def decode_event(data: Dict[str, Any]) -> Event:
