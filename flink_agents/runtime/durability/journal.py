@@ -254,7 +254,7 @@ class RunJournal:
         # Set when a write failed: no further call may start, since what it
         # would build on is not durable (concurrent calls of a step see this).
         self._write_failure: BaseException | None = None
-        self._commit_lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None  # made at the first commit: most runs never commit
         self.calls_executed = 0
         self.calls_replayed = 0
 
@@ -356,6 +356,11 @@ class RunJournal:
         if journaled != current:
             raise mismatch(key, self._run[2], self._run[0], journaled, current)
 
+    def _commit_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
     def _take(self) -> List[JournalEntry]:
         if self._write_failure is not None:
             raise self._write_failure
@@ -407,7 +412,7 @@ class RunJournal:
         ``CancelledError`` only once journal and store agree again. Cancelled
         while it waits for the lock, it took nothing: the entries stay buffered.
         """
-        async with self._commit_lock:
+        async with self._commit_lock():
             entries = self._take()
             if not entries:
                 return
@@ -420,7 +425,7 @@ class RunJournal:
         A sibling's result that landed while this call waited for the lock
         is left to its own (group) commit: this call does not depend on it.
         """
-        async with self._commit_lock:
+        async with self._commit_lock():
             if last is None or not any(entry is last for entry in self._buffer):
                 if self._write_failure is not None:
                     raise self._write_failure

@@ -26,7 +26,7 @@ from flink_agents.runtime.durability.ids import (
     vector_store_document_id,
 )
 from flink_agents.runtime.durability.journal import args_digest, function_id_of
-from flink_agents.runtime.execution.event_codec import encode_event
+from flink_agents.runtime.execution.event_codec import check_event
 from flink_agents.runtime.execution.extensions import EXTENSIONS
 from flink_agents.runtime.execution.memory import MemoryNode, StagedMemory
 from flink_agents.runtime.execution.resources import JournaledEmbeddingModel
@@ -106,7 +106,7 @@ class ActionContext(RunnerContext):
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         event.id = self._run.event_id(self.step, len(self.sent_events))
-        encode_event(event)  # the check; the loop encodes it again when the action returned
+        check_event(event)  # the loop encodes it when the action returned
         self.sent_events.append(event)
 
     @property

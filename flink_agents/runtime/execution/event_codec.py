@@ -16,13 +16,14 @@ earlier untyped form, validated by the class.
 from __future__ import annotations
 
 from typing import Any, Dict, Tuple
+from uuid import UUID
 
 from flink_agents.api.events.event import Event
 from flink_agents.runtime.durability.codec import decode, encode, rebuild_model
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
-__all__ = ["decode_event", "encode_event"]
+__all__ = ["check_event", "decode_event", "encode_event"]
 
 _CODEC_VERSION = 2
 
@@ -43,7 +44,9 @@ def encode_event(event: Event) -> Dict[str, Any]:
         shape = _SHAPES[cls] = (tuple(cls.model_fields), class_name(cls, EVENT), f"event {cls.__qualname__}")
     names, type_name, where = shape
     state = event.__dict__
-    fields = {name: encode(state[name], f"{where}.{name}") for name in names if name in state}
+    # One encode for all declared fields: a refused value's path is still
+    # "event Class.field.part" (the codec appends ".field" to ``where``).
+    fields = encode({name: state[name] for name in names if name in state}, where)
     extra = event.__pydantic_extra__
     if extra:
         for name, value in extra.items():
@@ -57,6 +60,32 @@ def encode_event(event: Event) -> Dict[str, Any]:
 
 # Per event class: (field names, journaled class name, error-path prefix).
 _SHAPES: Dict[type, Tuple[Tuple[str, ...], str, str]] = {}
+
+
+def check_event(event: Event) -> None:
+    """Raise what ``encode_event(event)`` would raise, skipping the encoding
+    when every field holds a value no encoding can refuse (a str, bool,
+    None, UUID, small int, finite float, or an empty dict or list): the
+    check ``send_event`` makes on every event, which the action loop then
+    encodes anyway when the action returns.
+
+    Raises:
+        TypeError: As ``encode_event``.
+    """
+    state = event.__dict__
+    extra = event.__pydantic_extra__
+    for values in (state.values(), extra.values() if extra else ()):
+        for value in values:
+            kind = type(value)
+            if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
+                    kind is float and value - value == 0.0) or ((kind is dict or kind is list) and not value):
+                continue
+            encode_event(event)
+            return
+
+
+_PLAIN = frozenset({str, bool, type(None), UUID})
+_SMALL_INT = 2**63
 
 
 def decode_event(data: Dict[str, Any]) -> Event:

@@ -63,9 +63,13 @@ class Executors:
         # One call pool per loop: ``asyncio.run`` shuts its loop's default
         # executor down at exit, so a pool is never reused across loops.
         self._calls: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+        self._installed_on: asyncio.AbstractEventLoop | None = None  # the loop install saw last
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         """Make the call pool ``loop``'s default executor (once per loop)."""
+        if loop is self._installed_on:  # every run asks; nearly always the same loop
+            return
+        self._installed_on = loop
         if loop not in self._calls:
             pool = _CallPool(self.call_threads, thread_name_prefix="flink-agents-call")
             loop.set_default_executor(pool)
