@@ -20,7 +20,7 @@ def test_an_event_of_plain_values_is_checked_without_encoding(output, monkeypatc
     check_event(OutputEvent(output=output))
 
 
-@pytest.mark.parametrize("output", [object(), {"items": [1, object()]}, 10**5000])
+@pytest.mark.parametrize("output", [object(), {"items": [1, object()]}, 10**5000], ids=["object", "nested", "huge_int"])
 def test_a_value_the_codec_refuses_fails_the_check_as_encoding_does(output) -> None:
     event = OutputEvent(output=output)
     with pytest.raises(TypeError) as encoding:
