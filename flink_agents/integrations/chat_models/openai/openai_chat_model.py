@@ -132,6 +132,12 @@ class ChatCompletionsConnection(BaseChatModelConnection):
         return self._sync()
 
     def _pool(self) -> SdkClients:
+        # The private slot read directly: pydantic's __getattr__ costs a few
+        # us, and every call asks (the pool, once made, is never replaced
+        # while it is in use; close() drops it under the lock).
+        made = self.__pydantic_private__.get("_clients")
+        if made is not None:
+            return made
         with self._lock:
             if self._clients is None:
                 self._clients = SdkClients(lambda: self._new_client(False), lambda: self._new_client(True))
