@@ -51,7 +51,7 @@ from flink_agents.runtime.errors import (
 )
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
 from flink_agents.runtime.durability.ids import RunIdentity
-from flink_agents.runtime.execution.memory import StagedMemory, apply_diff
+from flink_agents.runtime.execution.memory import SENSORY_LABEL, StagedMemory, apply_diff
 from flink_agents.runtime.execution.run import Run
 from flink_agents.runtime.execution.state import PendingRecord
 
@@ -152,7 +152,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
         attempt += 1
         ctx = ActionContext(
             run, step, spec,
-            StagedMemory(sensory, "sensory_memory"),
+            StagedMemory(sensory, SENSORY_LABEL),
             StagedMemory(run.state.short_term_memory, "short_term_memory"),
         )
         scope = enter_action(ctx)

@@ -17,9 +17,9 @@ a value the codec cannot carry is a ``TypeError`` naming its memory path at
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from flink_agents.api.memory_object import MemoryObject
+from flink_agents.api.memory_object import MemoryObject, MemoryType
 from flink_agents.api.memory_reference import MemoryRef
 from flink_agents.runtime.durability.codec import DecodeError, decode, encode
 
@@ -77,6 +77,20 @@ def apply_diff(data: Dict[str, Any], diff: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
+SENSORY_LABEL = "sensory_memory"  # StagedMemory.label of the sensory memory
+_REFS: Dict[Tuple[MemoryType, str], MemoryRef] = {}  # frozen: one per path, not one per set
+
+
+def _ref(memory_type: MemoryType, path: str) -> MemoryRef:
+    """The (frozen, shared) reference to ``path`` in ``memory_type``."""
+    ref = _REFS.get((memory_type, path))
+    if ref is None:
+        if len(_REFS) >= 4096:  # paths are few in practice; bound them anyway
+            _REFS.clear()
+        ref = _REFS[(memory_type, path)] = MemoryRef(memory_type=memory_type, path=path)
+    return ref
+
+
 def _join(prefix: str, path: str) -> str:
     if not path or path.startswith(".") or path.endswith(".") or ".." in path:
         raise ValueError(f"invalid memory path {path!r}")
@@ -122,7 +136,7 @@ class MemoryNode(MemoryObject):
         if data.get(full) == OBJECT:
             self._drop_children(data, full)
         data[full] = stored
-        return MemoryRef(path=full)
+        return _ref(MemoryType.SENSORY if self._memory.label == SENSORY_LABEL else MemoryType.SHORT_TERM, full)
 
     def new_object(self, path: str, overwrite: bool = False) -> MemoryObject:
         full = _join(self._prefix, path)
