@@ -268,16 +268,24 @@ def _single_element_bundles(env: StreamExecutionEnvironment) -> None:
     """Run the job's Python functions in bundles of one element, unless the
     job sets a bundle size.
 
-    PyFlink applies the timers a Python function registers asynchronously,
-    and a checkpoint does not wait for those of the bundle it flushes: the
-    checkpoint misses them, and a job restored from it never fires them. The
-    agent operator registers its polling timer in nearly every callback, and
-    that timer is what resubmits a restored key's pending records. With
-    bundles of one element, a registration made in ``process_element`` is
-    applied before the next barrier; one made in ``on_timer`` can still miss
-    a barrier already waiting (flink-python applies queued registrations only
-    when the watermark advances, not before a snapshot), so the operator also
-    keeps a second polling timer ahead (``AgentOperatorFunction._schedule``).
+    flink-python 2.3 (process mode) receives a bundle's timer registrations
+    when the bundle finishes, but applies each as a mailbox mail
+    ("PythonTimerRegistration", ``BeamPythonFunctionRunner``): the flush a
+    checkpoint barrier triggers (``prepareSnapshotPreBarrier`` ->
+    ``invokeFinishBundle``) receives them and the snapshot is taken before
+    they run (only ``advanceWatermark`` calls ``drainUnregisteredTimers``
+    first). The snapshot holds the keyed state the bundle wrote, not its
+    timers, and a job restored from it never fires them. The agent operator
+    registers its polling timer in nearly every callback, and that timer is
+    what resubmits a restored key's pending records
+    (``tools/bench/bundle_timer_restores.py``: with bundles of 1000, each
+    restore lost the keys whose first record came in the bundle its
+    checkpoint cut). With bundles of one element, a registration made in
+    ``process_element`` is applied before the next input, the barrier
+    included; one made in ``on_timer`` (itself a mail) can still miss a
+    barrier already waiting, so the operator also keeps a second polling
+    timer ahead (``KeyedHost._schedule``). docs/performance.md, "Execution
+    mode and bundles".
     """
     from pyflink.util.java_utils import get_j_env_configuration
 
