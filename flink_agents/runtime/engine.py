@@ -28,7 +28,7 @@ from flink_agents.runtime.errors import ActionFailed, JournalUnavailable, Record
 from flink_agents.runtime.scheduling.executors import Executors
 from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_reachable import register_plan_classes
-from flink_agents.runtime.durability.ids import RunIdentity
+from flink_agents.runtime.durability.ids import RunIdentity, key_text
 from flink_agents.runtime.durability.input_digest import input_digest
 from flink_agents.runtime.durability.journal import RunJournal, step_error
 from flink_agents.runtime.durability.shared_store import report_other_journals
@@ -59,6 +59,7 @@ __all__ = ["AgentEngine"]
 register_all(EXTENSIONS)  # features plug into execution/ here (runtime.execution.extensions)
 
 log = logging.getLogger(__name__)
+_KEY_TEXTS_KEPT = 65536  # str keys whose text the engine keeps (AgentEngine._text_of)
 
 
 class AgentEngine:
@@ -127,6 +128,7 @@ class AgentEngine:
         # restored keys carry (``KeyState.journal_id``). Pruning deletes
         # their finished runs and never another journal's.
         self._journal_ids: set[str] = {job_id}
+        self._key_texts: Dict[str, str] = {}  # str key -> key_text (``_text_of``)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
         # (runtime.scheduling.executors).
@@ -264,7 +266,7 @@ class AgentEngine:
         """
         # A retried record continues the run (journal, callbacks, trace) of the seq it replays.
         seq = record.replays if record.replays is not None else record.seq
-        identity = run = RunIdentity(state.journal_id or self.job_id, key, seq)
+        identity = run = RunIdentity(state.journal_id or self.job_id, key, seq, self._text_of(key))
         progress = None if emit_progress is None else RunProgress(
             key, seq, self._counted(emit_progress), prices=self.prices, key_usage=state.usage)
         outputs: List[Any] = []  # emitted once the run finished
@@ -385,6 +387,19 @@ class AgentEngine:
             self.counters.calls_replayed += journal.calls_replayed
         self.counters.records += 1
         await self._maybe_prune()
+
+    def _text_of(self, key: Any) -> str:
+        """``key_text(key)``, kept for str keys (the common case; its JSON
+        text needs a ``json.dumps`` per run otherwise). Only exact ``str``:
+        equal keys of other types (``1``, ``1.0``, ``True``) have other texts."""
+        if type(key) is not str:
+            return key_text(key)
+        text = self._key_texts.get(key)
+        if text is None:
+            if len(self._key_texts) >= _KEY_TEXTS_KEPT:
+                self._key_texts.clear()
+            text = self._key_texts[key] = key_text(key)
+        return text
 
     async def end_cancelled(self, key: Any, state: KeyState, record: PendingRecord,
                             cancelled: RunCancelled) -> Completion:

@@ -169,11 +169,45 @@ def loads(text: str) -> Any:
 
 def round_trip(value: Any, path: str = "value") -> Any:
     """``decode(encode(value))``: what a reader of the encoded value gets.
+    A value of plain JSON data (dicts with str keys not starting with
+    ``$``, lists, str, bool, None, ints under the bound, finite floats),
+    which both passes would only copy, is copied in one pass.
 
     Raises:
         TypeError: As ``encode``.
     """
-    return decode(encode(value, path))
+    try:
+        return _copy_plain(value)
+    except (_NotPlain, RecursionError):  # the codec's own pass says what it makes of it
+        return decode(encode(value, path))
+
+
+class _NotPlain(Exception):
+    """A part of the value needs the codec's tags."""
+
+
+def _copy_plain(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        if -_INT_BOUND < value < _INT_BOUND:
+            return value
+        raise _NotPlain
+    if kind is float:
+        if value - value == 0.0:  # finite
+            return value
+        raise _NotPlain
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str or key[:1] == "$":
+                raise _NotPlain
+            out[key] = _copy_plain(item)
+        return out
+    if kind is list:
+        return [_copy_plain(item) for item in value]
+    raise _NotPlain
 
 
 # --- encoding ---------------------------------------------------------------------

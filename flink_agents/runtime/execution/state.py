@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode
+from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode, round_trip
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.durability.values import decode_value as decode_v1
@@ -42,7 +42,7 @@ def admit(key: Any, seq: int, value: Any, what: str = "input record") -> Any:
             ``key``, ``seq`` and the part's path (``record.items[2]``).
     """
     try:
-        return decode(encode(value, "record"))
+        return round_trip(value, "record")
     except EncodeError as refused:
         raise InputRecordError(what, key, seq, refused.path, refused.reason) from None
 
