@@ -29,7 +29,7 @@ from flink_agents.stores import InMemoryJournalStore, JournalStore, PostgresJour
 from tests.support import host_runs
 from tests.support.chat_turn import ChatSetup, answer, ask
 from tests.support.journal_stores import postgres_schema
-from tests.support.rate_limited_server import RateLimitedChatServer
+from tests.support.rate_limited_server import RateLimitedChatServer, most_in_any_window
 
 WINDOW_S = 1.0
 PER_WINDOW = 10
@@ -75,15 +75,6 @@ def _run_subtasks(engines: List[AgentEngine], records: List[List[Tuple[str, str]
     assert not failures, failures
     return drivers
 
-
-def _max_in_any_window(times: List[float], window_s: float) -> int:
-    times = sorted(times)
-    best, start = 0, 0
-    for end, at in enumerate(times):
-        while times[start] <= at - window_s:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
 
 
 def _rate_per_window(times: List[float]) -> float:
@@ -147,7 +138,7 @@ def test_two_subtasks_never_exceed_the_job_limit_together(kind: str, tmp_path: P
     assert [len(_outputs(driver)) for driver in drivers] == [30, 10]
     assert server.refused == 0
     assert len(answered) == 40
-    assert _max_in_any_window(answered, WINDOW_S) == PER_WINDOW  # the whole limit, never more
+    assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW  # the whole limit, never more
     # Achieved: each window is reopened a call's latency, a claim and a little
     # jitter after it closes, tens of ms, which costs 7-10 % of a 1 s window
     # here (measured 9.0-9.3 per window) and a tenth of that of a real 10 s
@@ -171,7 +162,7 @@ def test_one_busy_subtask_gets_the_whole_job_limit(tmp_path: Path) -> None:
         answered = server.stats()["answered"]
     assert server.refused == 0 and len(answered) == 25
     # More than the subtask scope's share (limit // 2 = 5 per window): the whole limit.
-    assert _max_in_any_window(answered, WINDOW_S) == PER_WINDOW
+    assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW
     assert max(answered) - min(answered) < 3 * WINDOW_S  # 10 + 10 + 5: two windows and a bit
 
 
@@ -188,7 +179,7 @@ def test_the_subtask_scope_leaves_an_idle_subtasks_share_unused(tmp_path: Path) 
                 engine.close()
         answered = server.stats()["answered"]
     assert server.refused == 0 and len(answered) == 10
-    assert _max_in_any_window(answered, WINDOW_S) == PER_WINDOW // 2  # its share only
+    assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW // 2  # its share only
 
 
 def test_jobs_do_not_share_a_window(tmp_path: Path) -> None:

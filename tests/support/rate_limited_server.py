@@ -21,13 +21,21 @@ s], "refused": n}``.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import json
 import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+
+def most_in_any_window(times: List[float], window_s: float) -> int:
+    """The most of ``times`` (seconds, any order) in any half-open window
+    of ``window_s`` seconds: a rate limit's measure."""
+    ordered = sorted(times)
+    return max((bisect.bisect_left(ordered, t + window_s) - i for i, t in enumerate(ordered)), default=0)
 
 
 def review_answer(request: Dict[str, Any]) -> str:

@@ -24,16 +24,8 @@ from flink_agents.runtime.execution.error_policy import ErrorPolicy
 from flink_agents.runtime.execution.metrics import MetricRegistry
 from flink_agents.runtime.features.rate_limits import ConnectionLimiter, Limits, RateLimits, estimate_tokens
 from flink_agents.stores.retry import StoreRetry
+from tests.support.rate_limited_server import most_in_any_window
 
-
-def _max_in_any_window(times: List[float], window_s: float) -> int:
-    times = sorted(times)
-    best, start = 0, 0
-    for end, at in enumerate(times):
-        while times[start] <= at - window_s:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
 
 
 async def _call_many(limiter: ConnectionLimiter, count: int, tokens: int = 0, work_s: float = 0.0) -> List[float]:
@@ -56,7 +48,7 @@ def test_requests_never_exceed_the_window_and_use_all_of_it() -> None:
     began = time.monotonic()
     started = asyncio.run(_call_many(limiter, 25))
     took = time.monotonic() - began
-    assert _max_in_any_window(started, 0.5) == 10
+    assert most_in_any_window(started, 0.5) == 10
     assert 1.0 <= took < 1.4  # 10 at once, 10 after 0.5 s, 5 after 1 s: no slack left unused
 
 

@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from bisect import bisect_left
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -44,7 +43,7 @@ from _common import REPO, machine
 
 from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
-from tests.support.rate_limited_server import RateLimitedChatServer
+from tests.support.rate_limited_server import RateLimitedChatServer, most_in_any_window
 
 SHARED = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -58,12 +57,6 @@ def _serve(per_minute: int, latency_s: float, urls: Any, stop: Any, results: Any
         urls.put(server.base_url)
         stop.wait()
         results.put(server.stats())
-
-
-def most_in_window(times: List[float], window_s: float) -> int:
-    """The most of the sorted ``times`` (seconds) in any half-open window of
-    ``window_s`` seconds."""
-    return max((bisect_left(times, t + window_s) - i for i, t in enumerate(times)), default=0)
 
 
 def _scope_supported() -> bool:
@@ -107,7 +100,7 @@ def _run(setting: str, parallelism: int, args: argparse.Namespace, input_path: P
     answered = sorted(stats["answered"])
     return {
         "wall_s": wall_s, "refused": stats["refused"], "answered": len(answered),
-        "per_minute": most_in_window(answered, 60.0), "per_10s": most_in_window(answered, 10.0),
+        "per_minute": most_in_any_window(answered, 60.0), "per_10s": most_in_any_window(answered, 10.0),
         "span_s": answered[-1] - answered[0] if answered else 0.0,
     }
 
