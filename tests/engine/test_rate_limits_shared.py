@@ -148,37 +148,34 @@ def test_two_subtasks_never_exceed_the_job_limit_together(kind: str, tmp_path: P
     assert sum(waits) >= 40 - PER_WINDOW - 2  # the shared waits are counted
 
 
-def test_one_busy_subtask_gets_the_whole_job_limit(tmp_path: Path) -> None:
+def _one_busy_subtask(tmp_path: Path, scope: str, count: int) -> List[float]:
+    """``count`` records on subtask 0 of two (subtask 1 idle) in ``scope``,
+    on one SQLite file; the server's answer times, after checking that it
+    refused none and answered all."""
     with RateLimitedChatServer(per_minute=LIMIT, latency_s=0.02, window_s=WINDOW_S) as server, \
             _stores("sqlite", tmp_path) as stores:
         agent = _agent(server.base_url)
-        engines = [_engine(agent, store, "job", subtask) for subtask, store in enumerate(stores)]
-        records = [[(f"p{i}", f'{{"id": "p{i}", "review": "r{i}"}}') for i in range(25)], []]  # subtask 1 idle
+        engines = [_engine(agent, store, scope, subtask) for subtask, store in enumerate(stores)]
+        records = [[(f"p{i}", f'{{"id": "p{i}", "review": "r{i}"}}') for i in range(count)], []]
         try:
             _run_subtasks(engines, records)
         finally:
             for engine in engines:
                 engine.close()
         answered = server.stats()["answered"]
-    assert server.refused == 0 and len(answered) == 25
+    assert server.refused == 0 and len(answered) == count
+    return answered
+
+
+def test_one_busy_subtask_gets_the_whole_job_limit(tmp_path: Path) -> None:
+    answered = _one_busy_subtask(tmp_path, "job", 25)
     # More than the subtask scope's share (limit // 2 = 5 per window): the whole limit.
     assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW
     assert max(answered) - min(answered) < 3 * WINDOW_S  # 10 + 10 + 5: two windows and a bit
 
 
 def test_the_subtask_scope_leaves_an_idle_subtasks_share_unused(tmp_path: Path) -> None:
-    with RateLimitedChatServer(per_minute=LIMIT, latency_s=0.02, window_s=WINDOW_S) as server, \
-            _stores("sqlite", tmp_path) as stores:
-        agent = _agent(server.base_url)
-        engines = [_engine(agent, store, "subtask", subtask) for subtask, store in enumerate(stores)]
-        records = [[(f"p{i}", f'{{"id": "p{i}", "review": "r{i}"}}') for i in range(10)], []]
-        try:
-            _run_subtasks(engines, records)
-        finally:
-            for engine in engines:
-                engine.close()
-        answered = server.stats()["answered"]
-    assert server.refused == 0 and len(answered) == 10
+    answered = _one_busy_subtask(tmp_path, "subtask", 10)
     assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW // 2  # its share only
 
 

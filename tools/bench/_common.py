@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -48,3 +50,26 @@ def machine() -> str:
     import os
 
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+@contextlib.contextmanager
+def served(serve: Callable[..., None], *args: Any) -> Iterator[Tuple[str, Callable[[], Dict[str, Any]]]]:
+    """A model server in a spawned process of its own (its threads must not
+    share an interpreter lock with what is measured): ``serve(*args, urls,
+    stop, results)`` puts its base URL on ``urls``, waits for ``stop``, then
+    puts its figures on ``results``. Yields ``(base_url, finish)``;
+    ``finish()`` stops the server and returns its figures."""
+    context = multiprocessing.get_context("spawn")
+    urls, results, stop = context.Queue(), context.Queue(), context.Event()
+    server = context.Process(target=serve, args=(*args, urls, stop, results), daemon=True)
+    server.start()
+
+    def finish() -> Dict[str, Any]:
+        stop.set()
+        return results.get(timeout=30)
+
+    try:
+        yield urls.get(timeout=30), finish
+    finally:
+        stop.set()
+        server.join(timeout=10)

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from _common import REPO, machine
+from _common import REPO, machine, served
 from concurrency import _reviews, _serve
 
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -116,22 +116,14 @@ def _side(name: str, base_url: str, reviews: List[dict], results: Any) -> None:
 
 
 def measure_calls(name: str, reviews: List[dict], latency_s: float) -> Dict[str, float]:
-    context = multiprocessing.get_context("spawn")
-    urls, served, stop = context.Queue(), context.Queue(), context.Event()
-    server = context.Process(target=_serve, args=(latency_s, urls, stop, served), daemon=True)
-    server.start()
-    try:
-        base_url = urls.get(timeout=30)
+    with served(_serve, latency_s) as (base_url, finish):
+        context = multiprocessing.get_context("spawn")
         results = context.Queue()
         side = context.Process(target=_side, args=(name, base_url, reviews, results))
         side.start()
         result = results.get(timeout=600)
         side.join(timeout=30)
-        stop.set()
-        return {**result, **served.get(timeout=30)}
-    finally:
-        stop.set()
-        server.join(timeout=10)
+        return {**result, **finish()}
 
 
 # -- per record --------------------------------------------------------------

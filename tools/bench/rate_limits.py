@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from _common import REPO, machine
+from _common import REPO, machine, served
 
 from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
@@ -67,14 +66,8 @@ def _scope_supported() -> bool:
 
 def _run(setting: str, parallelism: int, args: argparse.Namespace, input_path: Path, work: Path,
          expected: int) -> Dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    urls, results, stop = context.Queue(), context.Queue(), context.Event()
-    server = context.Process(target=_serve, args=(args.limit, args.latency_ms / 1000, urls, stop, results),
-                             daemon=True)
-    server.start()
     output = work / f"{setting}-p{parallelism}.jsonl"
-    try:
-        base_url = urls.get(timeout=30)
+    with served(_serve, args.limit, args.latency_ms / 1000) as (base_url, finish):
         command = [str(PYTHON), "-m", "flink_agents.jobs.review_analysis", "--input", str(input_path),
                    "--output", str(output), "--model", "openai:scripted", "--base-url", base_url,
                    "--max-retries", str(args.max_retries), "--parallelism", str(parallelism),
@@ -87,11 +80,7 @@ def _run(setting: str, parallelism: int, args: argparse.Namespace, input_path: P
         done = subprocess.run(command, env={**child_environment(), "OPENAI_API_KEY": "bench-key"}, cwd=REPO,
                               capture_output=True, text=True, timeout=1800)
         wall_s = time.perf_counter() - started
-        stop.set()
-        stats = results.get(timeout=30)
-    finally:
-        stop.set()
-        server.join(timeout=10)
+        stats = finish()
     if done.returncode != 0:
         raise SystemExit(f"{setting} p={parallelism} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     lines = [line for line in output.read_text(encoding="utf-8").splitlines() if line.strip()]
