@@ -1,5 +1,14 @@
 """Packaging for flink_agents: durable AI agents on stock PyFlink."""
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# flink_agents.__version__ is the one place the version is written.
+_VERSION = re.search(
+    r'^__version__ = "([^"]+)"', (Path(__file__).parent / "flink_agents" / "__init__.py").read_text(encoding="utf-8"),
+    re.M,
+)[1]
 
 _PROVIDER_EXTRAS = {
     "anthropic": ["anthropic>=0.40"],
@@ -33,7 +42,7 @@ _FRAMEWORK_EXTRAS = {
 
 setup(
     name="flink-agents",
-    version="0.1.0",
+    version=_VERSION,
     description="Durable, event-driven AI agents on Apache Flink, in pure Python",
     license="Apache-2.0",
     python_requires=">=3.11,<3.12",  # the Python tested (docs/compatibility.md)
@@ -42,6 +51,7 @@ setup(
     # site-packages); their sample data is not a Python package, so it is
     # listed as package data, not discovered.
     package_data={
+        "flink_agents": ["py.typed"],  # PEP 561: the package ships its type hints
         "flink_agents.jobs": ["data/*.jsonl", "data/NOTICE"],
         # The web inspector's page (flink-agents ui): plain files, no build step.
         "flink_agents.inspection": ["static/*.html", "static/*.js", "static/*.css"],

@@ -175,8 +175,23 @@ def _add_run_yaml(commands: Any) -> None:
     run_yaml.add_argument("--parallelism", type=int, default=1, metavar="N", help="Flink parallelism (--runner flink)")
 
 
+def version_text() -> str:
+    """``flink-agents --version``: this runtime's version and the Flink it
+    runs on (the import package is ``flink_agents``, as Flink Agents')."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from flink_agents import __version__
+
+    try:
+        flink = f"apache-flink {version('apache-flink')}"
+    except PackageNotFoundError:
+        flink = "apache-flink not installed"
+    return f"flink-agents {__version__} (this durable runtime; {flink}; Python {sys.version.split()[0]})"
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flink-agents")
+    parser.add_argument("--version", action="version", version=version_text())
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="compiled agent plans").add_subparsers(dest="plan_command", required=True)
     show = plan.add_parser("show", help="print an agent's plan as JSON (secrets shown as ***)")
