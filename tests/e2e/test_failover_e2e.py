@@ -25,6 +25,7 @@ whole collection again.
 from __future__ import annotations
 
 import hashlib
+import dataclasses
 import json
 import os
 import sys
@@ -405,12 +406,37 @@ def _wait_for_roots(receiver: OtlpReceiver, records: int, timeout_s: float) -> N
         time.sleep(0.2)
 
 
+def _same_span(a: ReceivedSpan, b: ReceivedSpan) -> bool:
+    """The same span, but for ``flink_agents.replayed`` (set when a replay
+    sends what its first attempt's marks do not cover)."""
+    def content(span: ReceivedSpan) -> ReceivedSpan:
+        return dataclasses.replace(
+            span, attributes={k: v for k, v in span.attributes.items() if k != "flink_agents.replayed"})
+
+    return content(a) == content(b)
+
+
 def _check_traces(spans: List[ReceivedSpan], products: Counter) -> None:
     """One trace per record (its key and sequence number): one root, every
-    span's parent in its trace, no span twice, the run's usage its model
-    calls' usage."""
-    ids = Counter(s.span_id for s in spans)
-    assert max(ids.values()) == 1, f"spans exported twice: {[i for i, n in ids.items() if n > 1][:5]}"
+    span's parent in its trace, no two different spans with one id, the
+    run's usage its model calls' usage.
+
+    A span may arrive twice only as the same span: OTLP has no idempotent
+    write, so a worker killed between an export's success and its journal
+    mark sends it again after the restore, with the same id and content
+    (docs/observability.md, "Emitted after commit, once"); a backend keyed
+    by span id shows it once, and so does this check."""
+    by_id: Dict[str, ReceivedSpan] = {}
+    resent = []
+    for span in spans:
+        first = by_id.setdefault(span.span_id, span)
+        if first is not span:
+            assert _same_span(first, span), f"two different spans with id {span.span_id}: {first} and {span}"
+            resent.append(span.span_id)
+    assert len(resent) <= 5, f"{len(resent)} spans sent twice: more than the moment of one crash explains"
+    if resent:
+        print(f"  {len(resent)} span(s) sent again, identical (killed between export and mark): {resent}")
+    spans = list(by_id.values())
     by_trace: Dict[str, List[ReceivedSpan]] = defaultdict(list)
     for span in spans:
         by_trace[span.trace_id].append(span)
