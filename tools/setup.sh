@@ -40,26 +40,35 @@ else
 fi
 
 # --- Python venv ----------------------------------------------------------------
+# Python 3.10 to 3.12 (pyproject.toml's requires-python). The venv takes
+# $FLINK_AGENTS_VENV_PYTHON (e.g. 3.12) if set, else the first of 3.11 (the
+# version the whole suite runs on), 3.12, 3.10 found (tools/find_python.sh).
+# shellcheck source=tools/find_python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_python.sh"
+SUPPORTED_PYTHONS="3.10 3.11 3.12"
+python_minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+
 if [ -x "$VENV/bin/python" ]; then
     step "venv exists: $VENV ($("$VENV/bin/python" --version 2>&1))"
 else
     PYTHON=""
-    for candidate in python3.11 python3; do
-        if command -v "$candidate" >/dev/null 2>&1 && "$candidate" --version >/dev/null 2>&1; then
-            PYTHON="$candidate"
-            break
-        fi
+    for want in ${FLINK_AGENTS_VENV_PYTHON:-3.11 3.12 3.10}; do
+        case " $SUPPORTED_PYTHONS " in
+            *" $want "*) ;;
+            *) die "FLINK_AGENTS_VENV_PYTHON=$want: supported are $SUPPORTED_PYTHONS" ;;
+        esac
+        if PYTHON="$(find_python "$want")"; then break; fi
+        PYTHON=""
     done
-    [ -n "$PYTHON" ] || die "no python3 found; install Python 3.11"
-    if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
-        die "$PYTHON is $("$PYTHON" --version 2>&1); Python 3.11 is required (the version tested: docs/compatibility.md)"
-    fi
+    [ -n "$PYTHON" ] || die "no Python ${FLINK_AGENTS_VENV_PYTHON:-3.10, 3.11 or 3.12} found (tools/find_python.sh says where it looks); install one"
     step "creating venv with $PYTHON ($("$PYTHON" --version 2>&1))"
     "$PYTHON" -m venv "$VENV" || die "'$PYTHON -m venv' failed (on Debian/Ubuntu install the python3-venv package)"
 fi
 
-"$VENV/bin/python" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' \
-    || die "$VENV uses $("$VENV/bin/python" --version 2>&1); Python 3.11 is required (delete .venv and rerun)"
+case " $SUPPORTED_PYTHONS " in
+    *" $(python_minor "$VENV/bin/python") "*) ;;
+    *) die "$VENV uses $("$VENV/bin/python" --version 2>&1); Python 3.10, 3.11 or 3.12 is required (delete .venv and rerun)" ;;
+esac
 
 step "upgrading pip"
 "$VENV/bin/python" -m pip install -qq --upgrade pip </dev/null
@@ -67,7 +76,18 @@ step "upgrading pip"
 # The package accepts apache-flink 1.20 to 2.3; this venv runs the default
 # (the version the whole suite is tested on; tools/test_matrix.sh the others).
 FLINK_VERSION="${FLINK_AGENTS_FLINK_VERSION:-2.3.0}"
-step "installing flink-agents (editable, with test extras) on apache-flink $FLINK_VERSION"
+# This project's distribution was called flink-agents before it took a name of
+# its own; a venv from then has it, and Apache's flink-agents is that name too.
+# Either owns flink_agents beside this one: removed first.
+# (pip runs from /: in the clone it would also see the clone's own metadata.)
+if (cd / && "$VENV/bin/python" -m pip show -qq flink-agents >/dev/null 2>&1); then
+    step "removing the flink-agents distribution (it owns flink_agents too: docs/compatibility.md)"
+    (cd / && "$VENV/bin/python" -m pip uninstall -qq -y flink-agents </dev/null)
+fi
+# The old name's build metadata in the clone: on sys.path in the tests
+# (pytest.ini's pythonpath), it would answer for a flink-agents install.
+rm -rf "$REPO_ROOT/flink_agents.egg-info"
+step "installing flink-agents-runtime (editable, with test extras) on apache-flink $FLINK_VERSION"
 (cd "$REPO_ROOT" && "$VENV/bin/python" -m pip install -qq -e '.[test]' "apache-flink==$FLINK_VERSION" </dev/null)
 
 step "ready: $VENV"

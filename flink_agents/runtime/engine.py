@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Tuple
 
+from flink_agents._pycompat import add_note
 from flink_agents.api.configuration import ConfigurationView, ReadableConfiguration
 from flink_agents.api.core_options import AgentExecutionOptions, RuntimeOptions, validate_options
 from flink_agents.plan.agent_plan import AgentPlan
@@ -320,7 +321,7 @@ class AgentEngine:
             try:
                 journal.keep_failed_run()
             except (Exception, JournalUnavailable) as write_error:
-                parked.add_note(f"keeping its journal failed too: {write_error!r}")
+                add_note(parked, f"keeping its journal failed too: {write_error!r}")
             if self.callbacks is not None:
                 self.callbacks.forget_run(run.key_text, run.seq)
             if trace is not None:
@@ -359,7 +360,7 @@ class AgentEngine:
             except (Exception, JournalUnavailable) as write_error:  # the record fails either way; say both
                 if write_error is not failure.cause:
                     log.warning("could not keep the journal of failed %s: %r", failure, write_error)
-                    failure.add_note(f"keeping its journal failed too: {write_error!r}")
+                    add_note(failure, f"keeping its journal failed too: {write_error!r}")
             if self.callbacks is not None:
                 self.callbacks.forget_run(run.key_text, run.seq)
             if progress is not None:

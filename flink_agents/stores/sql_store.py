@@ -40,6 +40,7 @@ import time
 from contextlib import closing, contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
+from flink_agents._pycompat import add_note
 from flink_agents.stores import _sql, _sql_callbacks, _sql_controls, _sql_rate_window
 from flink_agents.stores._dialect import Dialect
 from flink_agents.stores.callbacks import (
@@ -528,7 +529,8 @@ class SQLJournalStore(JournalStore, CallbackStore, ControlStore, RateWindowStore
             backoff = next(backoffs)
             if now - started + backoff > self.retry.timeout_s:
                 if attempts > 1:
-                    failure.add_note(
+                    add_note(
+                        failure,
                         f"gave up after {attempts} attempts over {now - started:.2f} s "
                         f"(journal.retry.timeout_s = {self.retry.timeout_s:g})"
                     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -26,6 +26,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
 from tests.support.flink_jobs import mini_cluster_env
+from tests.support.pythons import StrEnum
 
 
 class Tier(StrEnum):

@@ -37,6 +37,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.journal import COMPLETION, JournalEntry
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support import host_runs
+from tests.support.pythons import needs_task_group
 
 CALLS: Counter = Counter()  # (function, argument) -> how often it really ran
 FAILURES: Counter = Counter()  # name -> failures still to raise
@@ -275,7 +276,9 @@ def test_action_timeout_mid_commit_retries_with_a_consistent_journal(journals):
 # ---- a failing sibling while the other's commit is in flight ---------------------------------
 
 
-@pytest.mark.parametrize("action", [fan_gather, fan_task_group], ids=["gather", "task_group"])
+@pytest.mark.parametrize(
+    "action", [fan_gather, pytest.param(fan_task_group, marks=needs_task_group)], ids=["gather", "task_group"]
+)
 def test_failing_sibling_mid_commit_retries(journals, action):
     FAILURES["sibling"] = 1
     store = HoldingStore(result_of("call_a"))

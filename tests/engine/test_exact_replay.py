@@ -32,6 +32,7 @@ from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.chat_turn import ChatTurnAgent
 from tests.support.engine_runs import run_record
+from tests.support.pythons import needs_task_group
 
 CALLS: Counter = Counter()  # (function, argument) -> times it really ran
 TICKETS = {"next": 0}
@@ -128,7 +129,9 @@ def _journaled_results(store: InMemoryJournalStore) -> List[str]:
 # ---- 1. positions follow program structure --------------------------------------------------
 
 
-@pytest.mark.parametrize("action", [gather_action, task_group_action], ids=["gather", "task_group"])
+@pytest.mark.parametrize(
+    "action", [gather_action, pytest.param(task_group_action, marks=needs_task_group)], ids=["gather", "task_group"]
+)
 def test_a_crash_at_the_last_call_replays_every_branch_without_calling_again(action: Any) -> None:
     expected = _process(action, InMemoryJournalStore()).outputs
     assert expected == [{"k": "L0+e|L1+e|L2+e"}]

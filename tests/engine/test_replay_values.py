@@ -19,7 +19,7 @@ import datetime as dt
 import json
 import uuid
 from collections import Counter
-from enum import Enum, IntEnum, StrEnum
+from enum import Enum, IntEnum
 from typing import Any, Dict, List
 
 import pytest
@@ -37,6 +37,7 @@ from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support import host_runs
+from tests.support.pythons import StrEnum
 
 CALLS: Counter = Counter()
 CRASH_ONCE: Dict[str, bool] = {"armed": False}

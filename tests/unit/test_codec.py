@@ -11,7 +11,7 @@ import math
 import uuid
 from collections import Counter, OrderedDict, namedtuple
 from decimal import Decimal
-from enum import Enum, Flag, IntEnum, StrEnum
+from enum import Enum, Flag, IntEnum
 from typing import Any, Dict, List, Tuple, Type
 from zoneinfo import ZoneInfo
 
@@ -24,6 +24,7 @@ from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome
 from flink_agents.runtime.errors import ReplayedError
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
+from tests.support.pythons import ExceptionGroup, StrEnum
 
 
 # These tests play the job: the codec reads back classes of its own module

@@ -1,28 +1,141 @@
-"""The wheel holds the flink_agents package only: the bundled jobs are
-``flink_agents.jobs`` with their sample data, and nothing is installed as a
-generic top-level module (a ``jobs`` in site-packages would shadow, or be
-shadowed by, any other project's)."""
+"""The wheel pyproject.toml builds: what it installs and what it declares.
+
+- It holds the flink_agents package only: the bundled jobs are
+  ``flink_agents.jobs`` with their sample data, the web inspector's page and
+  ``py.typed`` ship, and nothing is installed as a generic top-level module (a
+  ``jobs`` in site-packages would shadow, or be shadowed by, any other
+  project's).
+- Its distribution name is our own, not Apache's ``flink-agents`` (both own
+  ``flink_agents``), its version is ``flink_agents.__version__``, and it
+  declares the Pythons tested (3.10 to 3.12).
+- Libraries whose internals the runtime reaches into are bounded above, and
+  Python 3.10 gets the standard library backports it needs.
+
+The wheel is built once, from a copy of the sources (no ``build/`` in the
+clone), with the build backend pyproject.toml names, in-process: no network.
+"""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import zipfile
+from email.message import Message
+from email.parser import Parser
 from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+import flink_agents
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DISTRIBUTION = "flink-agents-runtime"
+APACHE_DISTRIBUTION = "flink-agents"  # Apache Flink Agents' own, on PyPI
 
 
-def test_the_distribution_holds_flink_agents_only_with_the_jobs_sample_data(tmp_path: Path) -> None:
-    # egg_info lists what a wheel or sdist would install (top_level.txt) and
-    # ship (SOURCES.txt), without needing the wheel package or the network.
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO_ROOT / name, src / name)
+    shutil.copytree(REPO_ROOT / "flink_agents", src / "flink_agents", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))", str(out)],
+        cwd=src, capture_output=True, text=True, timeout=300,
     )
     assert built.returncode == 0, built.stdout + built.stderr
-    (info,) = tmp_path.glob("*.egg-info")
-    assert (info / "top_level.txt").read_text().split() == ["flink_agents"]
-    sources = (info / "SOURCES.txt").read_text().split()
-    assert "flink_agents/jobs/review_analysis.py" in sources
-    assert "flink_agents/jobs/data/sample_reviews.jsonl" in sources
-    assert not [s for s in sources if s.startswith("jobs/")]
+    (path,) = out.glob("*.whl")
+    with zipfile.ZipFile(path) as opened:
+        yield opened
+
+
+def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
+    (path,) = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(f".dist-info/{name}")]
+    return wheel.read(path).decode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def metadata(wheel: zipfile.ZipFile) -> Message:
+    return Parser().parsestr(_dist_info(wheel, "METADATA"))
+
+
+def _requirements(metadata: Message) -> Dict[str, List[Requirement]]:
+    found: Dict[str, List[Requirement]] = {}
+    for line in metadata.get_all("Requires-Dist"):
+        requirement = Requirement(line)
+        found.setdefault(requirement.name.lower(), []).append(requirement)
+    return found
+
+
+def test_the_wheel_holds_flink_agents_only_with_its_data_and_type_marker(wheel: zipfile.ZipFile) -> None:
+    names = wheel.namelist()
+    assert {n.split("/")[0] for n in names} == {"flink_agents", "flink_agents_runtime-" + flink_agents.__version__ + ".dist-info"}
+    for shipped in (
+        "flink_agents/py.typed",  # PEP 561
+        "flink_agents/jobs/review_analysis.py",
+        "flink_agents/jobs/data/sample_reviews.jsonl",
+        "flink_agents/jobs/data/NOTICE",
+        "flink_agents/inspection/static/index.html",
+        "flink_agents/_pycompat.py",
+    ):
+        assert shipped in names, shipped
+    assert "flink-agents = flink_agents.cli.main:main" in _dist_info(wheel, "entry_points.txt")
+
+
+def test_the_distribution_has_its_own_name_the_packages_version_and_the_pythons_tested(metadata: Message) -> None:
+    assert metadata["Name"] == DISTRIBUTION != APACHE_DISTRIBUTION
+    assert metadata["Version"] == flink_agents.__version__
+    assert SpecifierSet(metadata["Requires-Python"]) == SpecifierSet(">=3.10,<3.13")
+    python = SpecifierSet(metadata["Requires-Python"])
+    assert [v for v in ("3.9", "3.10", "3.11", "3.12", "3.13") if Version(v) in python] == ["3.10", "3.11", "3.12"]
+    classifiers = metadata.get_all("Classifier")
+    for minor in ("3.10", "3.11", "3.12"):
+        assert f"Programming Language :: Python :: {minor}" in classifiers
+    assert "Typing :: Typed" in classifiers
+    assert metadata["License-Expression"] == "Apache-2.0"
+
+
+# Libraries whose internals the runtime uses (pyproject.toml says which), and
+# the first release not allowed: their next minor release, or the next major
+# where the internals used are documented attributes.
+INTERNALS_BOUNDED = {
+    "apache-flink": "2.4",  # PyFlink's Java handles and type-info fields
+    "aiohttp": "3.15",  # aiohttp.web_protocol.RequestHandler (ingress/protocol.py)
+    "psycopg": "4",  # a Connection subclass the pool connects through
+    "psycopg-pool": "4",
+    "pydantic": "3",  # __pydantic_extra__ / __pydantic_fields_set__ / ...
+}
+
+
+@pytest.mark.parametrize("library", sorted(INTERNALS_BOUNDED))
+def test_a_library_whose_internals_we_use_is_bounded_above(metadata: Message, library: str) -> None:
+    (requirement,) = [r for r in _requirements(metadata)[library] if r.marker is None]
+    first_refused = INTERNALS_BOUNDED[library]
+    major, _, minor = first_refused.partition(".")
+    last_allowed = f"{major}.{int(minor) - 1}.99" if minor else f"{int(major) - 1}.99"
+    assert first_refused not in requirement.specifier, requirement
+    assert last_allowed in requirement.specifier, requirement
+
+
+def test_python_310_gets_the_backports_and_311_does_not_need_them(metadata: Message) -> None:
+    required = _requirements(metadata)
+    for backport in ("exceptiongroup", "async-timeout"):
+        (requirement,) = required[backport]
+        assert requirement.marker is not None
+        assert requirement.marker.evaluate({"python_version": "3.10", "extra": ""})
+        assert not requirement.marker.evaluate({"python_version": "3.11", "extra": ""})
+
+
+def test_google_adk_which_needs_python_311_is_left_out_of_the_aggregate_extras_on_310(metadata: Message) -> None:
+    (adk,) = [r for r in _requirements(metadata)[DISTRIBUTION] if "google-adk" in r.extras]
+    assert adk.marker is not None
+    assert not adk.marker.evaluate({"python_version": "3.10", "extra": "frameworks"})
+    assert adk.marker.evaluate({"python_version": "3.12", "extra": "frameworks"})
+    (own,) = [r for r in _requirements(metadata)["google-adk"]]
+    assert str(own.marker) == 'extra == "google-adk"'  # asked for by name, it fails loudly on 3.10

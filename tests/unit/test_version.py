@@ -1,5 +1,6 @@
 """The runtime says its version: ``flink_agents.__version__``, the installed
-distribution's metadata and ``flink-agents --version`` agree."""
+distribution's metadata (``flink-agents-runtime``, pyproject.toml) and
+``flink-agents --version`` agree."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from flink_agents.cli.main import main
 
 
 def test_the_version_is_the_distributions_and_the_command_prints_it(capsys: pytest.CaptureFixture) -> None:
-    assert flink_agents.__version__ == version("flink-agents")
+    assert flink_agents.__version__ == version("flink-agents-runtime")
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0

@@ -31,6 +31,7 @@ import threading
 from typing import Any, AsyncContextManager, Awaitable, Callable, Tuple, TypeVar
 
 from flink_agents._backoff import backoff_ceiling_s, full_jitter
+from flink_agents._pycompat import TIMEOUT_ERRORS, BaseExceptionGroup
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = ["MCPConnection", "MCPServerUnavailable", "MCPSessionError", "MCPTimeout"]
@@ -283,7 +284,10 @@ class MCPConnection:
         if loop is None:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._drop(self._current), loop).result(timeout_s)
+            try:
+                asyncio.run_coroutine_threadsafe(self._drop(self._current), loop).result(timeout_s)
+            except TIMEOUT_ERRORS as exc:  # concurrent.futures' own class on Python 3.10
+                raise TimeoutError(f"the MCP session did not end within {timeout_s:g} s") from exc
         finally:
             loop.call_soon_threadsafe(loop.stop)
             if thread is not None:

@@ -41,6 +41,8 @@ import contextvars
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
+from flink_agents._pycompat import uncancel
+
 __all__ = ["CallExecution", "run_in_thread", "track_thread"]
 
 T = TypeVar("T")
@@ -142,7 +144,7 @@ async def run_in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             thread.cancelled() or thread.exception()  # retrieved: the outcome is dropped with the cancellation
             raise
         for _ in range(held + 1):  # the execution goes on: it ends with the thread's outcome
-            task.uncancel()
+            uncancel(task)
         return thread.result()
 
 

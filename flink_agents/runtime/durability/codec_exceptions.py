@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List
 
+from flink_agents._pycompat import add_note
 from flink_agents.api.redaction import redact_text
 from flink_agents.runtime.durability import codec, codec_http
 from flink_agents.runtime.durability.codec_classes import EXCEPTION, Kind, resolve_class
@@ -164,7 +165,7 @@ def decode_exception(data: Dict[str, Any], decode: Callable[[Any], Any]) -> Base
         if exc is None or _message(exc) != data["message"]:
             exc = _restore(cls, args, attrs)
     if data.get("dropped"):
-        exc.add_note(f"journaled without: {', '.join(data['dropped'])} (the codec cannot carry them)")
+        add_note(exc, f"journaled without: {', '.join(data['dropped'])} (the codec cannot carry them)")
     return exc
 
 

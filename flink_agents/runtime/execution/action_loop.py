@@ -40,6 +40,7 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Deque, Dict, Tuple
 
+from flink_agents._pycompat import TIMEOUT_ERRORS, expired, timeout
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import enter_action, exit_action
@@ -227,15 +228,15 @@ async def _within_timeout(action: Awaitable[Any], timeout_s: float | None, name:
     first (``RunJournal._commit_async``), so the TimeoutError follows it."""
     if timeout_s is None:
         return await action
-    deadline = asyncio.timeout(timeout_s)
+    deadline = timeout(timeout_s)
     try:
         async with deadline:
             returned = await action
-    except TimeoutError as exc:
-        if not deadline.expired():
+    except TIMEOUT_ERRORS as exc:
+        if not expired(deadline):
             raise  # the action's own TimeoutError
         raise _timed_out(name, timeout_s, run) from exc
-    if deadline.expired():  # it swallowed the cancellation: still too late
+    if expired(deadline):  # it swallowed the cancellation: still too late
         raise _timed_out(name, timeout_s, run)
     return returned
 
