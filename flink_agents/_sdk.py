@@ -2,7 +2,8 @@
 layer: the standard library only; ``flink_agents.integrations.sdk`` re-exports it).
 
 The extras ``anthropic``, ``ollama``, ``tongyi`` and ``all`` of this package
-install the SDK a connection needs (from a checkout: ``pip install -e
+install the SDK a connection needs (``pip install
+'flink-agents-runtime[anthropic]'``; from a checkout ``pip install -e
 '.[anthropic]'``; the name ``flink-agents`` on PyPI is Apache Flink Agents,
 not this project). Without it, the connection fails on first use with an
 ``ImportError`` that names the SDK and the extra, instead of a bare ``No
@@ -34,5 +35,5 @@ def import_sdk(module: str, extra: str, what: str) -> ModuleType:
         raise ImportError(
             f"{what} needs the {module!r} package, which is not installed: pip install {module!r}, "
             f"or install this project with its {extra!r} extra (pip install -e '.[{extra}]' in its "
-            "checkout; '[all]' for every provider)"
+            f"checkout, pip install 'flink-agents-runtime[{extra}]' otherwise; '[all]' for every provider)"
         ) from exc

@@ -3,7 +3,7 @@
 # Starts a throwaway PostgreSQL (tools/postgres.sh) for the journal store tests
 # and exports its DSN as FLINK_AGENTS_POSTGRES_DSN, unless that is already set.
 # Without PostgreSQL those tests skip, except under CI=true, where it is an error.
-# Under CI=true (or FLINK_AGENTS_MATRIX=1) the Flink version matrix follows.
+# Under CI=true (or FLINK_AGENTS_MATRIX=1) the version matrix follows.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,9 +40,10 @@ if [ -z "${FLINK_AGENTS_POSTGRES_DSN:-}" ]; then
     fi
 fi
 
-# The Flink version matrix (tools/test_matrix.sh: 1.20.5 and 2.0.2, each in a
-# cached venv) after the whole suite: under CI=true or FLINK_AGENTS_MATRIX=1,
-# and only for a whole run (no pytest arguments); FLINK_AGENTS_MATRIX=0 skips it.
+# The version matrix (tools/test_matrix.sh: apache-flink 1.20.5 and 2.0.2, and
+# Python 3.12, each in a cached venv) after the whole suite: under CI=true or
+# FLINK_AGENTS_MATRIX=1, and only for a whole run (no pytest arguments);
+# FLINK_AGENTS_MATRIX=0 skips it. Under CI=true a missing Python 3.12 fails it.
 matrix="${FLINK_AGENTS_MATRIX:-}"
 if [ -z "$matrix" ]; then
     [ "${CI:-}" = "true" ] && matrix=1 || matrix=0
@@ -60,5 +61,5 @@ fi
 
 started=$(date +%s)
 "$REPO_ROOT/.venv/bin/python" -m pytest -q "${WHOLE_SUITE[@]}"
-printf '[test] whole suite on apache-flink %s: %d s\n' "$FLINK_VERSION" "$(( $(date +%s) - started ))"
+printf '[test] whole suite on apache-flink %s, %s: %d s\n' "$FLINK_VERSION" "$("$REPO_ROOT/.venv/bin/python" --version 2>&1)" "$(( $(date +%s) - started ))"
 exec bash "$REPO_ROOT/tools/test_matrix.sh"

@@ -14,7 +14,7 @@ journaled, so a restart replays them instead of asking or notifying again.
 Run ``python -m flink_agents.jobs.review_analysis_pydantic_ai --help``.
 ``--model openai:NAME`` talks to any OpenAI-compatible chat-completions
 server (``--base-url``; key from ``OPENAI_API_KEY``, which a server at
-``--base-url`` may do without). Needs ``pip install 'flink-agents[pydantic-ai]'``.
+``--base-url`` may do without). Needs ``pip install 'flink-agents-runtime[pydantic-ai]'``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def main(argv: List[str] | None = None) -> int:
     args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if importlib.util.find_spec("pydantic_ai") is None:
-        print("error: this job needs Pydantic AI: pip install 'flink-agents[pydantic-ai]'", file=sys.stderr)
+        print("error: this job needs Pydantic AI: pip install 'flink-agents-runtime[pydantic-ai]'", file=sys.stderr)
         return 2
     try:
         check_output_path(args.output)

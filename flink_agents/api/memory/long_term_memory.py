@@ -45,7 +45,7 @@ class LongTermMemoryOptions:
 
     class Mem0:
         """Mem0-backed long-term memory, as Flink Agents 0.3.1 (all three
-        must be set; needs ``pip install 'flink-agents[mem0]'``)."""
+        must be set; needs ``pip install 'flink-agents-runtime[mem0]'``)."""
 
         CHAT_MODEL_SETUP = ConfigOption(
             "long-term-memory.mem0.chat-model-setup", str, None,

@@ -2,7 +2,7 @@
 
 One module per framework, each an optional extra (``docs/frameworks.md``):
 
-- ``pydantic_ai`` (``pip install 'flink-agents[pydantic-ai]'``)
+- ``pydantic_ai`` (``pip install 'flink-agents-runtime[pydantic-ai]'``)
 - ``openai_agents`` (``[openai-agents]``)
 - ``langgraph`` (``[langgraph]``)
 - ``google_adk`` (``[google-adk]``)

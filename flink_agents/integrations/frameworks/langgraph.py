@@ -1,4 +1,4 @@
-"""LangGraph graphs run durably inside an action (``pip install 'flink-agents[langgraph]'``).
+"""LangGraph graphs run durably inside an action (``pip install 'flink-agents-runtime[langgraph]'``).
 
 LangGraph does not own the model: a model request is a LangChain chat model
 call inside a graph node, and tools run in a ``ToolNode``. So the building
@@ -94,7 +94,7 @@ try:
     from pydantic import BaseModel
 except ImportError as error:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents[langgraph]'"
+        "flink_agents.integrations.frameworks.langgraph needs LangGraph: pip install 'flink-agents-runtime[langgraph]'"
     ) from error
 
 from flink_agents.runtime.durable import APPROVAL_PURPOSE, INTERRUPT_PURPOSE, Usage, await_review, trust_package

@@ -71,7 +71,7 @@ try:
 except ImportError as error:  # the optional extra is not installed
     raise ImportError(
         "flink_agents.integrations.frameworks.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'flink-agents[openai-agents]'"
+        "pip install 'flink-agents-runtime[openai-agents]'"
     ) from error
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider, ModelTracing

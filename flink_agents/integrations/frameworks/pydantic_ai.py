@@ -441,7 +441,7 @@ def _expect_layout(cache_key: Tuple[object, ...], size: int, what: str) -> None:
     if len(cache_key) != size:
         raise RuntimeError(
             f"pydantic_ai gave a {what} unit a cache key of {len(cache_key)} items, expected {size}: this "
-            "integration supports pydantic-ai-slim 2.68 (pip install 'flink-agents[pydantic-ai]')"
+            "integration supports pydantic-ai-slim 2.68 (pip install 'flink-agents-runtime[pydantic-ai]')"
         )
 
 

@@ -126,7 +126,7 @@ def _exporter(kind: str, env: Mapping[str, str], config: Mapping[str, Any]) -> A
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise ModuleNotFoundError(
-                "traces over OTLP/HTTP need opentelemetry-exporter-otlp-proto-http: pip install 'flink-agents[otel]'"
+                "traces over OTLP/HTTP need opentelemetry-exporter-otlp-proto-http: pip install 'flink-agents-runtime[otel]'"
             ) from None
 
         # Without an endpoint the exporter reads its own default (localhost:4318).
@@ -286,7 +286,7 @@ def open_sink(config: Mapping[str, Any]) -> Optional[OtelSink]:
     except ImportError:
         raise ModuleNotFoundError(
             "tracing is on (OTEL_TRACES_EXPORTER / tracing.exporter) but the OpenTelemetry SDK is not installed: "
-            "pip install 'flink-agents[otel]'") from None
+            "pip install 'flink-agents-runtime[otel]'") from None
     settings = (kind, *(config.get(k) for k in ("tracing.otlp.protocol", "tracing.otlp.endpoint",
                                                 "tracing.service_name", "tracing.export_interval_ms",
                                                 "tracing.otlp.timeout_s")),
