@@ -224,9 +224,12 @@ def test_binding_beyond_loopback_needs_a_chosen_token(tmp_path, monkeypatch):
 def test_the_page_ships_in_the_wheel_and_renders_data_as_text_only():
     import re
 
-    setup = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
-    patterns = re.search(r'"flink_agents\.inspection": \[([^\]]*)\]', setup).group(1)
-    globs = [p.strip().strip('"') for p in patterns.split(",") if p.strip()]
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["flink_agents.inspection"]
     files = sorted(p.relative_to(STATIC_DIR.parent) for p in STATIC_DIR.iterdir())
     assert [str(f) for f in files] == ["static/app.css", "static/app.js", "static/index.html"]
     assert all(any(f.match(g) for g in globs) for f in files)

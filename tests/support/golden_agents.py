@@ -40,7 +40,11 @@ class Barrier:
         self.inside += 1
         if self.inside == self.n:
             self.event.set()
-        await asyncio.wait_for(self.event.wait(), 10)
+        # Waiting in a task of its own, as wait_for did up to Python 3.11 (3.12's
+        # awaits the coroutine directly, so the caller that sets the event ran on
+        # at once): every caller resumes in arrival order on every Python, and
+        # the golden journals hold one completion order.
+        await asyncio.wait_for(asyncio.ensure_future(self.event.wait()), 10)
 
 
 BARRIER = {"now": Barrier(3)}  # a fresh one per run (the agent factories)

@@ -9,6 +9,7 @@ on disk, or a download). The schemes are Flink Agents 0.3.1's Python ones:
 
 from __future__ import annotations
 
+import importlib
 import importlib.resources
 import shutil
 import tempfile
@@ -120,11 +121,14 @@ def _open_package(params: Mapping[str, str]) -> SkillRoot:
     resource = _require(params, "package", "resource")
     origin = f"package:{package}/{resource}"
     try:
-        found = importlib.resources.files(package).joinpath(resource)
+        module = importlib.import_module(package)
     except ImportError as exc:
         raise SkillSourceError(f"{origin}: package {package!r} cannot be imported ({exc})") from None
-    except TypeError as exc:  # a module, not a package
-        raise SkillSourceError(f"{origin}: {package!r} is not a package ({exc})") from None
+    # A module, not a package: refused on every Python (from 3.12 files() would
+    # take the directory of the module's own package instead).
+    if not hasattr(module, "__path__"):
+        raise SkillSourceError(f"{origin}: {package!r} is not a package (a module: {module.__name__})")
+    found = importlib.resources.files(module).joinpath(resource)
     if isinstance(found, Path):  # a package installed as files: read in place
         if found.is_dir():
             return SkillRoot(directory=found.resolve(), origin=origin)
