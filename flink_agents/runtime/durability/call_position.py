@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import sys
 from typing import Any, Callable, Dict, Iterator, Tuple
 
 __all__ = [
@@ -147,8 +148,21 @@ def _scoped_factory(previous: Callable[..., Any] | None) -> Callable[..., Any]:
             return previous(loop, coro, context=context)
         return asyncio.Task(coro, loop=loop, context=context)
 
-    factory._flink_agents_scoped = True  # type: ignore[attr-defined]
-    return factory
+    def factory_310(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+        # Python 3.10: no context argument (to the factory or to Task); a task
+        # copies the context it is created in, so the child scope is set in the
+        # creator's context just for the creation.
+        parent = _SCOPE.get(None)
+        token = _SCOPE.set(parent.child()) if parent is not None else None
+        try:
+            return previous(loop, coro) if previous is not None else asyncio.Task(coro, loop=loop)
+        finally:
+            if token is not None:
+                _SCOPE.reset(token)
+
+    made = factory if sys.version_info >= (3, 11) else factory_310
+    made._flink_agents_scoped = True  # type: ignore[attr-defined]
+    return made
 
 
 def position(owner: Any, step: str, kind: str) -> Tuple[str, int]:
