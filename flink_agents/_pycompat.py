@@ -51,7 +51,7 @@ if sys.version_info >= (3, 11):
     def uncancel(task: "asyncio.Task[Any]") -> None:
         """``task.uncancel()``: one cancellation request withdrawn."""
         task.uncancel()
-else:  # pragma: no cover - exercised by the 3.10 runs (tools/test_matrix.sh)
+else:  # Python 3.10 (FLINK_MATRIX_PYTHONS=3.10 bash tools/test_matrix.sh runs it)
     import async_timeout
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
