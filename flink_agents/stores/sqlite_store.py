@@ -181,7 +181,7 @@ class SQLiteDialect(Dialect):
             return JournalUnavailableError
         if not isinstance(error, sqlite3.Error):
             return None
-        code = getattr(error, "sqlite_errorcode", None)
+        code = _error_code(error)
         if code is None:
             return JournalUnavailableError if isinstance(error, sqlite3.OperationalError) else JournalStoreError
         if code == _SQLITE_READONLY_DBMOVED:
@@ -280,7 +280,7 @@ class SQLiteDialect(Dialect):
             connection.file_id = (opened.st_dev, opened.st_ino)
         except sqlite3.DatabaseError as error:
             connection.close()
-            if getattr(error, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_NOTADB", 26):
+            if _error_code(error) == getattr(sqlite3, "SQLITE_NOTADB", 26):
                 raise JournalSchemaError(f"{self.path} is not an SQLite database") from error
             raise
         except BaseException:
@@ -368,7 +368,8 @@ class _Connection(sqlite3.Connection):
     file_id: Optional[Tuple[int, int]] = None
 
 
-# SQLite primary result codes (sqlite3 exposes them only from Python 3.11).
+# SQLite primary result codes (sqlite3 exposes them only from Python 3.11;
+# _error_code reads them from the message on 3.10).
 _UNAVAILABLE_CODES = frozenset({5, 6, 10, 13, 14, 15})  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL
 _CORRUPT_CODES = frozenset({11, 26})  # CORRUPT NOTADB
 _SQLITE_READONLY_DBMOVED = 8 | (4 << 8)
@@ -425,8 +426,28 @@ def _has_all(connection: sqlite3.Connection, names: Tuple[str, ...]) -> bool:
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     """Whether ``error`` is SQLITE_BUSY or SQLITE_LOCKED (any extended code).
 
-    Python < 3.11 does not expose the code; every ``OperationalError`` then
-    counts as busy (the callers retry for a bounded time only).
+    An ``OperationalError`` whose code is unknown (``_error_code``) counts as
+    busy (the callers retry for a bounded time only).
     """
-    code = getattr(error, "sqlite_errorcode", None)
+    code = _error_code(error)
     return code is None or code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+# SQLite's own text for a primary result code (sqlite3_errstr), which begins
+# the message of an error Python 3.10's sqlite3 raises without the code.
+_CODE_OF_MESSAGE = (
+    ("database is locked", 5), ("database table is locked", 6), ("attempt to write a readonly database", 8),
+    ("disk I/O error", 10), ("database disk image is malformed", 11), ("database or disk is full", 13),
+    ("unable to open database file", 14), ("locking protocol", 15), ("file is not a database", 26),
+)
+
+
+def _error_code(error: sqlite3.Error) -> Optional[int]:
+    """SQLite's (extended) result code of ``error``: ``sqlite_errorcode`` from
+    Python 3.11; on 3.10 the primary code its message begins with (so no
+    extended code, e.g. no SQLITE_READONLY_DBMOVED), or None."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code)
+    message = str(error)
+    return next((code for text, code in _CODE_OF_MESSAGE if message.startswith(text)), None)

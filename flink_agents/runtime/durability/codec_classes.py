@@ -73,6 +73,8 @@ _LOCK = threading.Lock()
 # beside the standard library's. The runtime's own, always; the job's, as
 # found or registered.
 _TRUSTED: Set[str] = {"flink_agents", "pydantic", "pydantic_core"}
+if sys.version_info < (3, 11):  # 3.11's builtin ExceptionGroup, backported (flink_agents._pycompat)
+    _TRUSTED.add("exceptiongroup")
 _STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
 _ROW = "pyflink.common.types:Row"
 
