@@ -18,9 +18,9 @@ few lines:
 - ``add_note(exc, note)``: ``BaseException.add_note`` from 3.11; on 3.10 the
   same ``__notes__`` list (printed under the traceback once ``exceptiongroup``
   is imported, which this module does).
-- ``uncancel(task)``: ``Task.uncancel`` from 3.11. A no-op on 3.10, whose tasks
-  keep no count of cancellation requests: a ``CancelledError`` caught and
-  not re-raised leaves nothing to undo.
+- ``uncancel(task)``: ``Task.uncancel`` from 3.11 (the requests left). On 3.10,
+  whose tasks keep no count of cancellation requests, 0: a ``CancelledError``
+  caught and not re-raised leaves nothing to undo.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ if sys.version_info >= (3, 11):
         """``exc.add_note(note)``."""
         exc.add_note(note)
 
-    def uncancel(task: "asyncio.Task[Any]") -> None:
-        """``task.uncancel()``: one cancellation request withdrawn."""
-        task.uncancel()
+    def uncancel(task: "asyncio.Task[Any]") -> int:
+        """``task.uncancel()``: one cancellation request withdrawn; how many remain."""
+        return task.uncancel()
 else:  # Python 3.10 (FLINK_MATRIX_PYTHONS=3.10 bash tools/test_matrix.sh runs it)
     import async_timeout
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -73,8 +73,9 @@ else:  # Python 3.10 (FLINK_MATRIX_PYTHONS=3.10 bash tools/test_matrix.sh runs i
         else:
             notes.append(note)
 
-    def uncancel(task: "asyncio.Task[Any]") -> None:
-        """Nothing to withdraw on 3.10 (module docstring)."""
+    def uncancel(task: "asyncio.Task[Any]") -> int:
+        """Nothing to withdraw on 3.10 (module docstring): 0 remain."""
+        return 0
 
 
 TIMEOUT_ERRORS: Tuple[Type[BaseException], ...] = tuple(

@@ -43,6 +43,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Tuple
 
+from flink_agents._pycompat import uncancel
 from flink_agents.runtime.durability.ids import key_text
 from flink_agents.runtime.errors import RunCancelled
 from flink_agents.runtime.execution.completion import Completion
@@ -474,7 +475,7 @@ class KeyRunner:
                 key, worker.state, record, self._progress_sink(key, worker) if self._engine.progress_enabled else None)
         except asyncio.CancelledError:
             cancel = worker.cancels.pop(record.seq, None)
-            if cancel is None or current is None or current.uncancel() > 0:
+            if cancel is None or current is None or uncancel(current) > 0:
                 raise
             return await self._cancelled(key, worker, record, cancel)
         except BaseException as exc:  # handed to the host, which fails the job
