@@ -489,6 +489,13 @@ class RunJournal:
                 settled.set_result(None)
 
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
+        if not self._store.blocking_io:
+            # A store answering from memory writes in place: a worker thread's
+            # hop (submit, wake, GIL hand-over, the loop's self-pipe) costs
+            # more CPU than the write. ``land`` still runs as a loop callback,
+            # so what waits for ``settled`` sees the same order of events.
+            write()
+            return settled
         try:
             if self._executors is not None:
                 self._executors.io_future(write)
