@@ -92,8 +92,9 @@ def _payment_agent(mode: str, reconciler: Callable[[str], Callable[[], Any]] | N
     return agent
 
 
-def _process(store: InMemoryJournalStore, agent: Agent, value: Any = "o1") -> LocalDriver:
-    engine = AgentEngine(AgentPlan.from_agent(agent), {}, job_id="job", store=store)
+def _process(store: InMemoryJournalStore, agent: Agent, value: Any = "o1",
+             config: Dict[str, Any] | None = None) -> LocalDriver:
+    engine = AgentEngine(AgentPlan.from_agent(agent), dict(config or {}), job_id="job", store=store)
     driver = LocalDriver()
     try:
         host_runs.process(engine, driver, "key", value)
@@ -256,3 +257,37 @@ def test_a_reconciler_that_is_not_a_zero_argument_callable_is_refused_on_the_fir
     assert isinstance(failed.value.cause, TypeError)
     assert "submit_payment" in str(failed.value.cause) and "reconciler" in str(failed.value.cause)
     assert CALLS["submit"] == 0
+
+
+def test_a_follower_sees_the_call_start_and_after_a_failover_the_reconciled_result():
+    store = InMemoryJournalStore()
+    _crash_before_the_outcome(store)
+    with pytest.raises(Crash):
+        _process(store, _payment_agent("sync"), config={"progress.enabled": True})
+    store.before_append = None
+    recovered = _process(store, _payment_agent("sync"), config={"progress.enabled": True})
+
+    calls = [(r["kind"], r.get("result"), bool(r.get("replayed"))) for r in recovered.progress
+             if r["kind"] in ("call_started", "call_result")]
+    assert calls == [("call_started", None, True), ("call_result", "pay-o1-1", False)]
+    started = next(r for r in recovered.progress if r["kind"] == "call_started")
+    assert started["function"].endswith(":submit_payment") and started["step"] == "pay@0"
+
+
+def test_a_reconciled_call_is_one_span_and_its_mark_none(monkeypatch: pytest.MonkeyPatch):
+    from flink_agents.runtime.features.otel_export import flush_all
+    from tests.support.otlp_receiver import OtlpReceiver
+
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with OtlpReceiver() as receiver:
+        config = {"tracing.exporter": "otlp", "tracing.otlp.endpoint": receiver.endpoint}
+        store = InMemoryJournalStore()
+        _crash_before_the_outcome(store)
+        with pytest.raises(Crash):
+            _process(store, _payment_agent("sync"), config=config)
+        store.before_append = None
+        _process(store, _payment_agent("sync"), config=config)
+        assert flush_all(10)
+        calls = [s for s in receiver.spans if s.attributes.get("flink_agents.step") == "pay@0"
+                 and s.attributes.get("flink_agents.ordinal") == 0]
+    assert len(calls) == 1 and calls[0].end_ns > calls[0].start_ns
