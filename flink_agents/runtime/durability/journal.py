@@ -22,7 +22,9 @@ Every store write of a run is issued here, and only at these commit points
 (other modules ask for them by name; ``tests/unit/test_layers.py`` holds it):
 
 1. ``call`` / ``call_sync``: before a call that is not in the journal starts,
-   if anything is buffered (``_commit_through``);
+   if anything is buffered (``_commit_through``); a call with a reconciler
+   buffers its started mark first (``call_started``), so this write always
+   happens for it;
 2. ``call``: a result that lands while siblings run (group commit, above);
 3. ``prepare_retry``: before a failed step runs again (one write, with the
    step's failed-attempts count);
@@ -42,6 +44,11 @@ and one with a round of N parallel tool calls between four and N + 3 times,
 by how the results land (within 5 ms of each other: 4; each apart: N + 3).
 A framework turn (``integrations.frameworks``) journals its model requests
 and tool calls through ``call`` the same way: the same counts.
+
+A call with a reconciler (Flink Agents 0.3.1's ``reconciler=``) whose
+started mark an earlier process journaled, without an outcome, is not run:
+its reconciler is, and what it returns or raises is journaled as the call's
+outcome (``call_started``; the reconciler is the one the caller passes now).
 
 Positions ``(step, ordinal)`` follow the program's structure, not timing
 (``runtime.durability.call_position``). A replayed call whose function id or argument
