@@ -27,6 +27,7 @@ from tests.support import host_runs
 
 CALLS: Counter = Counter()  # what really ran, across engines
 PAYMENTS: Dict[str, str] = {}  # the outside system: order id -> payment id
+ENGINES: List[AgentEngine] = []  # the engines of the test, for their counters
 
 
 class Crash(BaseException):
@@ -37,6 +38,7 @@ class Crash(BaseException):
 def _reset():
     CALLS.clear()
     PAYMENTS.clear()
+    ENGINES.clear()
     yield
     CALLS.clear()
     PAYMENTS.clear()
@@ -95,6 +97,7 @@ def _payment_agent(mode: str, reconciler: Callable[[str], Callable[[], Any]] | N
 def _process(store: InMemoryJournalStore, agent: Agent, value: Any = "o1",
              config: Dict[str, Any] | None = None) -> LocalDriver:
     engine = AgentEngine(AgentPlan.from_agent(agent), dict(config or {}), job_id="job", store=store)
+    ENGINES.append(engine)
     driver = LocalDriver()
     try:
         host_runs.process(engine, driver, "key", value)
@@ -153,6 +156,7 @@ def test_after_a_crash_between_mark_and_outcome_the_reconciler_answers_once_and_
     recovered = _process(store, _payment_agent(mode))
     assert recovered.outputs == [{"key": "pay-o1-1"}]  # what the outside system holds
     assert CALLS == Counter({"submit": 1, "reconcile": 1})  # not paid twice; asked exactly once
+    assert ENGINES[-1].counters.calls_reconciled == 1 and ENGINES[-1].counters.calls_executed == 0
     (outcome,) = _call_entries(store)
     assert not is_started(outcome)  # the reconciler's answer is journaled as the call's result
 
