@@ -295,3 +295,19 @@ def test_a_reconciled_call_is_one_span_and_its_mark_none(monkeypatch: pytest.Mon
         calls = [s for s in receiver.spans if s.attributes.get("flink_agents.step") == "pay@0"
                  and s.attributes.get("flink_agents.ordinal") == 0]
     assert len(calls) == 1 and calls[0].end_ns > calls[0].start_ns
+
+
+def test_a_reconciler_answer_the_journal_cannot_keep_fails_naming_the_reconciler_and_the_call():
+    store = InMemoryJournalStore()
+    _crash_before_the_outcome(store)
+    with pytest.raises(Crash):
+        _process(store, _payment_agent("sync"))
+    store.before_append = None
+
+    with pytest.raises(ActionFailed) as failed:
+        _process(store, _payment_agent("sync", reconciler=lambda order: lambda: object()))
+    cause = failed.value.cause
+    assert isinstance(cause, TypeError)
+    assert str(cause).startswith("the reconciler of durable call ") and "submit_payment at pay@0 #0" in str(cause)
+    (mark,) = _call_entries(store)
+    assert is_started(mark)  # nothing was journaled in its place: a fixed reconciler is asked again
