@@ -9,16 +9,16 @@ from typing import Iterable, List
 __all__ = ["close_matches", "did_you_mean"]
 
 
-def close_matches(word: str, choices: Iterable[str], n: int = 3) -> List[str]:
+def close_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> List[str]:
     """The up to ``n`` names of ``choices`` closest to ``word`` (difflib's
-    ratio >= 0.6, the closest first); [] when none is close."""
-    return difflib.get_close_matches(word, sorted(set(choices)), n=n, cutoff=0.6)
+    similarity ratio >= ``cutoff``, the closest first); [] when none is close."""
+    return difflib.get_close_matches(word, sorted(set(choices)), n=n, cutoff=cutoff)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """``"; did you mean 'x'?"`` (or ``'x' or 'y'``) for the names of
-    ``choices`` close to ``word``, else ``""``: a suffix for an error message."""
-    matches = close_matches(word, choices)
+    """``"; did you mean 'x'?"`` (or ``'x' or 'y'``: the two closest) for the
+    names of ``choices`` close to ``word``, else ``""``: a suffix for a message."""
+    matches = close_matches(word, choices, n=2)
     if not matches:
         return ""
     return "; did you mean " + " or ".join(repr(m) for m in matches) + "?"
