@@ -36,7 +36,7 @@ _MARK = re.compile(r"<!--\s*(fragment|file)\s*:\s*(.*?)\s*-->\s*$")
 
 # Fragments are allowed, but each one is a snippet a reader cannot paste and
 # run; this bound makes adding one a decision.
-MAX_FRAGMENTS = 10
+MAX_FRAGMENTS = 6
 
 
 @dataclass(frozen=True)
