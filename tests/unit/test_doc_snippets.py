@@ -89,12 +89,37 @@ _OLLAMA_SCRIPTS = {
 }
 
 
-def _script_for(block: Block):
+# What a block's comments promise, checked on the names it leaves behind.
+def _react_answer(ns: dict) -> None:
+    # The registered tools ran: their results went back to the model.
+    tool_results = [m["content"] for m in ns["__model_requests__"][-1]["messages"] if m["role"] == "tool"]
+    assert tool_results == ["5", "20"], tool_results
+    assert [{key: value.model_dump() for key, value in out.items()} for out in ns["outputs"]] == [
+        {"q1": {"result": 20}}]
+
+
+_CHECKS = {
+    ("README.md", "class CountingAgent(Agent):"): lambda ns: _assert_equal(
+        ns["outputs"], [{"a": {"value": 1, "seen": 1}}, {"a": {"value": 2, "seen": 2}}]),
+    ("docs/providers.md", "agent = ReActAgent("): _react_answer,
+    ("docs/tools_and_retrieval.md", "class FactAgent(Agent):"): lambda ns: _assert_equal(
+        ns["outputs"][-1]["p1"][0], ("the lid cracks in the dishwasher", {"source": "r17"})),
+    ("docs/yaml_agents.md", 'env.load_yaml("review_agent.yaml")'): lambda ns: _assert_equal(
+        sorted(key for out in ns["outputs"] for key in out), ["B00A1", "B00A2"]),
+}
+
+
+def _assert_equal(actual, expected) -> None:
+    assert actual == expected
+
+
+def _keyed(table: dict, block: Block):
     page = str(block.page.relative_to(ROOT))
-    for (script_page, needle), replies in _OLLAMA_SCRIPTS.items():
-        if script_page == page and needle in block.code:
-            return replies
-    return None
+    return next((value for (p, needle), value in table.items() if p == page and needle in block.code), None)
+
+
+def _script_for(block: Block):
+    return _keyed(_OLLAMA_SCRIPTS, block)
 
 
 def _declared_files(page: Path) -> Dict[str, str]:
@@ -108,8 +133,8 @@ def test_the_pages_have_python_blocks_and_few_fragments():
         assert len(block.mark_arg) >= 10, f"{block.name}: a fragment mark says why the block cannot run alone"
 
 
-def test_every_model_script_names_a_block():
-    for (page, needle) in _OLLAMA_SCRIPTS:
+def test_every_model_script_and_check_names_a_block():
+    for (page, needle) in [*_OLLAMA_SCRIPTS, *_CHECKS]:
         assert any(str(b.page.relative_to(ROOT)) == page and needle in b.code for b in RUNNABLE), (page, needle)
 
 
@@ -121,14 +146,18 @@ def test_python_block_runs_as_written(block: Block, tmp_path, monkeypatch, capsy
     script = _script_for(block)
     # A module of its own, as a script is: classes it defines are importable
     # by 'module:qualname', which the journal's codec requires.
-    module = types.ModuleType(f"doc_snippet_{abs(hash(block.name))}")
+    module = types.ModuleType("doc_snippet_" + re.sub(r"\W", "_", block.name))
     module.__file__ = str(tmp_path / "snippet.py")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     code = compile(block.code, block.name, "exec")
     if script is None:
         exec(code, module.__dict__)
-        return
-    with OllamaScriptedServer(script()) as server:
-        monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)
-        exec(code, module.__dict__)
-        assert len(server.sent) == len(server.replies), "the block did not run the scripted model conversation"
+    else:
+        with OllamaScriptedServer(script()) as server:
+            monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)
+            exec(code, module.__dict__)
+            assert len(server.sent) == len(server.replies), "the block did not run the scripted model conversation"
+            module.__dict__["__model_requests__"] = list(server.requests)
+    check = _keyed(_CHECKS, block)
+    if check is not None:
+        check(module.__dict__)
