@@ -24,9 +24,11 @@ journals into its own stores (``RuntimeOptions.JOURNAL_STORE``).
 from __future__ import annotations
 
 import functools
+import warnings
 from enum import Enum
-from typing import Any, Dict, FrozenSet, Mapping, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Tuple
 
+from flink_agents._suggest import close_matches
 from flink_agents.api._prices import parse_prices
 from flink_agents.api.configuration import ConfigAlias, ConfigOption, ReadableConfiguration, readable
 
@@ -36,10 +38,12 @@ __all__ = [
     "ErrorHandlingStrategy",
     "EventLogLevel",
     "LoggerType",
+    "MisspeltConfigKeyWarning",
     "RuntimeOptions",
     "ShortTermMemoryTtlUpdate",
     "ShortTermMemoryTtlVisibility",
     "all_options",
+    "misspelt_keys",
     "spellings_of",
     "validate_options",
 ]
@@ -577,6 +581,11 @@ def validate_options(config: Mapping[str, Any]) -> ReadableConfiguration:
     Returns:
         ``config`` as a ``ReadableConfiguration``.
 
+    Warns:
+        MisspeltConfigKeyWarning: For each key that is no option but close
+            to one (``misspelt_keys``), naming it and the likely options; the
+            key is kept, as Flink Agents 0.3.1 keeps unknown keys.
+
     Raises:
         ValueError: The first option whose value does not convert, fails its
             check, or is set under two spellings to different values (the
@@ -585,4 +594,76 @@ def validate_options(config: Mapping[str, Any]) -> ReadableConfiguration:
     view = readable(config)
     for _, _, option in all_options():
         view.get_optional(option)
+    # One call site, one message per key: Python's default warning filter
+    # shows it once per process, though every operator and engine validates.
+    for key, matches in misspelt_keys(view).items():
+        warnings.warn(MisspeltConfigKeyWarning(
+            f"agent configuration key {key!r} is not an option; did you mean "
+            + " or ".join(repr(m) for m in matches)
+            + "? (kept as given: Flink Agents 0.3.1 keeps keys it does not know, for the job's own code)"
+        ))
     return view
+
+
+class MisspeltConfigKeyWarning(UserWarning):
+    """An agent configuration key that is no declared option but close to
+    one (``validate_options``): most likely a typo that leaves the option at
+    its default. A warning, not an error: Flink Agents 0.3.1 accepts any key
+    (a job's own code may read its own keys with ``get_str``)."""
+
+
+def _known_keys() -> Tuple[FrozenSet[str], Tuple[str, ...]]:
+    """Every declared spelling (these options, and long-term memory's), and
+    the keys of ``dict`` options, whose flat sub-keys (``rate_limits.<connection>.<limit>``)
+    are theirs too."""
+    from flink_agents.api.memory.long_term_memory import LongTermMemoryOptions
+
+    options = [option for _, _, option in all_options()]
+    options += [LongTermMemoryOptions.VECTOR_STORE, *(
+        value for value in vars(LongTermMemoryOptions.Mem0).values() if isinstance(value, ConfigOption))]
+    keys = frozenset(key for option in options for key in option.keys)
+    prefixes = tuple(option.key for option in options if option.get_type() is dict)
+    return keys, prefixes
+
+
+# Stricter than difflib's 0.6: a job's own short keys ("limit") must not be
+# taken for an option ("rate_limits"); a typo of a key of 8+ characters (a
+# letter dropped, swapped or doubled) stays above it.
+_KEY_CUTOFF = 0.8
+
+
+def _is_sub_key(key: str, prefix: str) -> bool:
+    """A flat key of a ``dict`` option: ``prefix.<name>.<field>`` (a name
+    may itself hold dots, ``usage.prices.gpt-4.1.input``)."""
+    return key.startswith(prefix + ".") and key[len(prefix) + 1:].count(".") >= 1
+
+
+def _under_prefix(key: str, prefix: str) -> str | None:
+    """``key`` with its head corrected to ``prefix`` when the head (as many
+    dotted parts as ``prefix`` has) is close to it and a sub-key follows."""
+    width = prefix.count(".") + 1
+    parts = key.split(".")
+    if len(parts) <= width + 1 or not close_matches(".".join(parts[:width]), [prefix], cutoff=_KEY_CUTOFF):
+        return None
+    return ".".join([prefix, *parts[width:]])
+
+
+def misspelt_keys(keys: Iterable[str]) -> Dict[str, List[str]]:
+    """The keys of ``keys`` that name no option but are close to one (by
+    ``difflib``), each with the up to two options it is closest to. A key
+    under a ``dict`` option (``rate_limits.openai.tokens_per_minute``) is
+    known; one whose head is close to such an option
+    (``rate_limit.openai.tokens_per_minute``) is suggested with the head
+    corrected. Keys close to nothing (a job's own keys) are not reported.
+    """
+    known, prefixes = _known_keys()
+    found: Dict[str, List[str]] = {}
+    for key in keys:
+        key = str(key)
+        if key in known or any(_is_sub_key(key, prefix) for prefix in prefixes):
+            continue
+        corrected = [fixed for fixed in (_under_prefix(key, prefix) for prefix in prefixes) if fixed]
+        matches = corrected[:1] or close_matches(key, known, n=2, cutoff=_KEY_CUTOFF)
+        if matches:
+            found[key] = matches
+    return found

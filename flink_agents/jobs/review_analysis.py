@@ -46,6 +46,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
 __all__ = ["ReviewAnalysisAgent", "main", "product_id_of", "run_on_flink", "run_locally"]
@@ -394,10 +395,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.review_analysis",
-        description=__doc__.split("\n")[0],
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
+    parser = job_parser(
+        "flink_agents.jobs.review_analysis", __doc__, prog,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="API keys come from the environment: " + ", ".join(
             f"{variable} ({provider}:)" for provider, (_, _, variable) in PROVIDERS.items() if variable
@@ -457,11 +457,12 @@ def failure_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (default ``python -m flink_agents.jobs.review_analysis``)."""
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_output_path(args.output)

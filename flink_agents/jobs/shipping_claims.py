@@ -59,6 +59,7 @@ from flink_agents.api.callbacks import (
 )
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
 from flink_agents.jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
 from flink_agents.jobs.review_records import ProductReview, read_reviews
@@ -332,11 +333,11 @@ def _claim_timeout(text: str) -> float:
     return value
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
     from flink_agents.jobs.review_analysis import positive_int
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
+    parser = job_parser(
+        "flink_agents.jobs.shipping_claims", __doc__, prog, epilog="docs/callbacks.md describes the job.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
@@ -375,12 +376,14 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
     return {"claims": len(claims), **{state: claims.count(state) for state in ("approved", "rejected", "timed_out")}}
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (the ``flink-agents run`` form; default the
+    ``python -m`` form)."""
     from flink_agents.jobs.review_analysis import failure_summary
     from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_output_path(args.output)

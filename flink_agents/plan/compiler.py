@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from pydantic import BaseModel, ValidationError
 
+from flink_agents._suggest import did_you_mean
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
 from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
@@ -33,6 +34,14 @@ log = logging.getLogger(__name__)
 
 # Built-in actions: name -> (module, function, event types). Named, not
 # imported: the plan layer does not depend on the runtime.
+# How to make a name a setup refers to known: 0.3.1's registration calls.
+_REGISTER_HINT = {
+    "tools": "register it as a tool: a @tool method of the agent, or "
+             "env.add_resource(name, ResourceType.TOOL, Tool.from_callable(fn))",
+    "prompt": "register it as a prompt: a @prompt method of the agent, or "
+              "env.add_resource(name, ResourceType.PROMPT, Prompt.from_text(...))",
+}
+
 _BUILTIN_ACTIONS: Dict[str, Tuple[str, str, List[str]]] = {
     "_chat_model_action": (
         "flink_agents.runtime.builtin_actions",
@@ -326,6 +335,7 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
                     raise PlanError(
                         f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "
                         f"which is not a {target_type.value} resource (known: {sorted(known)})"
+                        f"{did_you_mean(ref, known)}; {_REGISTER_HINT[arg]}"
                     )
 
 

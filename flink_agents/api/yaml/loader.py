@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence, Tuple
 
 from pydantic import BaseModel
 
+from flink_agents._suggest import did_you_mean
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage
 from flink_agents.api.function import PythonFunction
@@ -168,7 +169,8 @@ class _Builder:
                 if key not in settings:
                     raise self.source.error(
                         loc + (key,),
-                        f"unknown key for {cls.__name__} (its settings: {', '.join(sorted(settings))})",
+                        f"unknown key for {cls.__name__} (its settings: {', '.join(sorted(settings))})"
+                        f"{did_you_mean(key, settings)}",
                     )
 
     def tool(self, spec: ToolSpec, loc: Loc) -> Any:

@@ -14,6 +14,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.core_options import AgentConfigOptions, RuntimeOptions, validate_options
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.flink.beam_logging import install_beam_gcs_warning_filter
 from flink_agents.runtime.flink.failures import job_failures
 from flink_agents.runtime.flink.journal_placement import check_journal_placement, execution_target
 from flink_agents.runtime.flink.metric_reporters import configure_metric_reporters
@@ -31,6 +32,10 @@ from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 __all__ = ["FlinkExecutionEnvironment"]
 
 log = logging.getLogger(__name__)
+
+
+# Beam is imported while a job runs; its GCS warning would land in progress output.
+install_beam_gcs_warning_filter()
 
 
 class FlinkAgentBuilder(AgentBuilder):
