@@ -134,14 +134,16 @@ class ReviewTriageAgent(Agent):
 
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the exit code."""
-    from flink_agents.jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
+    from flink_agents.jobs.review_analysis import (
+        SAMPLE_INPUT, add_execution_mode_argument, failure_summary, product_id_of, run_locally, run_on_flink,
+    )
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
     parser = argparse.ArgumentParser(prog="python -m flink_agents.jobs.review_triage", description=__doc__.split("\n")[0])
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT)
     parser.add_argument("--output", type=Path, default=Path("out/review_triage.jsonl"))
     parser.add_argument("--runner", choices=["flink", "local"], default="flink")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread")
+    add_execution_mode_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)
     try:

@@ -60,7 +60,7 @@ from flink_agents.api.callbacks import (
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from flink_agents.jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
+from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_execution_mode_argument, flink_environment, product_id_of
 from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = [
@@ -359,8 +359,7 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (see docs/performance.md)")
+    add_execution_mode_argument(parser)
     parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
                         help="Flink checkpoint interval")
     parser.add_argument("--skip-bad-records", action="store_true",
