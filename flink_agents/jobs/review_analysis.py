@@ -402,16 +402,22 @@ EXECUTION_MODE_HELP = (
     "PyFlink's python.execution-mode. thread: CPython embedded in the TaskManager's JVM (fastest; "
     "docs/performance.md). process: Python worker processes beside the JVM, on the mini-cluster too, so a "
     "crashing worker takes down neither the JVM nor this process, and Flink restarts the job from its last "
-    "checkpoint. Default: thread, except on a session cluster not set up for thread mode (flink-python in "
+    "checkpoint. auto: thread, except on a session cluster not set up for thread mode (flink-python in "
     "lib/ and 'pemja.' parent-first, read from its REST API), where process; thread on such a cluster is "
     "refused before submission (docs/deploy.md)"
 )
 
 
 def add_execution_mode_argument(parser: argparse.ArgumentParser) -> None:
-    """``--execution-mode thread|process``, default None (the mode the
-    target supports: ``flink_environment``)."""
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default=None, help=EXECUTION_MODE_HELP)
+    """``--execution-mode thread|process|auto``, default auto (the mode the
+    target supports); read with ``execution_mode_of``."""
+    parser.add_argument("--execution-mode", choices=["thread", "process", "auto"], default="auto",
+                        help=EXECUTION_MODE_HELP)
+
+
+def execution_mode_of(args: argparse.Namespace) -> str | None:
+    """``--execution-mode`` as ``flink_environment`` takes it (auto: None)."""
+    return None if args.execution_mode == "auto" else args.execution_mode
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -536,7 +542,7 @@ def run_review_job(
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
                     journal_path=args.output.with_name(args.output.name + ".journal.db"),
-                    execution_mode=args.execution_mode, restart_attempts=args.restart_attempts,
+                    execution_mode=execution_mode_of(args), restart_attempts=args.restart_attempts,
                     job_name=job_name, **flink_options,
                 )
             else:

@@ -135,7 +135,8 @@ class ReviewTriageAgent(Agent):
 def main(argv: List[str] | None = None) -> int:
     """Run the job; returns the exit code."""
     from flink_agents.jobs.review_analysis import (
-        SAMPLE_INPUT, add_execution_mode_argument, failure_summary, product_id_of, run_locally, run_on_flink,
+        SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, failure_summary, product_id_of, run_locally,
+        run_on_flink,
     )
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
@@ -156,7 +157,7 @@ def main(argv: List[str] | None = None) -> int:
         if args.runner == "local":
             outputs = run_locally(reviews, ReviewTriageAgent())
         else:
-            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
+            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=execution_mode_of(args),
                                    journal_path=args.output.with_name(args.output.name + ".journal.db"),
                                    job_name="review-triage")
     except Exception as exc:

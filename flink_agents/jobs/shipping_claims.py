@@ -60,7 +60,9 @@ from flink_agents.api.callbacks import (
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_execution_mode_argument, flink_environment, product_id_of
+from flink_agents.jobs.review_analysis import (
+    SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, flink_environment, product_id_of,
+)
 from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = [
@@ -269,7 +271,7 @@ def run_locally(reviews: List[Dict[str, Any]], config: Dict[str, Any], on_output
 
 def run_on_flink(
     reviews: List[Dict[str, Any]], config: Dict[str, Any], parallelism: int = 2, checkpoint_interval_ms: int = 2_000,
-    on_output: Any = None, execution_mode: str = "thread",
+    on_output: Any = None, execution_mode: str | None = "thread",
 ) -> List[Dict[str, Any]]:
     """The agent over ``reviews`` as a job on a Flink mini-cluster, with
     ``config``; outputs come back as they are produced."""
@@ -399,7 +401,7 @@ def main(argv: List[str] | None = None) -> int:
     setup.inbox_path = args.inbox or setup.inbox_path
     flink = {} if args.runner == "local" else dict(
         parallelism=args.parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
-        execution_mode=args.execution_mode,
+        execution_mode=execution_mode_of(args),
     )
     started = time.monotonic()
     try:
