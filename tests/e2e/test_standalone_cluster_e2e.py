@@ -176,7 +176,8 @@ def test_the_other_bundled_jobs_run_under_flink_run_py(cluster, tmp_path, job) -
         assert module.main(["--runner", "local", "--output", str(local)]) == 0
     finally:
         os.chdir(here)
-    elapsed, done = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"), "--output", str(submitted))
+    elapsed, _ = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"),
+                         "--output", str(submitted))
     print(f"\n[cluster] flink run -py {job} (thread): {elapsed:.1f} s")
 
     def read(path: Path) -> List[str]:
@@ -203,7 +204,7 @@ def test_flink_run_pym_in_process_mode_matches_the_local_runner(cluster, local_o
     (package / "job.py").write_text(USER_JOB)
     output = tmp_path / "process.jsonl"
     # -pyfs puts the directory itself on the path: ship the package's parent.
-    elapsed, done = _submit(cluster, "-pym", "my_reviews.job", "-pyfs", str(package.parent),
+    elapsed, _ = _submit(cluster, "-pym", "my_reviews.job", "-pyfs", str(package.parent),
                       "--execution-mode", "process", "--output", str(output), "--parallelism", "2",
                       "--restart-attempts", "0")
     print(f"\n[cluster] flink run -pym (process, parallelism 2, 60 reviews): {elapsed:.1f} s")

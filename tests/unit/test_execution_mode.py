@@ -114,7 +114,7 @@ def test_the_rest_endpoint_comes_from_the_job_configuration():
 
 
 def test_an_unknown_mode_is_refused():
-    with pytest.raises(ValueError, match="execution mode must be one of thread, process, loopback or None, not 'threads'"):
+    with pytest.raises(ValueError, match="must be one of thread, process, loopback or None, not 'threads'"):
         resolve_execution_mode("threads", {})
 
 
