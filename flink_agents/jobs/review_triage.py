@@ -136,7 +136,10 @@ class ReviewTriageAgent(Agent):
 def main(argv: List[str] | None = None, prog: str | None = None) -> int:
     """Run the job; returns the exit code. ``prog`` names the command in
     ``--help`` (the ``flink-agents run`` form; default the ``python -m`` form)."""
-    from flink_agents.jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
+    from flink_agents.jobs.review_analysis import (
+        SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, failure_summary, product_id_of, run_locally,
+        run_on_flink,
+    )
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
     parser = job_parser(
@@ -150,8 +153,7 @@ def main(argv: List[str] | None = None, prog: str | None = None) -> int:
                         help="where to write one JSON line per review (replaced only when the job succeeds)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="a Flink mini-cluster, or the embedded local runner")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (Flink runner)")
+    add_execution_mode_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)
     try:
@@ -164,7 +166,7 @@ def main(argv: List[str] | None = None, prog: str | None = None) -> int:
         if args.runner == "local":
             outputs = run_locally(reviews, ReviewTriageAgent())
         else:
-            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
+            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=execution_mode_of(args),
                                    journal_path=args.output.with_name(args.output.name + ".journal.db"),
                                    job_name="review-triage")
     except Exception as exc:

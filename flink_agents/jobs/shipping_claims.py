@@ -61,7 +61,9 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.cli.job_help import job_parser
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from flink_agents.jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
+from flink_agents.jobs.review_analysis import (
+    SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, flink_environment, product_id_of,
+)
 from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = [
@@ -270,7 +272,7 @@ def run_locally(reviews: List[Dict[str, Any]], config: Dict[str, Any], on_output
 
 def run_on_flink(
     reviews: List[Dict[str, Any]], config: Dict[str, Any], parallelism: int = 2, checkpoint_interval_ms: int = 2_000,
-    on_output: Any = None, execution_mode: str = "thread",
+    on_output: Any = None, execution_mode: str | None = "thread",
 ) -> List[Dict[str, Any]]:
     """The agent over ``reviews`` as a job on a Flink mini-cluster, with
     ``config``; outputs come back as they are produced."""
@@ -360,8 +362,7 @@ def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Name
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (see docs/performance.md)")
+    add_execution_mode_argument(parser)
     parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
                         help="Flink checkpoint interval")
     parser.add_argument("--skip-bad-records", action="store_true",
@@ -403,7 +404,7 @@ def main(argv: List[str] | None = None, prog: str | None = None) -> int:
     setup.inbox_path = args.inbox or setup.inbox_path
     flink = {} if args.runner == "local" else dict(
         parallelism=args.parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
-        execution_mode=args.execution_mode,
+        execution_mode=execution_mode_of(args),
     )
     started = time.monotonic()
     try:
