@@ -12,6 +12,11 @@ line and the key, e.g.
 ``agents.yaml:12: agents[0].actions[0].function: module 'x' has no attribute 'y'``.
 Functions and classes are imported at load time, so a typo fails here and
 not when the first record runs.
+
+``type: java`` entries load as 0.3.1 loads them (a ``JavaFunction`` for an
+action or a tool, a descriptor of the Python-side wrapper class with
+``java_clazz`` for a resource); this runtime has no JVM, so compiling a plan
+that uses one fails, naming it (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -24,13 +29,21 @@ from pydantic import BaseModel
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage
-from flink_agents.api.function import PythonFunction
+from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceDescriptor, ResourceType
 from flink_agents.api.skills import SkillSourceSpec, Skills
 from flink_agents.api.yaml._functions import resolve_callable
 from flink_agents.api.yaml._source import Loc, Source, YamlAgentError, parse, validate
-from flink_agents.api.yaml.aliases import CLAZZ_ALIASES, AliasNotAvailable, is_alias, resolve_clazz, resolve_event_type
+from flink_agents.api.tools.function_tool import FunctionTool
+from flink_agents.api.yaml.aliases import (
+    CLAZZ_ALIASES,
+    JAVA_WRAPPER_CLAZZ,
+    AliasNotAvailable,
+    is_alias,
+    resolve_clazz,
+    resolve_event_type,
+)
 from flink_agents.api.yaml.specs import (
     DESCRIPTOR_SECTIONS,
     ActionSpec,
@@ -58,30 +71,55 @@ _SECTION_TYPES: Dict[str, ResourceType] = {
 }
 
 
+def _split_java(reference: str | None) -> Tuple[str, str]:
+    """``(class, method)`` of a Java reference ``pkg.Class:method``."""
+    qualname, _, method_name = (reference or "").rpartition(":")
+    if not qualname or not method_name:
+        raise ValueError(f"a Java 'function' is 'pkg.Class:method', got {reference!r}")
+    return qualname, method_name
+
+
+def _java_function(name: str, function: str | None, parameter_types: List[str] | None) -> JavaFunction:
+    try:
+        qualname, method_name = _split_java(function)
+    except ValueError as exc:
+        raise ValueError(f"{name!r}: {exc}") from None
+    if parameter_types is None:
+        raise ValueError(f"{name!r}: a Java tool needs 'parameter_types' (its method's Java parameter types)")
+    return JavaFunction(qualname=qualname, method_name=method_name, parameter_types=list(parameter_types))
+
+
 def resolve_function(
     *,
     name: str,
     function: str | None,
     language: str | None = None,
     parameter_types: List[str] | None = None,
-) -> PythonFunction:
-    """The ``PythonFunction`` a YAML ``function:`` reference names, with
-    0.3.1's signature. ``function`` is ``module:qualname`` (0.3.1's form) or a
-    dotted path; unlike 0.3.1, the function is imported here, so a bad
-    reference fails now.
+) -> Function:
+    """The function descriptor a YAML ``function:`` reference names, with
+    0.3.1's signature.
+
+    For Python (``language`` None or ``"python"``), a ``PythonFunction``:
+    ``function`` is ``module:qualname`` (0.3.1's form) or a dotted path;
+    unlike 0.3.1, the function is imported here, so a bad reference fails
+    now. For ``"java"``, a ``JavaFunction`` of ``pkg.Class:method`` with
+    ``parameter_types`` (a plan using it does not compile here: no JVM).
 
     Args:
         name: The action's or tool's name (for messages).
         function: The reference.
-        language: ``"python"`` or None; ``"java"`` is refused (no JVM bridge).
-        parameter_types: Java only; must be None.
+        language: ``"python"`` (the default) or ``"java"``.
+        parameter_types: The Java method's parameter types; Java only.
 
     Raises:
-        ValueError: No reference, a malformed or unresolvable one, or a Java
-            function; the message names ``name`` and says which.
+        ValueError: No reference, a malformed or unresolvable one,
+            ``parameter_types`` for a Python function or none for a Java one;
+            the message names ``name`` and says which.
     """
-    if language == "java" or parameter_types is not None:
-        raise ValueError(f"{name!r}: Java functions are not supported: this runtime has no JVM bridge")
+    if language == "java":
+        return _java_function(name, function, parameter_types)
+    if parameter_types is not None:
+        raise ValueError(f"{name!r}: only Java functions declare parameter_types")
     if function is None:
         raise ValueError(f"{name!r}: 'function' is required ('module:qualname')")
     try:
@@ -97,25 +135,38 @@ class _Builder:
     def __init__(self, source: Source) -> None:
         self.source = source
 
-    def function(self, reference: str | None, loc: Loc, language: str | None) -> Callable[..., Any]:
-        self.python_only(language, loc)
+    def function(self, reference: str | None, loc: Loc, language: str | None) -> Any:
+        """A Python function (imported now), or for ``type: java`` the
+        ``JavaFunction`` of an action method (``(Event, RunnerContext)``)."""
         if reference is None:
             raise self.source.error(loc + ("function",), "missing required key")
+        if language == "java":
+            try:
+                return JavaFunction.for_action(*_split_java(reference))
+            except ValueError as exc:
+                raise self.source.error(loc + ("function",), str(exc)) from None
         try:
             return resolve_callable(reference)[0]
         except ValueError as exc:
             raise self.source.error(loc + ("function",), str(exc)) from None
 
-    def python_only(self, language: str | None, loc: Loc) -> None:
-        if language == "java":
+    def java_descriptor(self, spec: DescriptorSpec, resource_type: ResourceType, loc: Loc) -> ResourceDescriptor:
+        """0.3.1's form of a ``type: java`` resource: the Python-side wrapper
+        class, with the Java class (alias resolved) in ``java_clazz``."""
+        wrapper = JAVA_WRAPPER_CLAZZ.get(resource_type)
+        if wrapper is None:
             raise self.source.error(
                 loc + ("type",),
-                "'java' is not supported: this runtime runs Python actions, tools and resources only "
-                "(Flink Agents 0.3.1 reaches Java ones through its JVM operator)",
+                f"'java' is not available for a {resource_type.value} resource (Java forms exist for: "
+                f"{', '.join(sorted(t.value for t in JAVA_WRAPPER_CLAZZ))})",
             )
+        arguments = dict(spec.model_extra or {})
+        arguments["java_clazz"] = resolve_clazz(spec.clazz, resource_type, "java")
+        return ResourceDescriptor(clazz=wrapper, arguments=arguments)
 
     def descriptor(self, spec: DescriptorSpec, resource_type: ResourceType, loc: Loc) -> ResourceDescriptor:
-        self.python_only(spec.type, loc)
+        if spec.type == "java":
+            return self.java_descriptor(spec, resource_type, loc)
         class_name = resolve_clazz(spec.clazz, resource_type)
         if "." not in class_name:
             known = ", ".join(sorted(CLAZZ_ALIASES.get(resource_type, {}).get("python", {}))) or "none"
@@ -172,7 +223,15 @@ class _Builder:
                     )
 
     def tool(self, spec: ToolSpec, loc: Loc) -> Any:
-        self.python_only(spec.type, loc)
+        if spec.type == "java":
+            if spec.function is None:
+                raise self.source.error(loc + ("function",), "missing required key")
+            try:
+                func = _java_function(spec.name, spec.function, spec.parameter_types)
+            except ValueError as exc:
+                key = "parameter_types" if spec.parameter_types is None else "function"
+                raise self.source.error(loc + (key,), str(exc)) from None
+            return FunctionTool(func=func)
         if spec.parameter_types is not None:
             raise self.source.error(loc + ("parameter_types",), "only Java tools declare parameter_types")
         return self.function(spec.function, loc, spec.type)
