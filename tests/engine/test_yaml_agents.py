@@ -215,7 +215,7 @@ def test_build_agents_and_aliases_map_to_our_classes(review_yaml: Path) -> None:
     assert shared[ResourceType.PROMPT] == {} and shared_actions == {}
     assert sorted(agent.actions) == ["process_chat_response", "process_input"]
     assert agent.actions["process_input"][0] == [InputEvent.EVENT_TYPE]
-    assert agent.actions["process_input"][1] is ReviewAnalysisAgent.process_input
+    assert agent.actions["process_input"][1].as_callable() is ReviewAnalysisAgent.process_input
 
     openai = build_agents(_write(review_yaml.parent / "o.yaml", """\
 chat_model_connections:
@@ -289,8 +289,10 @@ def test_function_references_take_both_forms() -> None:
         resolve_function(name="t", function="json:nope")
     with pytest.raises(ValueError, match=r"'t': 'function' is required"):
         resolve_function(name="t", function=None)
-    with pytest.raises(ValueError, match=r"'t': Java functions are not supported"):
+    with pytest.raises(ValueError, match=r"'t': a Java tool needs 'parameter_types'"):
         resolve_function(name="t", function="com.example.Tools:add", language="java")
+    with pytest.raises(ValueError, match=r"'t': only Java functions declare parameter_types"):
+        resolve_function(name="t", function="json:dumps", parameter_types=["int"])
 
 
 def test_the_json_schema_is_exported_from_the_specs() -> None:
@@ -377,9 +379,9 @@ ERROR_CASES = {
         "chat_model_connections:\n  - name: c\n    clazz: openai\n    base_urll: http://x\n",
         4, "chat_model_connections[0].base_urll", r"unknown key for OpenAIChatModelConnection \(its settings: .*base_url",
     ),
-    "java resource": (
-        "chat_model_connections:\n  - name: c\n    clazz: ollama\n    type: java\n",
-        4, "chat_model_connections[0].type", "'java' is not supported",
+    "java mcp server": (
+        "mcp_servers:\n  - name: m\n    clazz: x\n    type: java\n",
+        4, "mcp_servers[0].type", "'java' is not available for a mcp_server resource",
     ),
     "python tool with parameter_types": (
         AGENT_HEAD + "    tools:\n      - name: t\n        function: json:dumps\n        parameter_types: [int]\n",

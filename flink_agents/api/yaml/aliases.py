@@ -20,9 +20,15 @@ JVM, so a plan declaring one fails to compile, naming the resource
 
 from __future__ import annotations
 
-import importlib
 from typing import Dict
 
+from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEvent
+from flink_agents.api.events.context_retrieval_event import (
+    ContextRetrievalRequestEvent,
+    ContextRetrievalResponseEvent,
+)
+from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
 from flink_agents.api.resource import ResourceName, ResourceType
 
 __all__ = [
@@ -35,16 +41,15 @@ __all__ = [
     "resolve_event_type",
 ]
 
-_EVENTS = "flink_agents.api.events"
 EVENT_ALIASES: Dict[str, str] = {
-    "input": f"{_EVENTS}.event.InputEvent",
-    "output": f"{_EVENTS}.event.OutputEvent",
-    "chat_request": f"{_EVENTS}.chat_event.ChatRequestEvent",
-    "chat_response": f"{_EVENTS}.chat_event.ChatResponseEvent",
-    "tool_request": f"{_EVENTS}.tool_event.ToolRequestEvent",
-    "tool_response": f"{_EVENTS}.tool_event.ToolResponseEvent",
-    "context_retrieval_request": f"{_EVENTS}.context_retrieval_event.ContextRetrievalRequestEvent",
-    "context_retrieval_response": f"{_EVENTS}.context_retrieval_event.ContextRetrievalResponseEvent",
+    "input": InputEvent.EVENT_TYPE,
+    "output": OutputEvent.EVENT_TYPE,
+    "chat_request": ChatRequestEvent.EVENT_TYPE,
+    "chat_response": ChatResponseEvent.EVENT_TYPE,
+    "tool_request": ToolRequestEvent.EVENT_TYPE,
+    "tool_response": ToolResponseEvent.EVENT_TYPE,
+    "context_retrieval_request": ContextRetrievalRequestEvent.EVENT_TYPE,
+    "context_retrieval_response": ContextRetrievalResponseEvent.EVENT_TYPE,
 }
 
 CLAZZ_ALIASES: Dict[ResourceType, Dict[str, Dict[str, str]]] = {
@@ -142,22 +147,8 @@ def is_alias(name: str, resource_type: ResourceType) -> bool:
 
 def resolve_event_type(name: str) -> str:
     """The ``EVENT_TYPE`` string an event alias stands for; any other name (a
-    custom event's ``EVENT_TYPE``) unchanged, as 0.3.1 does.
-
-    Raises:
-        AliasNotAvailable: An alias whose event class cannot be imported
-            (every 0.3.1 event alias ships now).
-    """
-    event_type = EVENT_ALIASES.get(name)
-    if event_type is None:
-        return name
-    module_name, _, class_name = event_type.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), class_name).EVENT_TYPE
-    except (ImportError, AttributeError):
-        raise AliasNotAvailable(
-            f"event alias {name!r} stands for {class_name}, which this release does not ship yet"
-        ) from None
+    custom event's ``EVENT_TYPE``) unchanged, as 0.3.1 does."""
+    return EVENT_ALIASES.get(name, name)
 
 
 def resolve_clazz(name: str, resource_type: ResourceType, language: str = "python") -> str:

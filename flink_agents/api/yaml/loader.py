@@ -39,7 +39,6 @@ from flink_agents.api.tools.function_tool import FunctionTool
 from flink_agents.api.yaml.aliases import (
     CLAZZ_ALIASES,
     JAVA_WRAPPER_CLAZZ,
-    AliasNotAvailable,
     is_alias,
     resolve_clazz,
     resolve_event_type,
@@ -127,6 +126,19 @@ def resolve_function(
     except ValueError as exc:
         raise ValueError(f"{name!r}: {exc}") from None
     return PythonFunction(module=module, qualname=qualname)
+
+
+def _build_skills(spec: SkillsSpec) -> Skills:
+    """The ``Skills`` of a YAML ``skills`` entry: its sources in 0.3.1's
+    order (paths, urls, classpath, packages)."""
+    sources = [SkillSourceSpec(scheme="local", params={"path": p}) for p in spec.paths]
+    sources += [SkillSourceSpec(scheme="url", params={"url": u}) for u in spec.urls]
+    sources += [SkillSourceSpec(scheme="classpath", params={"resource": r}) for r in spec.classpath]
+    sources += [
+        SkillSourceSpec(scheme="package", params={"package": p.package, "resource": p.resource})
+        for p in spec.package
+    ]
+    return Skills(sources=sources)
 
 
 class _Builder:
@@ -244,15 +256,9 @@ class _Builder:
             [ChatMessage(role=message.role, content=message.content) for message in spec.messages or []]
         )
 
-    def skills(self, spec: SkillsSpec, loc: Loc) -> Skills:
-        sources = [SkillSourceSpec(scheme="local", params={"path": p}) for p in spec.paths]
-        sources += [SkillSourceSpec(scheme="url", params={"url": u}) for u in spec.urls]
-        sources += [SkillSourceSpec(scheme="classpath", params={"resource": r}) for r in spec.classpath]
-        sources += [
-            SkillSourceSpec(scheme="package", params={"package": p.package, "resource": p.resource})
-            for p in spec.package
-        ]
-        return Skills(sources=sources)
+    @staticmethod
+    def skills(spec: SkillsSpec, loc: Loc) -> Skills:
+        return _build_skills(spec)
 
     def resources(self, owner: Any, loc: Loc) -> List[Tuple[str, ResourceType, Any, Loc]]:
         """``(name, type, resource, loc)`` of every resource section of
@@ -282,12 +288,7 @@ class _Builder:
 
     def action(self, agent: Agent, spec: ActionSpec, loc: Loc) -> None:
         function = self.function(spec.function, loc, spec.type)
-        events: List[str] = []
-        for index, name in enumerate(spec.listen_to):
-            try:
-                events.append(resolve_event_type(name))
-            except AliasNotAvailable as exc:
-                raise self.source.error(loc + ("listen_to", index), str(exc)) from None
+        events = [resolve_event_type(name) for name in spec.listen_to]
         if spec.name in agent.actions:
             raise self.source.error(loc + ("name",), f"duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))
