@@ -149,7 +149,9 @@ class Event(BaseModel):
             are never sent (0.3.1 derives it from the content instead; call
             ``validate_and_set_id`` for that).
         type: The type the event is routed by: actions listening to this
-            string receive it. Defaults to the class's ``EVENT_TYPE``.
+            string receive it. Defaults to the class's ``EVENT_TYPE`` for a
+            subclass; required for ``Event`` itself (a ``ValidationError``
+            without it, as in 0.3.1).
         attributes: Data of a unified event (0.3.1's ``attributes`` map),
             read and written with ``get_attr``/``set_attr``.
 
@@ -192,6 +194,9 @@ class Event(BaseModel):
         before this validator runs.)"""
         if not isinstance(data, dict):
             return data
+        if cls is Event and not data.get("type"):
+            # As 0.3.1: an event of the base class is routed by its type alone.
+            raise ValueError('an Event needs a type: Event(type="my_event", attributes={...})')
         attributes = data.get("attributes")
         if not attributes or not isinstance(attributes, dict) or len(cls.model_fields) == len(_BASE_FIELDS):
             return data

@@ -141,10 +141,11 @@ def _type_hints(func: Callable[..., Any]) -> Dict[str, Any]:
         return {}
 
 
-def json_schema_of(model: Type[BaseModel]) -> Dict[str, Any]:
+def json_schema_of(model: Type[BaseModel], titles: bool = False) -> Dict[str, Any]:
     """``model``'s JSON schema as a chat model is given a tool's
-    parameters: ``model_json_schema()`` without the ``title`` of the model
-    and of its properties.
+    parameters: ``model_json_schema()``, without the ``title`` of the model
+    and of its properties unless ``titles`` (0.3.1's serialized
+    ``ToolMetadata`` keeps them).
 
     Raises:
         TypeError: A field has no JSON schema (the message names the model).
@@ -155,9 +156,10 @@ def json_schema_of(model: Type[BaseModel]) -> Dict[str, Any]:
         schema = model.model_json_schema()
     except (PydanticInvalidForJsonSchema, PydanticSchemaGenerationError) as exc:
         raise TypeError(f"the arguments of {model.__name__!r} have no JSON schema: {exc}") from None
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
+    if not titles:
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
     return schema
 
 
@@ -221,7 +223,7 @@ def create_model_from_schema(name: str, schema: Dict[str, Any]) -> Type[BaseMode
             return resolve({"anyOf": [{**field_schema, "type": k} for k in kind]})
         if kind == "array":
             items = field_schema.get("items")
-            return List[resolve(items)] if isinstance(items, dict) else list  # type: ignore[misc]
+            return list[resolve(items)] if isinstance(items, dict) else list  # type: ignore[misc]
         if kind == "object":
             if "properties" in field_schema:
                 return build(field_schema.get("title", f"{name}_object"), field_schema)
