@@ -58,12 +58,6 @@ MODULE_FILES = [
 
 # 0.3.1 names deliberately not provided here, with the reason.
 NOT_HERE = {
-    "flink_agents.api.vector_stores.java_vector_store:JavaVectorStore":
-        "Java resources need Flink Agents' Java operator; this runtime is pure Python",
-    "flink_agents.api.vector_stores.java_vector_store:JavaVectorStore.java_class_name":
-        "Java resources need Flink Agents' Java operator",
-    "flink_agents.api.vector_stores.java_vector_store:JavaCollectionManageableVectorStore":
-        "Java resources need Flink Agents' Java operator",
 }
 
 
