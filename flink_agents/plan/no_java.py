@@ -55,6 +55,9 @@ def check_action_function(where: str, function: Any) -> None:
 def _class_of(descriptor: ResourceDescriptor) -> Optional[type]:
     """The descriptor's class if its module is imported already (a class
     given as an object, or loaded by earlier code); never imports."""
+    given = descriptor._class_object  # a class given as an object
+    if given is not None:
+        return given
     module = sys.modules.get(descriptor.target_module)
     if module is None:
         return None
