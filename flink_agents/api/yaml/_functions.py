@@ -22,14 +22,14 @@ def resolve_callable(reference: str) -> Tuple[Callable[..., Any], str, str]:
         module_name, _, qualname = reference.partition(":")
         if not module_name or not qualname or ":" in qualname:
             raise ValueError(
-                f"{reference!r} must be 'module:qualname' (e.g. 'my_pkg.actions:process_input', "
+                f"{reference!r} must be '<module-or-class>:<qualname>' (e.g. 'my_pkg.actions:process_input', "
                 "'my_pkg.agents:MyAgent.process_input') or a dotted path"
             )
         module = _import(module_name)
     else:
         parts = reference.split(".")
         if len(parts) < 2 or not all(parts):
-            raise ValueError(f"{reference!r} must be 'module:qualname' or a dotted path 'module.function'")
+            raise ValueError(f"{reference!r} must be '<module-or-class>:<qualname>' or a dotted path 'module.function'")
         module, qualname = None, ""
         for cut in range(len(parts) - 1, 0, -1):
             module_name = ".".join(parts[:cut])

@@ -246,7 +246,11 @@ class _Builder:
             return FunctionTool(func=func)
         if spec.parameter_types is not None:
             raise self.source.error(loc + ("parameter_types",), "only Java tools declare parameter_types")
-        return self.function(spec.function, loc, spec.type)
+        func = self.function(spec.function, loc, spec.type)
+        try:  # a FunctionTool, as 0.3.1 loads a tool
+            return FunctionTool.from_callable(func, name=spec.name)
+        except TypeError as exc:
+            raise self.source.error(loc + ("function",), str(exc)) from None
 
     @staticmethod
     def prompt(spec: PromptSpec) -> Prompt:
