@@ -396,21 +396,21 @@ ERROR_CASES = {
         4, "prompts[0].messages[0].role", "robot",
     ),
     "duplicate agent": (
-        AGENT_HEAD + "  - name: a\n", 7, "agents[1].name", r"duplicate agent name 'a' \(first at line 2\)",
+        AGENT_HEAD + "  - name: a\n", 7, "agents[1].name", r"Duplicate agent name 'a' \(first at line 2\)",
     ),
     "duplicate tool in an agent": (
         AGENT_HEAD + "    tools:\n      - name: t\n        function: json:dumps\n"
         "      - name: t\n        function: json:loads\n",
-        10, "agents[0].tools[1].name", r"duplicate tool name 't' \(first at line 8\)",
+        10, "agents[0].tools[1].name", r"Duplicate tool name 't' \(first at line 8\)",
     ),
     "duplicate action in an agent": (
         AGENT_HEAD + "      - name: act\n        function: json:loads\n        listen_to: [output]\n",
-        7, "agents[0].actions[1].name", "duplicate action name 'act'",
+        7, "agents[0].actions[1].name", "Duplicate action name 'act'",
     ),
     "duplicate shared action": (
         "actions:\n  - {name: x, function: 'json:dumps', listen_to: [input]}\n"
         "  - {name: x, function: 'json:loads', listen_to: [input]}\n",
-        3, "actions[1].name", r"duplicate shared action name 'x' \(first at line 2\)",
+        3, "actions[1].name", r"Duplicate shared action name 'x' \(first at line 2\)",
     ),
     "duplicate YAML key": (
         "agents:\n  - name: a\n    name: b\n", 3, "agents[0].name", r"duplicate key \(first at line 2\)",

@@ -264,6 +264,16 @@ class _Builder:
     def skills(spec: SkillsSpec, loc: Loc) -> Skills:
         return _build_skills(spec)
 
+    def check_unique(self, specs: Sequence[Any], loc: Loc, what: str) -> None:
+        """A name repeated in ``specs`` (the entries at ``loc``) is an error
+        at its second entry, naming the line of the first."""
+        seen: Dict[str, int] = {}
+        for index, spec in enumerate(specs):
+            where = loc + (index, "name")
+            if spec.name in seen:
+                raise self.source.error(where, f"Duplicate {what} name {spec.name!r} (first at line {seen[spec.name]})")
+            seen[spec.name] = self.source.line(where)
+
     def resources(self, owner: Any, loc: Loc) -> List[Tuple[str, ResourceType, Any, Loc]]:
         """``(name, type, resource, loc)`` of every resource section of
         ``owner`` (an agent spec or the document); a name repeated within a
@@ -271,14 +281,10 @@ class _Builder:
         built: List[Tuple[str, ResourceType, Any, Loc]] = []
 
         def add(section: str, resource_type: ResourceType, specs: Sequence[Any], make: Callable[[Any, Loc], Any]) -> None:
-            seen: Dict[str, int] = {}
+            # Names first: a repeated name is reported even when an entry before it would fail to build.
+            self.check_unique(specs, loc + (section,), "shared resource" if not loc else section[:-1])
             for index, spec in enumerate(specs):
                 where = loc + (section, index)
-                if spec.name in seen:
-                    raise self.source.error(
-                        where + ("name",), f"duplicate {section[:-1]} name {spec.name!r} (first at line {seen[spec.name]})"
-                    )
-                seen[spec.name] = self.source.line(where + ("name",))
                 built.append((spec.name, resource_type, make(spec, where), where))
 
         for section in DESCRIPTOR_SECTIONS:
@@ -294,7 +300,7 @@ class _Builder:
         function = self.function(spec.function, loc, spec.type)
         events = [resolve_event_type(name) for name in spec.listen_to]
         if spec.name in agent.actions:
-            raise self.source.error(loc + ("name",), f"duplicate action name {spec.name!r} in this agent")
+            raise self.source.error(loc + ("name",), f"Duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))
 
     def agent(self, spec: AgentSpec, loc: Loc, shared_actions: Dict[str, Tuple[ActionSpec, Loc]]) -> Agent:
@@ -314,7 +320,7 @@ class _Builder:
                     )
                 shared, shared_loc = shared_actions[item]
                 if shared.name in agent.actions:
-                    raise self.source.error(where, f"duplicate action name {item!r} in this agent")
+                    raise self.source.error(where, f"Duplicate action name {item!r} in this agent")
                 self.action(agent, shared, shared_loc)
             else:
                 self.action(agent, item, where)
@@ -335,11 +341,9 @@ def _build_file(path: PathLike) -> _FileContents:
     builder = _Builder(source)
     shared = builder.resources(doc, ())
     shared_actions: Dict[str, Tuple[ActionSpec, Loc]] = {}
+    builder.check_unique(doc.actions, ("actions",), "shared action")
     for index, action in enumerate(doc.actions):
         loc: Loc = ("actions", index)
-        if action.name in shared_actions:
-            first = source.line(shared_actions[action.name][1])
-            raise source.error(loc + ("name",), f"duplicate shared action name {action.name!r} (first at line {first})")
         builder.function(action.function, loc, action.type)  # fail here even if no agent uses it
         shared_actions[action.name] = (action, loc)
     agents: Dict[str, Tuple[Agent, Loc]] = {}
@@ -347,7 +351,7 @@ def _build_file(path: PathLike) -> _FileContents:
         loc = ("agents", index)
         if spec.name in agents:
             first = source.line(agents[spec.name][1])
-            raise source.error(loc + ("name",), f"duplicate agent name {spec.name!r} (first at line {first})")
+            raise source.error(loc + ("name",), f"Duplicate agent name {spec.name!r} (first at line {first})")
         agents[spec.name] = (builder.agent(spec, loc, shared_actions), loc)
     return _FileContents(agents, shared, shared_actions, source)
 
