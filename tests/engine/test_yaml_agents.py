@@ -285,8 +285,11 @@ def test_function_references_take_both_forms() -> None:
         function = resolve_function(name="process_input", function=reference)
         assert (function.module, function.qualname) == ("flink_agents.jobs.review_analysis", "ReviewAnalysisAgent.process_input")
         assert function.as_callable() is ReviewAnalysisAgent.process_input
+    lazy = resolve_function(name="t", function="json:nope")  # 0.3.1: resolved on first use
+    with pytest.raises(AttributeError, match="nope"):
+        lazy.as_callable()
     with pytest.raises(ValueError, match=r"'t': module 'json' has no attribute 'nope'"):
-        resolve_function(name="t", function="json:nope")
+        resolve_function(name="t", function="json.nope")
     with pytest.raises(ValueError, match=r"'t': 'function' is required"):
         resolve_function(name="t", function=None)
     with pytest.raises(ValueError, match=r"'t': a Java tool needs 'parameter_types'"):

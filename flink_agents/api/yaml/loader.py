@@ -33,7 +33,7 @@ from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceDescriptor, ResourceType
 from flink_agents.api.skills import SkillSourceSpec, Skills
-from flink_agents.api.yaml._functions import resolve_callable
+from flink_agents.api.yaml._functions import resolve_callable, split_reference
 from flink_agents.api.yaml._source import Loc, Source, YamlAgentError, parse, validate
 from flink_agents.api.tools.function_tool import FunctionTool
 from flink_agents.api.yaml.aliases import (
@@ -99,9 +99,10 @@ def resolve_function(
     0.3.1's signature.
 
     For Python (``language`` None or ``"python"``), a ``PythonFunction``:
-    ``function`` is ``module:qualname`` (0.3.1's form) or a dotted path;
-    unlike 0.3.1, the function is imported here, so a bad reference fails
-    now. For ``"java"``, a ``JavaFunction`` of ``pkg.Class:method`` with
+    ``function`` is ``module:qualname`` (0.3.1's form), resolved when it is
+    first called (``as_callable``), as in 0.3.1; or a dotted path, which is
+    imported now to find where the module ends. (``build_agents`` and
+    ``load_yaml`` import every function when the file loads.) For ``"java"``, a ``JavaFunction`` of ``pkg.Class:method`` with
     ``parameter_types`` (a plan using it does not compile here: no JVM).
 
     Args:
@@ -111,7 +112,8 @@ def resolve_function(
         parameter_types: The Java method's parameter types; Java only.
 
     Raises:
-        ValueError: No reference, a malformed or unresolvable one,
+        ValueError: No reference, a malformed one (or a dotted path that
+            does not import),
             ``parameter_types`` for a Python function or none for a Java one;
             the message names ``name`` and says which.
     """
@@ -122,7 +124,10 @@ def resolve_function(
     if function is None:
         raise ValueError(f"{name!r}: 'function' is required ('module:qualname')")
     try:
-        _, module, qualname = resolve_callable(function)
+        if ":" in function:
+            module, qualname = split_reference(function)
+        else:
+            _, module, qualname = resolve_callable(function)
     except ValueError as exc:
         raise ValueError(f"{name!r}: {exc}") from None
     return PythonFunction(module=module, qualname=qualname)
