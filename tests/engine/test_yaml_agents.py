@@ -533,3 +533,20 @@ def test_the_docs_yaml_examples_load(tmp_path: Path) -> None:
     for index, block in enumerate(blocks):
         agents, _, _ = build_agents(_write(tmp_path / f"example{index}.yaml", block))
         assert agents
+
+
+def test_build_agents_leaves_shared_action_references_to_load_yaml(tmp_path: Path) -> None:
+    path = _write(tmp_path / "shared.yaml", """\
+actions:
+  - name: shout
+    function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.process_input
+    listen_to: [input]
+agents:
+  - name: a
+    actions: [shout]
+""")
+    agents, _, shared_actions = build_agents(path)
+    assert "shout" not in agents["a"].actions and "shout" in shared_actions  # as 0.3.1: the caller merges
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    env.load_yaml(path)
+    assert "shout" in env._agents["a"].actions

@@ -308,7 +308,12 @@ class _Builder:
             raise self.source.error(loc + ("name",), f"Duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))
 
-    def agent(self, spec: AgentSpec, loc: Loc, shared_actions: Dict[str, Tuple[ActionSpec, Loc]]) -> Agent:
+    def agent(
+        self, spec: AgentSpec, loc: Loc, shared_actions: Dict[str, Tuple[ActionSpec, Loc]], with_shared: bool
+    ) -> Agent:
+        """The agent of ``spec``; its references to the file's shared actions
+        are checked, and added only ``with_shared`` (``load_yaml``; 0.3.1's
+        ``build_agents`` leaves them to its caller)."""
         # A class per YAML agent, so plans and errors name the agent
         # ("chat model setup 'm' of review_agent refers to ...").
         agent_class = type(spec.name, (Agent,), {"__module__": __name__, "__doc__": spec.description})
@@ -324,6 +329,8 @@ class _Builder:
                         where, f"no shared action named {item!r} in this file (shared actions: {known})"
                     )
                 shared, shared_loc = shared_actions[item]
+                if not with_shared:
+                    continue
                 if shared.name in agent.actions:
                     raise self.source.error(where, f"Duplicate action name {item!r} in this agent")
                 self.action(agent, shared, shared_loc)
@@ -340,7 +347,7 @@ class _FileContents:
     source: Source
 
 
-def _build_file(path: PathLike) -> _FileContents:
+def _build_file(path: PathLike, with_shared: bool) -> _FileContents:
     source = parse(path)
     doc = validate(source)
     builder = _Builder(source)
@@ -357,7 +364,7 @@ def _build_file(path: PathLike) -> _FileContents:
         if spec.name in agents:
             first = source.line(agents[spec.name][1])
             raise source.error(loc + ("name",), f"Duplicate agent name {spec.name!r} (first at line {first})")
-        agents[spec.name] = (builder.agent(spec, loc, shared_actions), loc)
+        agents[spec.name] = (builder.agent(spec, loc, shared_actions, with_shared), loc)
     return _FileContents(agents, shared, shared_actions, source)
 
 
@@ -366,6 +373,10 @@ def build_agents(
 ) -> Tuple[Dict[str, Agent], Dict[ResourceType, Dict[str, Any]], Dict[str, ActionSpec]]:
     """Build the agents one file declares, without an environment, as Flink
     Agents 0.3.1's ``build_agents`` does.
+
+    As in 0.3.1, an agent's references to the file's shared actions
+    (``actions: [name]``) are checked but not added to it: ``load_yaml``
+    adds them, or the caller does from ``shared_actions``.
 
     Returns:
         ``(agents, shared_resources, shared_actions)``: agent name ->
@@ -377,7 +388,7 @@ def build_agents(
     Raises:
         YamlAgentError: The file is unreadable or invalid (file, line, key).
     """
-    contents = _build_file(path)
+    contents = _build_file(path, with_shared=False)
     shared: Dict[ResourceType, Dict[str, Any]] = {t: {} for t in ResourceType}
     for name, resource_type, resource, _ in contents.shared:
         shared[resource_type][name] = resource
@@ -405,7 +416,7 @@ def load_yaml(env: "AgentsExecutionEnvironment", paths: PathLike | Sequence[Path
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     for path in paths:
-        contents = _build_file(path)
+        contents = _build_file(path, with_shared=True)
         source = contents.source
         for name, (_, loc) in contents.agents.items():
             if name in env._agents:
