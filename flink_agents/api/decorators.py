@@ -10,17 +10,21 @@ Use them under ``@staticmethod``-style functions of an ``Agent`` subclass::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from flink_agents.api.events.event import Event
+from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.resource import ResourceType
 
 __all__ = [
+    "ActionDeclarationError",
+    "JAVA_RESOURCE_ATTR",
     "action",
     "chat_model_connection",
     "chat_model_setup",
     "embedding_model_connection",
     "embedding_model_setup",
+    "java_resource",
     "mcp_server",
     "prompt",
     "skills",
@@ -28,7 +32,10 @@ __all__ = [
     "vector_store",
 ]
 
-ACTION_ATTR = "_flink_agents_listen_events"
+# 0.3.1's attribute names, which 0.3.1 code may read.
+ACTION_ATTR = "_listen_events"
+ACTION_TARGET_ATTR = "_target"
+JAVA_RESOURCE_ATTR = "_is_java_resource"
 ACTION_CONFIG_ATTR = "_flink_agents_action_config"
 RESOURCE_ATTR = "_flink_agents_resource_type"
 TOOL_UNTRUSTED_ATTR = "_flink_agents_tool_untrusted"
@@ -39,28 +46,74 @@ def _function_of(obj: Any) -> Callable[..., Any]:
     return obj.__func__ if isinstance(obj, staticmethod) else obj
 
 
-def action(*listen_events: type[Event] | str, **config: Any) -> Callable[[Any], Any]:
+class ActionDeclarationError(TypeError, AssertionError):
+    """An ``@action`` without events, or with an entry that is neither an
+    Event class nor a str. Also an ``AssertionError``, which 0.3.1 raises
+    there (code that catches that keeps working)."""
+
+
+def _check_target(target: Function, owner: str) -> None:
+    """A ``target`` names a function: both of its names are set (0.3.1's check)."""
+    if isinstance(target, PythonFunction) and not (target.module and target.qualname):
+        raise ValueError(f"PythonFunction target on {owner!r} must set both module and qualname")
+    if isinstance(target, JavaFunction) and not (target.qualname and target.method_name):
+        raise ValueError(f"JavaFunction target on {owner!r} must set both qualname and method_name")
+
+
+def action(
+    *listen_events: type[Event] | str, target: Function | None = None, **config: Any
+) -> Callable[[Any], Any]:
     """Mark a function as an action listening to ``listen_events``.
 
     Args:
-        *listen_events: Event classes or ``EVENT_TYPE`` strings.
+        *listen_events: Event classes or ``EVENT_TYPE`` strings (0.3.1 takes
+            strings only).
+        target: 0.3.1's cross-language target: a ``Function`` descriptor
+            run instead of the decorated body. A ``PythonFunction`` target
+            runs here; a ``JavaFunction`` one makes the plan fail to compile
+            (no JVM in this runtime).
         **config: Values the action reads through ``ctx.action_config``.
 
     Raises:
-        TypeError: No event given, or an entry is neither an Event class nor a str.
+        ActionDeclarationError: No event given, or an entry is neither an
+            Event class nor a str.
+        TypeError: ``target`` is not a ``Function`` descriptor.
+        ValueError: ``target`` lacks one of its names.
     """
     if not listen_events:
-        raise TypeError("@action needs at least one event type")
+        raise ActionDeclarationError("@action needs at least one event type")
     for ev in listen_events:
         if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
-            raise TypeError(f"@action takes Event classes or EVENT_TYPE strings, not {ev!r}")
+            raise ActionDeclarationError(f"@action takes Event classes or EVENT_TYPE strings, not {ev!r}")
+    if target is not None and not isinstance(target, Function):
+        raise TypeError(
+            f"action(target=...) must be an api-layer Function descriptor (PythonFunction, JavaFunction), "
+            f"got a {type(target).__name__}"
+        )
 
     def mark(fn: Any) -> Any:
-        setattr(_function_of(fn), ACTION_ATTR, tuple(listen_events))
-        setattr(_function_of(fn), ACTION_CONFIG_ATTR, dict(config))
+        function = _function_of(fn)
+        if target is not None:
+            _check_target(target, getattr(function, "__qualname__", repr(function)))
+            setattr(function, ACTION_TARGET_ATTR, target)
+        setattr(function, ACTION_ATTR, tuple(listen_events))
+        setattr(function, ACTION_CONFIG_ATTR, dict(config))
         return fn
 
     return mark
+
+
+C = TypeVar("C", bound=type)
+
+
+def java_resource(cls: C) -> C:
+    """Mark ``cls`` as a Java resource (0.3.1's decorator; its wrapper
+    classes in ``api.chat_models.java_chat_model`` and siblings carry it).
+
+    Such a resource lives on the JVM in 0.3.1; this runtime is pure Python,
+    so a plan declaring one fails to compile, naming it."""
+    setattr(cls, JAVA_RESOURCE_ATTR, True)
+    return cls
 
 
 def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:

@@ -12,11 +12,12 @@ from pydantic import BaseModel, ValidationError
 from flink_agents._suggest import did_you_mean
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
-from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
+from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, ACTION_TARGET_ATTR, RESOURCE_ATTR
 from flink_agents.api.events.chat_event import ChatRequestEvent
 from flink_agents.api.events.context_retrieval_event import ContextRetrievalRequestEvent
 from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
+from flink_agents.api.function import Function, PythonFunction
 from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.redaction import is_secret_reference, redact, redact_text
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
@@ -26,6 +27,7 @@ from flink_agents.plan.agent_plan import (
 )
 from flink_agents.plan.errors import PlanError
 from flink_agents.plan.function_ref import FunctionRef
+from flink_agents.plan.no_java import check_action_function, check_resource
 from flink_agents.plan.skills import add_skills
 
 __all__ = ["compile_agent"]
@@ -198,16 +200,39 @@ def _warn_if_annotated_to_return(name: str, fn: Callable[..., Any], agent_name: 
     )
 
 
+def _action_callable(name: str, fn: Any, agent_name: str) -> Callable[..., Any]:
+    """What action ``name`` runs: its ``@action(target=...)`` if it has
+    one, a ``PythonFunction`` resolved to its function; a ``JavaFunction``
+    is refused (``no_java``).
+
+    Raises:
+        PlanError: A Java function, or a Python one that cannot be imported.
+    """
+    fn = getattr(fn, ACTION_TARGET_ATTR, None) or fn
+    check_action_function(f"action {name!r} of {agent_name}", fn)
+    if isinstance(fn, PythonFunction):
+        try:
+            return fn.as_callable()
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise PlanError(
+                f"action {name!r} of {agent_name}: cannot resolve {fn.module}:{fn.qualname}: {exc}"
+            ) from exc
+    if isinstance(fn, Function):
+        raise PlanError(f"action {name!r} of {agent_name} is a {type(fn).__name__}, which this runtime cannot run")
+    return fn
+
+
 def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
     actions: Dict[str, ActionSpec] = {}
     entries: List[Tuple[str, List[Any], Callable[..., Any], Dict[str, Any]]] = [
         (name, list(getattr(fn, ACTION_ATTR)), fn, dict(getattr(fn, ACTION_CONFIG_ATTR, {})))
         for name, fn in _decorated(agent, ACTION_ATTR)
     ]
-    entries += [(name, evs, fn, cfg) for name, (evs, fn, cfg) in agent.actions.items()]
+    entries += [(name, evs, fn, cfg or {}) for name, (evs, fn, cfg) in agent.actions.items()]
     for name, events, fn, config in entries:
         if name in actions or name in _BUILTIN_ACTIONS:
             raise PlanError(f"action {name!r} of {agent_name} is defined twice")
+        fn = _action_callable(name, fn, agent_name)
         _check_action_signature(name, fn, agent_name)
         _warn_if_annotated_to_return(name, fn, agent_name)
         if not events:
@@ -236,6 +261,7 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
 
 def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, tree: _Tree) -> ResourceSpec:
     where = f"{type.value} resource {name!r} of {agent_name}"
+    check_resource(where, value)
     if type == ResourceType.AGENT:
         return ResourceSpec(name=name, type=type, kind=ResourceKind.AGENT, child=tree.child(value, where))
     if isinstance(value, ResourceDescriptor):

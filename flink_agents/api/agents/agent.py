@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from flink_agents.api.events.event import Event
+from flink_agents.api.function import Function, PythonFunction
 from flink_agents.api.resource import ResourceType
 
 __all__ = ["Agent", "STRUCTURED_OUTPUT"]
@@ -25,14 +26,18 @@ class Agent:
     """
 
     def __init__(self) -> None:
-        self._actions: Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]] = {}
+        self._actions: Dict[str, Tuple[List[type[Event] | str], Any, Optional[Dict[str, Any]]]] = {}
         # One (empty) dict per kind, as in Flink Agents 0.3.1, so that
         # ``agent.resources[ResourceType.TOOL]`` works before any is added.
         self._resources: Dict[ResourceType, Dict[str, Any]] = {t: {} for t in ResourceType}
 
     @property
-    def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]]:
-        """Actions added with ``add_action``: name -> (events, function, config)."""
+    def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Any, Optional[Dict[str, Any]]]]:
+        """Actions added with ``add_action``: name -> (events, function,
+        config), as in 0.3.1: the function is a ``Function`` descriptor
+        (``PythonFunction``, ``JavaFunction``) or, for a callable with no
+        name to import it by (a ``functools.partial``), the callable; config
+        is None when none was given."""
         return self._actions
 
     @property
@@ -44,7 +49,7 @@ class Agent:
         self,
         name: str,
         events: List[type[Event] | str],
-        func: Callable[..., Any],
+        func: Callable[..., Any] | Function,
         **config: Any,
     ) -> "Agent":
         """Add an action.
@@ -52,7 +57,11 @@ class Agent:
         Args:
             name: Unique action name.
             events: Event classes or ``EVENT_TYPE`` strings it listens to.
-            func: ``(event, ctx) -> None``, plain or async.
+            func: ``(event, ctx) -> None``, plain or async, or a ``Function``
+                descriptor, stored as it is (0.3.1). A function is stored as
+                its ``PythonFunction`` (which keeps it at hand), as 0.3.1
+                does. A ``JavaFunction`` makes the plan fail to compile: this
+                runtime has no JVM.
             **config: Values the action reads through ``ctx.action_config``.
 
         Raises:
@@ -60,7 +69,9 @@ class Agent:
         """
         if name in self._actions:
             raise ValueError(f"action {name!r} is already defined")
-        self._actions[name] = (list(events), func, dict(config))
+        if not isinstance(func, Function) and isinstance(getattr(func, "__qualname__", None), str):
+            func = PythonFunction.from_callable(func)
+        self._actions[name] = (list(events), func, dict(config) if config else None)
         return self
 
     def add_resource(self, name: str, resource_type: ResourceType, instance: Any) -> "Agent":

@@ -14,6 +14,15 @@ Two ways of writing an event work, as in Flink Agents 0.3.1:
   by its ``type`` (``get_type()``), which defaults to the class's
   ``EVENT_TYPE``.
 
+Serialized (``model_dump``, ``model_dump_json``) in 0.3.1's form, which its
+Java side reads too: ``{"id": ..., "type": ..., "attributes": {...}}``, the
+declared fields and extra attributes inside ``attributes`` (a field this
+runtime adds to a 0.3.1 event is left out while it has its default, see
+``JSON_OMIT_DEFAULT``). Validating such a dict (``model_validate``,
+``from_json``) moves the attributes that name declared fields back into
+them. Pass ``context={EVENT_FIELDS_FLAT: True}`` to get the fields beside
+``id`` and ``type`` instead (the event log's records).
+
 ``pyflink.common.Row`` values may travel in events (inputs, outputs, any
 field or attribute): ``model_dump_json`` writes a Row as 0.3.1 does,
 ``{"type": "Row", "values": [...], "fields": [...]}``, and ``from_json``
@@ -30,9 +39,16 @@ import sys
 from typing import Any, ClassVar, Dict, Optional, TypeVar
 from uuid import UUID, SafeUUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler
+from pydantic import model_serializer, model_validator
 
-__all__ = ["Event", "InputEvent", "OutputEvent", "row_to_json", "rows_from_json"]
+__all__ = ["EVENT_FIELDS_FLAT", "Event", "InputEvent", "OutputEvent", "row_to_json", "rows_from_json"]
+
+#: Serialization context key: with ``context={EVENT_FIELDS_FLAT: True}`` an
+#: event's fields are written beside ``id`` and ``type``, not in ``attributes``.
+EVENT_FIELDS_FLAT = "flink_agents.event_fields_flat"
+
+_MISSING = object()
 
 E = TypeVar("E", bound="Event")
 
@@ -133,7 +149,9 @@ class Event(BaseModel):
             are never sent (0.3.1 derives it from the content instead; call
             ``validate_and_set_id`` for that).
         type: The type the event is routed by: actions listening to this
-            string receive it. Defaults to the class's ``EVENT_TYPE``.
+            string receive it. Defaults to the class's ``EVENT_TYPE`` for a
+            subclass; required for ``Event`` itself (a ``ValidationError``
+            without it, as in 0.3.1).
         attributes: Data of a unified event (0.3.1's ``attributes`` map),
             read and written with ``get_attr``/``set_attr``.
 
@@ -158,6 +176,82 @@ class Event(BaseModel):
     id: UUID = Field(default_factory=_unsent_event_id)
     type: Optional[str] = None
     attributes: Dict[str, Any] = Field(default_factory=dict)
+
+    # Field name -> the attribute name 0.3.1 writes it under (a field kept
+    # here in another form, e.g. ChatRequestEvent's output schema).
+    JSON_RENAMES: ClassVar[Dict[str, str]] = {}
+    # Fields this runtime adds to a 0.3.1 event: left out of the JSON form
+    # while they have their default, so 0.3.1 readers see 0.3.1's shape.
+    JSON_OMIT_DEFAULT: ClassVar[frozenset] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_from_attributes(cls, data: Any) -> Any:
+        """0.3.1's form in: entries of ``attributes`` that name a declared
+        field (or its ``JSON_RENAMES`` name) become that field, unless the
+        field is also given directly. (``model_validate`` does it first too:
+        a subclass with its own ``__init__`` gets the data as arguments
+        before this validator runs.)"""
+        if not isinstance(data, dict):
+            return data
+        if cls is Event and not data.get("type"):
+            # As 0.3.1: an event of the base class is routed by its type alone.
+            raise ValueError('an Event needs a type: Event(type="my_event", attributes={...})')
+        attributes = data.get("attributes")
+        if not attributes or not isinstance(attributes, dict) or len(cls.model_fields) == len(_BASE_FIELDS):
+            return data
+        fields = cls.model_fields
+        renamed = {v: k for k, v in cls.JSON_RENAMES.items()}
+        lifted: Dict[str, Any] = {}
+        for key in attributes:
+            name = renamed.get(key, key)
+            if name in fields and name not in _BASE_FIELDS and name not in data:
+                lifted[name] = key
+        if not lifted:
+            return data
+        data = dict(data)
+        rest = dict(attributes)
+        for name, key in lifted.items():
+            data[name] = rest.pop(key)
+        data["attributes"] = rest
+        return data
+
+    @classmethod
+    def model_validate(cls: type[E], obj: Any, **kwargs: Any) -> E:  # type: ignore[override]
+        """pydantic's ``model_validate``, reading 0.3.1's form too (see
+        ``_fields_from_attributes``)."""
+        return super().model_validate(cls._fields_from_attributes(obj), **kwargs)
+
+    @classmethod
+    def model_validate_json(cls: type[E], json_data: str | bytes, **kwargs: Any) -> E:  # type: ignore[override]
+        """pydantic's ``model_validate_json``, reading 0.3.1's form too."""
+        return cls.model_validate(json.loads(json_data), **kwargs)
+
+    @model_serializer(mode="wrap")
+    def _as_031(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """0.3.1's form out (see the module docstring)."""
+        data = handler(self)
+        context = info.context
+        if not isinstance(data, dict) or (context and context.get(EVENT_FIELDS_FLAT)):
+            return data
+        out: Dict[str, Any] = {}
+        for key in ("id", "type"):
+            value = data.pop(key, _MISSING)
+            if value is not _MISSING:
+                out[key] = value
+        attributes = data.pop("attributes", _MISSING)
+        cls = type(self)
+        for name in cls.JSON_OMIT_DEFAULT:
+            if name in data and getattr(self, name) == cls.model_fields[name].get_default(call_default_factory=True):
+                del data[name]
+        renames = cls.JSON_RENAMES
+        merged = {renames.get(k, k): v for k, v in data.items()} if renames else data
+        if attributes is not _MISSING:
+            merged.update(attributes)
+            out["attributes"] = merged
+        elif merged:
+            out["attributes"] = merged
+        return out
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

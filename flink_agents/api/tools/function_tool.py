@@ -9,7 +9,7 @@ from typing import Any, Callable
 from pydantic import ConfigDict, Field, model_validator
 
 from flink_agents.api.decorators import TOOL_NEEDS_APPROVAL_ATTR, TOOL_UNTRUSTED_ATTR
-from flink_agents.api.function import PythonFunction
+from flink_agents.api.function import JavaFunction, PythonFunction
 from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
 from flink_agents.api.tools.utils import create_schema_from_function, docstring_description, json_schema_of
 
@@ -46,6 +46,12 @@ class FunctionTool(Tool):
     ``untrusted`` and ``needs_approval``, when not given, are what
     ``@tool(untrusted=..., needs_approval=...)`` marked.
 
+    ``func`` may also be a ``JavaFunction`` (a YAML ``type: java`` tool, as
+    0.3.1 loads one): such a tool cannot run here (no JVM), so ``call``
+    raises and a plan declaring it does not compile. Its ``metadata``, when
+    not given, has the method's name and no parameters (0.3.1 reads the
+    schema from the JVM).
+
     Attributes:
         func: The function run by ``call`` (not serialized).
         untrusted: Whether the tool's results (and errors) reach a model as
@@ -58,7 +64,7 @@ class FunctionTool(Tool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    func: Callable[..., Any] = Field(exclude=True)
+    func: Callable[..., Any] | JavaFunction = Field(exclude=True)
     untrusted: bool = False
     needs_approval: bool = False
 
@@ -69,6 +75,15 @@ class FunctionTool(Tool):
             return data
         data = dict(data)
         func = data["func"]
+        if isinstance(func, JavaFunction):
+            if data.get("metadata") is None:
+                data["metadata"] = ToolMetadata(
+                    name=func.method_name, description=f"Java tool {func.describe()}",
+                    args_schema={"type": "object", "properties": {}},
+                )
+            data["untrusted"] = bool(data.get("untrusted"))
+            data["needs_approval"] = bool(data.get("needs_approval"))
+            return data
         if isinstance(func, PythonFunction):
             func = data["func"] = func.as_callable()
         elif isinstance(func, (staticmethod, classmethod)):
@@ -121,7 +136,13 @@ class FunctionTool(Tool):
             TypeError: The arguments do not fit the function's parameters
                 (the message names the tool and its parameters); whatever
                 the function raises.
+            RuntimeError: ``func`` is a ``JavaFunction`` (no JVM here).
         """
+        if isinstance(self.func, JavaFunction):
+            raise RuntimeError(
+                f"tool {self.name!r} is the Java method {self.func.describe()}: this runtime is pure Python "
+                "and cannot run Java tools; write the tool in Python"
+            )
         try:
             bound = inspect.signature(self.func).bind(*args, **kwargs)
         except TypeError as exc:
