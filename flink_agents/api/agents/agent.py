@@ -43,24 +43,40 @@ class Agent:
     def add_action(
         self,
         name: str,
-        events: List[type[Event] | str],
-        func: Callable[..., Any],
+        trigger_conditions: List[type[Event] | str] | None = None,
+        func: Callable[..., Any] | None = None,
+        *,
+        events: List[type[Event] | str] | None = None,
         **config: Any,
     ) -> "Agent":
         """Add an action.
 
         Args:
             name: Unique action name.
-            events: Event classes or ``EVENT_TYPE`` strings it listens to.
+            trigger_conditions: Event classes, event-type strings or
+                condition expressions (as ``@action`` takes them), combined
+                with OR; Flink Agents HEAD's name for the argument.
             func: ``(event, ctx) -> None``, plain or async.
+            events: Flink Agents 0.3.1's name for ``trigger_conditions``
+                (``add_action(name, events=[...], func=f)``).
             **config: Values the action reads through ``ctx.action_config``.
 
         Raises:
             ValueError: An action of this name exists.
+            TypeError: Both or neither of ``trigger_conditions`` and
+                ``events`` given, or no ``func``.
         """
+        if (trigger_conditions is None) == (events is None):
+            raise TypeError(
+                f"add_action({name!r}): give the trigger conditions once, as trigger_conditions "
+                "(Flink Agents HEAD) or events (0.3.1)"
+            )
+        if func is None:
+            raise TypeError(f"add_action({name!r}): func is missing")
         if name in self._actions:
             raise ValueError(f"action {name!r} is already defined")
-        self._actions[name] = (list(events), func, dict(config))
+        conditions = trigger_conditions if trigger_conditions is not None else events
+        self._actions[name] = (list(conditions), func, dict(config))
         return self
 
     def add_resource(self, name: str, resource_type: ResourceType, instance: Any) -> "Agent":

@@ -28,6 +28,8 @@ from flink_agents.api.function import PythonFunction
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceDescriptor, ResourceType
 from flink_agents.api.skills import SkillSourceSpec, Skills
+from flink_agents.api.tools.function_tool import FunctionTool
+from flink_agents.api.trigger_conditions import TriggerConditionError, classify, compile_condition
 from flink_agents.api.yaml._functions import resolve_callable
 from flink_agents.api.yaml._source import Loc, Source, YamlAgentError, parse, validate
 from flink_agents.api.yaml.aliases import CLAZZ_ALIASES, AliasNotAvailable, is_alias, resolve_clazz, resolve_event_type
@@ -175,7 +177,13 @@ class _Builder:
         self.python_only(spec.type, loc)
         if spec.parameter_types is not None:
             raise self.source.error(loc + ("parameter_types",), "only Java tools declare parameter_types")
-        return self.function(spec.function, loc, spec.type)
+        function = self.function(spec.function, loc, spec.type)
+        if not spec.injected_args:
+            return function
+        try:
+            return FunctionTool.from_callable(function, name=spec.name, injected_args=spec.injected_args)
+        except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            raise self.source.error(loc + ("injected_args",), str(exc)) from None
 
     @staticmethod
     def prompt(spec: PromptSpec) -> Prompt:
@@ -224,11 +232,14 @@ class _Builder:
     def action(self, agent: Agent, spec: ActionSpec, loc: Loc) -> None:
         function = self.function(spec.function, loc, spec.type)
         events: List[str] = []
-        for index, name in enumerate(spec.listen_to):
+        for index, name in enumerate(spec.triggers):
             try:
                 events.append(resolve_event_type(name))
-            except AliasNotAvailable as exc:
-                raise self.source.error(loc + ("listen_to", index), str(exc)) from None
+                kind, text = classify(events[-1])
+                if kind == "expression":
+                    compile_condition(text)
+            except (AliasNotAvailable, TriggerConditionError) as exc:
+                raise self.source.error(loc + (spec.triggers_field, index), str(exc)) from None
         if spec.name in agent.actions:
             raise self.source.error(loc + ("name",), f"duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))
