@@ -26,7 +26,7 @@ from flink_agents.api.runner_context import RunnerContext
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.plan.errors import PlanError
 from flink_agents.runtime.errors import ActionFailed
-from flink_agents.runtime.features.memory_events import RUN_BEGIN_STEP
+from flink_agents.runtime.execution.memory_events import RUN_BEGIN_STEP
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.engine_runs import run_record
 
@@ -383,3 +383,42 @@ def test_without_the_option_no_run_begin_event_is_sent() -> None:
         warnings.simplefilter("ignore")
         out = outputs(run_record(Counter(), InMemoryJournalStore(), "a"))
     assert [list(o) for o in out] == [["input"]]
+
+
+# ---- long-term memory events -------------------------------------------------
+
+
+def _long_term_work(event: Event, ctx: RunnerContext) -> None:
+    facts = ctx.long_term_memory.get_memory_set("facts")
+    ids = facts.add(["lid cracks", "boils fast"])
+    facts.get(ids=ids[:1])
+    facts.search("does the lid crack", limit=1)
+    facts.delete(ids[1])
+    ctx.long_term_memory.get_memory_set("drafts").add("scratch")
+    ctx.long_term_memory.delete_memory_set("drafts")
+
+
+def _long_term_observer(event: Event, ctx: RunnerContext) -> None:
+    observed = MemoryEvent.from_event(event)
+    extra = {"cleared_sets": observed.cleared_sets} if hasattr(observed, "cleared_sets") else {}
+    ctx.send_event(OutputEvent(output={"type": observed.get_type(), "value": observed.value, **extra}))
+
+
+def test_long_term_operations_fold_into_update_get_and_search_events() -> None:
+    from tests.engine.test_long_term_memory import COLLECTIONS, CONFIG, memory_agent
+
+    COLLECTIONS.clear()
+    agent = memory_agent(_long_term_work)
+    agent.add_action("observe", [EventType.LongTermUpdateEvent, EventType.LongTermGetEvent,
+                                 EventType.LongTermSearchEvent], _long_term_observer)
+    config = {**CONFIG, "memory.generate-event": "true"}
+    try:
+        update, get, search = outputs(run_record(agent, InMemoryJournalStore(), "x", config=config))
+    finally:
+        COLLECTIONS.clear()
+    [lid_id, boils_id] = list(update["value"]["facts"])
+    assert update == {"type": "_long_term_update_event", "cleared_sets": ["drafts"],
+                      "value": {"facts": {lid_id: "lid cracks", boils_id: None}}}
+    assert get == {"type": "_long_term_get_event", "value": {"facts": {lid_id: "lid cracks"}}}
+    assert search == {"type": "_long_term_search_event",
+                      "value": {"facts": {"does the lid crack": [{"id": lid_id, "value": "lid cracks", "score": None}]}}}

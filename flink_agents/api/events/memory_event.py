@@ -2,7 +2,7 @@
 
 When an action finishes, the runtime folds the memory operations it made
 into at most one event per memory scope and operation kind, and sends them
-with the action's own events (``runtime.features.memory_events``): they are
+with the action's own events (``runtime.execution.memory_events``): they are
 journaled with the action's completion, reach the event log, and trigger
 actions listening to their types. Which kinds are generated is set by the
 ``memory.generate-event*`` options (``flink_agents.api.core_options.MemoryEventOptions``).

@@ -58,8 +58,8 @@ from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.execution.memory import SENSORY_LABEL, StagedMemory, apply_diff
 from flink_agents.runtime.execution.run import Run
 from flink_agents.runtime.execution.state import PendingRecord
-from flink_agents.runtime.features.memory_events import (
-    RUN_BEGIN_STEP, memory_events, run_begin_event, switches_for, track_reads,
+from flink_agents.runtime.execution.memory_events import (
+    RUN_BEGIN_STEP, memory_events, run_begin_event, start_recording, switches_for,
 )
 
 __all__ = ["run_record"]
@@ -166,7 +166,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             StagedMemory(run.state.short_term_memory, "short_term_memory"),
             trigger_event_id=event.id,
         )
-        track_reads(switches, ctx.sensory, ctx.short_term, event)
+        start_recording(switches, ctx, event)
         scope = enter_action(ctx)
         try:
             returned = spec.function.resolve()(event, ctx)
@@ -174,7 +174,8 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
-            for observed in memory_events(switches, identity.key, event, ctx.sensory, ctx.short_term):
+            for observed in memory_events(switches, identity.key, event, ctx.sensory, ctx.short_term,
+                                          ctx.ltm_observations):
                 ctx.send_event(observed)  # after the action's own events, with its lineage
             # Encoded now, as part of the action: an event holding a value
             # the codec refuses is the action's error (terminal), naming it.
@@ -244,7 +245,7 @@ def _triggered(run: Run, event: Event) -> List[ActionSpec]:
 def _run_begin(run: Run, first: InputEvent) -> Tuple[Event, Dict[str, Any]]:
     """The run's ``AgentRunBeginEvent`` with its encoded form: read from the
     journal when a run before this one stored it, else made from the key's
-    short-term memory now and journaled (``features.memory_events``)."""
+    short-term memory now and journaled (``execution.memory_events``)."""
     done = run.journal.completion(RUN_BEGIN_STEP)
     if done is not None:
         encoded = done["events"][0]

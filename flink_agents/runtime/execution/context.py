@@ -62,6 +62,10 @@ class ActionContext(RunnerContext):
         self.runtime_run = run
         # Lineage of the events this action sends: the id of the event it runs on.
         self.trigger_event_id = trigger_event_id
+        # The action's long-term memory operations, when long-term memory
+        # events are on (runtime.execution.memory_events; the long_term_memory
+        # hook wraps the memory to record them); None: not recorded.
+        self.ltm_observations: Any = None
         self._run = run.identity
         self.step = step
         self.action_name = spec.name

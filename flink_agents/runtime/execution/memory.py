@@ -44,7 +44,7 @@ class StagedMemory:
         self._working: Dict[str, Any] | None = None
         self.label = label
         # path -> stored value of each read, when a read memory event is on
-        # (runtime.features.memory_events); None: reads are not recorded.
+        # (runtime.execution.memory_events); None: reads are not recorded.
         self.reads: Dict[str, Any] | None = None
 
     @property

@@ -1,9 +1,11 @@
 """Memory observation events and the run-begin snapshot (Flink Agents HEAD).
 
 * Memory events (``api.events.memory_event``): when an action finishes, its
-  short-term and sensory memory operations are folded into at most one event
-  per scope and kind (writes: path -> last value written, a deleted path or
-  a new object -> null; reads: path -> last value read), sent after the
+  memory operations are folded into at most one event per scope and kind
+  (short-term and sensory writes: path -> last value written, a deleted
+  path or a new object -> null; reads: path -> last value read; long-term
+  operations as ``features.long_term_memory.observed`` records them into
+  ``LongTermObservations``), sent after the
   action's own events. They are part of the action's journaled completion,
   so a replay re-sends exactly them. An action triggered by a memory event
   generates none (no events about events). Switches:
@@ -31,17 +33,43 @@ from pydantic import BaseModel
 from flink_agents.api.core_options import MemoryEventOptions
 from flink_agents.api.events.event import Event
 from flink_agents.api.events.memory_event import (
-    MemoryEvent, SensoryReadEvent, SensoryWriteEvent, ShortTermReadEvent, ShortTermWriteEvent,
+    LongTermGetEvent, LongTermSearchEvent, LongTermUpdateEvent, MemoryEvent, SensoryReadEvent, SensoryWriteEvent,
+    ShortTermReadEvent, ShortTermWriteEvent,
 )
 from flink_agents.api.events.run_event import AGENT_RUN_BEGIN_ACTION, AgentRunBeginEvent
 from flink_agents.runtime.durability.codec import DecodeError, decode
 from flink_agents.runtime.execution.memory import OBJECT, RESERVED_PREFIX, StagedMemory
 
-__all__ = ["MemoryEventSwitches", "RUN_BEGIN_STEP", "memory_events", "run_begin_event"]
+__all__ = [
+    "LongTermObservations", "MemoryEventSwitches", "RUN_BEGIN_STEP", "memory_events", "run_begin_event",
+    "start_recording", "switches_for",
+]
 
 log = logging.getLogger(__name__)
 
 RUN_BEGIN_STEP = f"{AGENT_RUN_BEGIN_ACTION}@input"
+
+
+class LongTermObservations:
+    """One action's folded long-term operations, in HEAD's shapes:
+    ``updates`` ``{set: {item id: text | None (deleted)}}`` with
+    ``cleared_sets`` (a clear drops the set's earlier folded writes),
+    ``gets`` ``{set: {item id: text}}``, ``searches``
+    ``{set: {query: [{"id", "value", "score"}]}}`` (the last hit list per
+    set and query; ``score`` is None: the backends here return no score)."""
+
+    __slots__ = ("updates", "cleared_sets", "gets", "searches")
+
+    def __init__(self) -> None:
+        self.updates: Dict[str, Dict[str, Any]] = {}
+        self.cleared_sets: List[str] = []
+        self.gets: Dict[str, Dict[str, Any]] = {}
+        self.searches: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+
+    def cleared(self, set_name: str) -> None:
+        self.updates.pop(set_name, None)
+        if set_name not in self.cleared_sets:
+            self.cleared_sets.append(set_name)
 
 
 @dataclass(frozen=True)
@@ -52,10 +80,18 @@ class MemoryEventSwitches:
     short_term_read: bool = False
     sensory_write: bool = False
     sensory_read: bool = False
+    long_term_update: bool = False
+    long_term_get: bool = False
+    long_term_search: bool = False
+
+    @property
+    def long_term(self) -> bool:
+        return self.long_term_update or self.long_term_get or self.long_term_search
 
     @property
     def any(self) -> bool:
-        return self.short_term_write or self.short_term_read or self.sensory_write or self.sensory_read
+        return (self.short_term_write or self.short_term_read or self.sensory_write or self.sensory_read
+                or self.long_term)
 
     @staticmethod
     def of(config: Any) -> "MemoryEventSwitches":
@@ -71,6 +107,9 @@ class MemoryEventSwitches:
             short_term_read=on(MemoryEventOptions.SHORT_TERM_READ),
             sensory_write=on(MemoryEventOptions.SENSORY_WRITE),
             sensory_read=on(MemoryEventOptions.SENSORY_READ),
+            long_term_update=on(MemoryEventOptions.LONG_TERM_UPDATE),
+            long_term_get=on(MemoryEventOptions.LONG_TERM_GET),
+            long_term_search=on(MemoryEventOptions.LONG_TERM_SEARCH),
         )
 
 
@@ -129,6 +168,7 @@ def _writes(memory: StagedMemory) -> Dict[str, Any]:
 
 def memory_events(
     switches: MemoryEventSwitches, key: Any, trigger: Event, sensory: StagedMemory, short_term: StagedMemory,
+    long_term: LongTermObservations | None = None,
 ) -> List[Event]:
     """The memory events of a finished action (none when it ran on a memory event)."""
     if not switches.any or MemoryEvent.is_memory_type(trigger.get_type()):
@@ -145,17 +185,28 @@ def memory_events(
             value = values()
             if value:
                 made.append(cls(key=key_text, value=value))
+    if long_term is not None:
+        if switches.long_term_update and (long_term.updates or long_term.cleared_sets):
+            updates = {name: items for name, items in long_term.updates.items() if items}
+            made.append(LongTermUpdateEvent(key=key_text, value=updates, cleared_sets=list(long_term.cleared_sets)))
+        if switches.long_term_get and long_term.gets:
+            made.append(LongTermGetEvent(key=key_text, value=long_term.gets))
+        if switches.long_term_search and long_term.searches:
+            made.append(LongTermSearchEvent(key=key_text, value=long_term.searches))
     return made
 
 
-def track_reads(switches: MemoryEventSwitches, sensory: StagedMemory, short_term: StagedMemory, trigger: Event) -> None:
-    """Start recording the reads an enabled read event needs."""
+def start_recording(switches: MemoryEventSwitches, ctx: Any, trigger: Event) -> None:
+    """Start recording what the enabled events need: reads of short-term and
+    sensory memory, long-term operations (``ctx.ltm_observations``)."""
     if MemoryEvent.is_memory_type(trigger.get_type()):
         return
     if switches.short_term_read:
-        short_term.reads = {}
+        ctx.short_term.reads = {}
     if switches.sensory_read:
-        sensory.reads = {}
+        ctx.sensory.reads = {}
+    if switches.long_term:
+        ctx.ltm_observations = LongTermObservations()
 
 
 def run_begin_event(key: Any, short_term_memory: Dict[str, Any], input_event: Event, event_id: Any) -> AgentRunBeginEvent:
