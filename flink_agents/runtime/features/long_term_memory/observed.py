@@ -7,7 +7,10 @@ the wrapped backend unchanged (journaled there), and its outcome is folded
 into the action's ``runtime.execution.memory_events.LongTermObservations``
 (``ctx.ltm_observations``), which the action loop reads when the action
 finished. ``long_term_memory_of`` wraps the memory when that is set. A memory set it returns is bound to the wrapper, so set methods
-are observed too. Only calls that returned are recorded.
+are observed too. Only calls that returned are recorded. An ``add`` on the
+vector-store memory records the items as given (it stores them verbatim);
+on another backend (Mem0, which extracts facts) the texts it stored, read
+back with one more journaled ``get``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Dict, List
 from pydantic import ConfigDict
 
 from flink_agents.api.memory.long_term_memory import BaseLongTermMemory, MemorySet, MemorySetItem
+from flink_agents.runtime.features.long_term_memory.vector_store_memory import VectorStoreLongTermMemory
 
 __all__ = ["ObservedLongTermMemory"]
 
@@ -47,11 +51,16 @@ class ObservedLongTermMemory(BaseLongTermMemory):
 
     def add(self, memory_set: MemorySet, memory_items: str | List[str],
             metadatas: Dict[str, Any] | List[Dict[str, Any]] | None = None) -> List[str]:
-        ids = self.inner.add(self._inner_set(memory_set), memory_items, metadatas)
-        items = [memory_items] if isinstance(memory_items, str) else list(memory_items)
+        inner_set = self._inner_set(memory_set)
+        ids = self.inner.add(inner_set, memory_items, metadatas)
         folded = self.seen.updates.setdefault(memory_set.name, {})
-        for item_id, text in zip(ids, items):
-            folded[item_id] = text
+        if isinstance(self.inner, VectorStoreLongTermMemory):  # stores each item as given, one id per item
+            items = [memory_items] if isinstance(memory_items, str) else list(memory_items)
+            folded.update(zip(ids, items))
+        elif ids:
+            # A backend that rewrites what it stores (Mem0 extracts facts):
+            # the texts it holds now, read back by a (journaled) get.
+            folded.update((item.id, item.value) for item in self.inner.get(inner_set, ids=list(ids)))
         return ids
 
     def get(self, memory_set: MemorySet, ids: str | List[str] | None = None,
