@@ -322,8 +322,9 @@ def _check(node: Any, parent_in_rhs: bool = False) -> None:
             _check(part)
     elif kind == "has":
         base = _unwrap(node[1])
-        if base[0] == "sel":
-            _check(base[1] if _unwrap(base[1]) != ("var", "attributes") else ("lit", None))
+        # has(attributes.x) tests one attribute; has(a.b) reads a, which is checked as usual.
+        if base[0] == "sel" and _unwrap(base[1]) != ("var", "attributes"):
+            _check(base[1])
     elif kind == "call":
         name, target, args = node[1], node[2], node[3]
         if name in _MACROS:
@@ -340,9 +341,6 @@ def _check(node: Any, parent_in_rhs: bool = False) -> None:
 
 
 # ---- evaluation -------------------------------------------------------------
-
-_MISSING = object()
-
 
 def _fail(message: str) -> None:
     raise ConditionEvaluationError(message)
@@ -550,7 +548,7 @@ def compile_condition(text: str) -> CompiledCondition:
         return cached
     tree = _Parser(text).parse()
     bare = _unwrap(tree)
-    if _is_path(tree) or (bare[0] == "idx" and _is_path(bare[1])):
+    if _is_path(tree):
         raise TriggerConditionError(
             "a path alone is not a condition: compare it, e.g. `a.b == true`, or quote an event type name")
     if bare[0] == "lit" and not isinstance(bare[1], bool) or bare[0] == "list":

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, field_ser
 
 from flink_agents.api.redaction import KEEP_SECRETS, redact, redacted_for_serialization
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
+from flink_agents.api.trigger_conditions import ConditionEvaluationError, compile_condition
 from flink_agents.plan.function_ref import FunctionRef
 
 __all__ = ["ActionSpec", "AgentPlan", "ResourceKind", "ResourceSpec", "PLAN_SCHEMA_VERSION", "INJECTED_ARGS_TOOL_KEY"]
@@ -193,8 +194,6 @@ class AgentPlan(BaseModel):
                 counts as false and the next one is tried (``WARN_AND_SKIP``);
                 it raises to fail the record (``FAIL``).
         """
-        from flink_agents.api.trigger_conditions import ConditionEvaluationError, compile_condition
-
         exact = set(self.actions_by_event.get(event_type, ()))
         built: List[Dict[str, Any]] = []
         chosen: List[ActionSpec] = []
