@@ -209,7 +209,9 @@ def test_add_action_takes_heads_and_0_3_1s_argument_names() -> None:
     assert AgentPlan.from_json(plan.to_json()) == plan
     assert "trigger_conditions" not in json.loads(plan.to_json())["actions"]["old"]
     with pytest.raises(TypeError, match="give the trigger conditions once"):
-        Agent().add_action("both", [InputEvent], _noop, events=[InputEvent])
+        Agent().add_action("both", [InputEvent], _noop, trigger_conditions=[InputEvent])
+    # HEAD's positional form is 0.3.1's: the list of conditions, then the function.
+    assert AgentPlan.from_agent(Agent().add_action("pos", ["score > 1"], _noop)).actions["pos"].trigger_conditions
 
 
 # ---- event lineage ----------------------------------------------------------

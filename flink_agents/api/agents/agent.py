@@ -32,7 +32,7 @@ class Agent:
 
     @property
     def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]]:
-        """Actions added with ``add_action``: name -> (events, function, config)."""
+        """Actions added with ``add_action``: name -> (trigger conditions, function, config)."""
         return self._actions
 
     @property
@@ -43,22 +43,24 @@ class Agent:
     def add_action(
         self,
         name: str,
-        trigger_conditions: List[type[Event] | str] | None = None,
+        events: List[type[Event] | str] | None = None,
         func: Callable[..., Any] | None = None,
         *,
-        events: List[type[Event] | str] | None = None,
+        trigger_conditions: List[type[Event] | str] | None = None,
         **config: Any,
     ) -> "Agent":
         """Add an action.
 
+        The second argument is named ``events`` as in Flink Agents 0.3.1 and
+        may be given as ``trigger_conditions=`` as in HEAD; positionally,
+        ``add_action(name, [...], func)``, it is the same argument either way.
+
         Args:
             name: Unique action name.
-            trigger_conditions: Event classes, event-type strings or
-                condition expressions (as ``@action`` takes them), combined
-                with OR; Flink Agents HEAD's name for the argument.
+            events: Event classes, event-type strings or condition
+                expressions (as ``@action`` takes them), combined with OR.
             func: ``(event, ctx) -> None``, plain or async.
-            events: Flink Agents 0.3.1's name for ``trigger_conditions``
-                (``add_action(name, events=[...], func=f)``).
+            trigger_conditions: Flink Agents HEAD's name for ``events``.
             **config: Values the action reads through ``ctx.action_config``.
 
         Raises:
@@ -75,7 +77,7 @@ class Agent:
             raise TypeError(f"add_action({name!r}): func is missing")
         if name in self._actions:
             raise ValueError(f"action {name!r} is already defined")
-        conditions = trigger_conditions if trigger_conditions is not None else events
+        conditions = events if events is not None else trigger_conditions
         self._actions[name] = (list(conditions), func, dict(config))
         return self
 

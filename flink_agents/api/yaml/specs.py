@@ -134,6 +134,11 @@ class ActionSpec(_Strict):
     ``type == EventType.InputEvent && score > 5``, combined with OR).
     """
 
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["listen_to"]}, {"required": ["trigger_conditions"]}]},
+    )
+
     name: str
     function: Optional[str] = None
     listen_to: Optional[List[str]] = Field(default=None, min_length=1)
