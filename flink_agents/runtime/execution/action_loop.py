@@ -42,7 +42,6 @@ from collections import deque
 from typing import Any, Awaitable, Deque, Dict, List, Tuple
 
 from flink_agents.api.core_options import AgentConfigOptions, AgentExecutionOptions, ConditionEvaluationFailureStrategy
-
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.trigger_conditions import event_variables
 from flink_agents.plan.agent_plan import ActionSpec
@@ -92,8 +91,10 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     # Each event with its encoded form (None: not encoded yet), from which
     # every listener after the first gets a copy of its own.
     queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])
+    begin: Event | None = None  # the run's AgentRunBeginEvent, if the job sends one
     if run.config.get(AgentExecutionOptions.AGENT_RUN_BEGIN_EVENT):
         queue.appendleft(_run_begin(run, first))
+        begin = queue[0][0]
     sensory: Dict[str, Any] = {}
     # Commits replace the map rather than mutate it, so this is a snapshot.
     memory_at_start = state.short_term_memory
@@ -114,7 +115,9 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                 counters.unhandled_events += 1
                 log.debug("no action listens to %s (key %r, record #%d)", event.get_type(), identity.key, identity.seq)
             for index, spec in enumerate(actions):
-                step = f"{spec.name}@{event_index}"
+                # Its listeners' steps are "<action>@begin", so the other
+                # events' indexes (and steps) are the same with it or without.
+                step = f"{spec.name}@{'begin' if event is begin else event_index}"
                 done = journal.completion(step)
                 if done is not None:
                     counters.steps_replayed += 1
@@ -142,7 +145,8 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                     event_log.stepped(logged, spec.name, step, ctx.sent_events, replayed=False)
             if event_log is not None:
                 event_log.processed(logged)
-            event_index += 1
+            if event is not begin:
+                event_index += 1
     except BaseException:
         state.short_term_memory = memory_at_start
         raise
