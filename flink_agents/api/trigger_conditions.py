@@ -147,8 +147,9 @@ def _unescape(quoted: str) -> str:
 # ("call", name, target|None, [args]) ("has", node)
 
 _BINARY_LEVELS = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-"), ("*", "/", "%")]
+# name -> (arguments as a function, arguments as a method); None: not callable that way.
 _FUNCTIONS = {"size": (1, 0), "int": (1, None), "double": (1, None), "string": (1, None),
-              "contains": (1, 1), "startsWith": (1, 1), "endsWith": (1, 1)}
+              "contains": (None, 1), "startsWith": (None, 1), "endsWith": (None, 1)}
 _MACROS = {"all", "exists", "exists_one", "filter", "map"}
 
 
@@ -330,10 +331,12 @@ def _check(node: Any, parent_in_rhs: bool = False) -> None:
         if name in _MACROS:
             raise TriggerConditionError(f"the CEL macro {name}() is not supported (has() is the only macro)")
         arity = _FUNCTIONS.get(name)
-        as_method = target is not None
-        if arity is None or (as_method and arity[1] is None) or len(args) != (arity[1] if as_method else arity[0]):
-            if not (name == "size" and as_method and not args):
-                raise TriggerConditionError(f"unknown function {name}() with {len(args)} argument(s)")
+        if arity is None:
+            raise TriggerConditionError(f"unknown function {name}() (supported: has, {', '.join(_FUNCTIONS)})")
+        expected = arity[1] if target is not None else arity[0]
+        if expected is None or len(args) != expected:
+            form = "x." + name if target is not None else name
+            raise TriggerConditionError(f"{form}() with {len(args)} argument(s) is not supported")
         if target is not None:
             _check(target)
         for arg in args:
@@ -402,7 +405,7 @@ def _lookup(container: Any, name: Any, shown: str) -> Any:
             _fail(f"no such attribute: {shown}")
         return container[name]
     if isinstance(container, list) and isinstance(name, int) and not isinstance(name, bool):
-        if not -len(container) <= name < len(container) or name < 0:
+        if not 0 <= name < len(container):
             _fail(f"index out of range: {shown}")
         return container[name]
     _fail(f"cannot read {shown} from a {type(container).__name__}")

@@ -184,6 +184,7 @@ def test_a_quoted_event_type_and_attribute_name_clashes() -> None:
         ("type ==", "syntax error"),
         ("42", "Boolean result"),
         ("noSuchFn(1)", "unknown function noSuchFn()"),
+        ("contains(\"a\")", "contains() with 1 argument(s) is not supported"),
     ],
 )
 def test_a_condition_the_runtime_cannot_use_fails_the_plan_naming_the_action(condition: str, complaint: str) -> None:
