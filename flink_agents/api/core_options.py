@@ -35,10 +35,12 @@ from flink_agents.api.configuration import ConfigAlias, ConfigOption, ReadableCo
 __all__ = [
     "AgentConfigOptions",
     "AgentExecutionOptions",
+    "ConditionEvaluationFailureStrategy",
     "ErrorHandlingStrategy",
     "EventLogLevel",
     "LoggerType",
     "MisspeltConfigKeyWarning",
+    "MemoryEventOptions",
     "RuntimeOptions",
     "ShortTermMemoryTtlUpdate",
     "ShortTermMemoryTtlVisibility",
@@ -86,6 +88,15 @@ class LoggerType(Enum):
 
     SLF4J = "slf4j"
     FILE = "file"
+
+
+class ConditionEvaluationFailureStrategy(Enum):
+    """What happens when a trigger condition expression fails on an event
+    (Flink Agents HEAD's enum): ``WARN_AND_SKIP`` logs a warning and counts
+    the condition as false; ``FAIL`` fails the record."""
+
+    WARN_AND_SKIP = "WARN_AND_SKIP"
+    FAIL = "FAIL"
 
 
 class EventLogLevel(Enum):
@@ -185,6 +196,12 @@ class AgentConfigOptions:
         description="Event listeners: import paths ('module:Class' or 'module.Class') of classes "
         "built without arguments, called for every event.",
     )
+    CONDITION_EVALUATION_FAILURE_STRATEGY = ConfigOption(
+        "action.trigger-condition.evaluate-failure-strategy", ConditionEvaluationFailureStrategy,
+        ConditionEvaluationFailureStrategy.WARN_AND_SKIP,
+        description="Flink Agents HEAD: when a trigger condition expression fails on an event (a missing "
+        "attribute, a type mismatch), WARN_AND_SKIP logs a warning and counts it false; FAIL fails the record.",
+    )
 
 
 class AgentExecutionOptions:
@@ -248,6 +265,55 @@ class AgentExecutionOptions:
         "short-term-memory.state-ttl.visibility", ShortTermMemoryTtlVisibility,
         ShortTermMemoryTtlVisibility.NEVER_RETURN_EXPIRED,
         description="On Flink: whether expired memory not yet cleaned up is still read.",
+    )
+    AGENT_RUN_BEGIN_EVENT = ConfigOption(
+        "agent-run.begin-event", bool, False,
+        description="Flink Agents HEAD: send an AgentRunBeginEvent (the key's short-term memory values) "
+        "before the first action of each run; journaled, so a replay sends the same snapshot.",
+    )
+
+
+class MemoryEventOptions:
+    """Flink Agents HEAD's memory observation events (``api.events.memory_event``).
+
+    Per operation kind: its own key if set, else ``memory.generate-event`` if
+    set, else off. (HEAD's built-in default is on for writes and long-term
+    operations; here every kind is opt-in, so 0.3 jobs journal and log the
+    same events as before.)
+    """
+
+    MEMORY_GENERATE_EVENT = ConfigOption(
+        "memory.generate-event", bool, None,
+        description="Flink Agents HEAD: master switch of memory events, for the kinds not set one by one.",
+    )
+    SHORT_TERM_WRITE = ConfigOption(
+        "memory.generate-event.short-term-write", bool, None,
+        description="ShortTermWriteEvent: an action's short-term memory writes, path -> last value.",
+    )
+    SHORT_TERM_READ = ConfigOption(
+        "memory.generate-event.short-term-read", bool, None,
+        description="ShortTermReadEvent: an action's short-term memory reads, path -> last value read.",
+    )
+    SENSORY_WRITE = ConfigOption(
+        "memory.generate-event.sensory-write", bool, None,
+        description="SensoryWriteEvent: an action's sensory memory writes, path -> last value.",
+    )
+    SENSORY_READ = ConfigOption(
+        "memory.generate-event.sensory-read", bool, None,
+        description="SensoryReadEvent: an action's sensory memory reads, path -> last value read.",
+    )
+    LONG_TERM_UPDATE = ConfigOption(
+        "memory.generate-event.long-term-update", bool, None,
+        description="LongTermUpdateEvent: an action's long-term adds and deletes ({set: {id: text|null}}) "
+        "and whole-set deletes (cleared_sets).",
+    )
+    LONG_TERM_GET = ConfigOption(
+        "memory.generate-event.long-term-get", bool, None,
+        description="LongTermGetEvent: the items an action's long-term gets returned ({set: {id: text}}).",
+    )
+    LONG_TERM_SEARCH = ConfigOption(
+        "memory.generate-event.long-term-search", bool, None,
+        description="LongTermSearchEvent: an action's long-term searches ({set: {query: [{id, value, score}]}}).",
     )
 
 
@@ -543,7 +609,7 @@ class RuntimeOptions:
     )
 
 
-_OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, RuntimeOptions)
+_OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, MemoryEventOptions, RuntimeOptions)
 
 
 def all_options() -> Tuple[Tuple[str, str, ConfigOption], ...]:

@@ -10,7 +10,7 @@ Use them under ``@staticmethod``-style functions of an ``Agent`` subclass::
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Dict, TypeVar
 
 from flink_agents.api.events.event import Event
 from flink_agents.api.function import Function, JavaFunction, PythonFunction
@@ -40,6 +40,7 @@ ACTION_CONFIG_ATTR = "_flink_agents_action_config"
 RESOURCE_ATTR = "_flink_agents_resource_type"
 TOOL_UNTRUSTED_ATTR = "_flink_agents_tool_untrusted"
 TOOL_NEEDS_APPROVAL_ATTR = "_flink_agents_tool_needs_approval"
+TOOL_INJECTED_ARGS_ATTR = "_flink_agents_tool_injected_args"
 
 
 def _function_of(obj: Any) -> Callable[..., Any]:
@@ -61,13 +62,20 @@ def _check_target(target: Function, owner: str) -> None:
 
 
 def action(
-    *listen_events: type[Event] | str, target: Function | None = None, **config: Any
+    *trigger_conditions: type[Event] | str, target: Function | None = None, **config: Any
 ) -> Callable[[Any], Any]:
-    """Mark a function as an action listening to ``listen_events``.
+    """Mark a function as an action triggered by ``trigger_conditions``.
 
     Args:
-        *listen_events: Event classes or ``EVENT_TYPE`` strings (0.3.1 takes
-            strings only).
+        *trigger_conditions: Event classes, event-type strings
+            (``EventType.InputEvent``, ``"my_event"``, quoted
+            ``"'order:created'"``) or, as in Flink Agents HEAD, condition
+            expressions (``"type == EventType.InputEvent && score > 5"``),
+            combined with OR. A string is an event type when it is a bare
+            (dotted) name or a quoted one, else an expression; expressions
+            are checked when the plan is compiled
+            (``flink_agents.api.trigger_conditions``). 0.3.1 takes event-type
+            strings only.
         target: 0.3.1's cross-language target: a ``Function`` descriptor
             run instead of the decorated body. A ``PythonFunction`` target
             runs here; a ``JavaFunction`` one makes the plan fail to compile
@@ -75,16 +83,18 @@ def action(
         **config: Values the action reads through ``ctx.action_config``.
 
     Raises:
-        ActionDeclarationError: No event given, or an entry is neither an
-            Event class nor a str.
+        ActionDeclarationError: No condition given, or an entry is neither
+            an Event class nor a str.
         TypeError: ``target`` is not a ``Function`` descriptor.
         ValueError: ``target`` lacks one of its names.
     """
-    if not listen_events:
-        raise ActionDeclarationError("@action needs at least one event type")
-    for ev in listen_events:
+    if not trigger_conditions:
+        raise ActionDeclarationError("@action needs at least one event type or trigger condition")
+    for ev in trigger_conditions:
         if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
-            raise ActionDeclarationError(f"@action takes Event classes or EVENT_TYPE strings, not {ev!r}")
+            raise ActionDeclarationError(
+                f"@action takes Event classes, event-type strings or condition expressions, not {ev!r}")
+    listen_events = trigger_conditions
     if target is not None and not isinstance(target, Function):
         raise TypeError(
             f"action(target=...) must be an api-layer Function descriptor (PythonFunction, JavaFunction), "
@@ -124,7 +134,10 @@ def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
     return mark
 
 
-def tool(func: Any = None, *, untrusted: bool = False, needs_approval: bool = False) -> Any:
+def tool(
+    func: Any = None, *, untrusted: bool = False, needs_approval: bool = False,
+    injected_args: Dict[str, Any] | None = None,
+) -> Any:
     """Mark a function as a tool; its schema comes from its signature and docstring.
 
     ``@tool`` as in Flink Agents 0.3, or ``@tool(untrusted=True)`` for a tool
@@ -138,9 +151,26 @@ def tool(func: Any = None, *, untrusted: bool = False, needs_approval: bool = Fa
     reviewer (``flink-agents approvals approve|reject``, or the inspector)
     as a durable callback; approved, the tool runs; rejected or timed out,
     it does not and the model is told why (docs/callbacks.md, "Approvals").
+
+    ``@tool(injected_args={"tenant": InjectedArg.from_config("tenant")})``
+    (Flink Agents HEAD): parameters hidden from the model's schema and
+    filled at call time from the config or memory
+    (``flink_agents.api.tools.tool_parameter_injection``).
+
+    Raises:
+        TypeError, pydantic.ValidationError: A malformed ``injected_args``.
+        ValueError: An injected name is not a parameter of the function.
     """
+    from flink_agents.api.tools.tool_parameter_injection import (
+        normalize_injected_args, validate_injected_arg_names,
+    )
+
+    injected = normalize_injected_args(injected_args)
 
     def mark(fn: Any) -> Any:
+        if injected:
+            validate_injected_arg_names(_function_of(fn), injected)
+            setattr(_function_of(fn), TOOL_INJECTED_ARGS_ATTR, injected)
         setattr(_function_of(fn), RESOURCE_ATTR, ResourceType.TOOL)
         if untrusted:
             setattr(_function_of(fn), TOOL_UNTRUSTED_ATTR, True)

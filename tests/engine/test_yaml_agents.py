@@ -302,7 +302,8 @@ def test_the_json_schema_is_exported_from_the_specs() -> None:
     schema = json.loads(export())
     assert set(schema["properties"]) == set(YamlAgentsDocument.model_fields)
     assert schema["additionalProperties"] is False
-    assert "listen_to" in schema["$defs"]["ActionSpec"]["required"]
+    # 0.3.1's listen_to or Flink Agents HEAD's trigger_conditions, exactly one.
+    assert schema["$defs"]["ActionSpec"]["oneOf"] == [{"required": ["listen_to"]}, {"required": ["trigger_conditions"]}]
 
 
 # -- errors: file, line and key -------------------------------------------------
@@ -331,7 +332,7 @@ ERROR_CASES = {
     ),
     "missing required key": (
         "agents:\n  - name: a\n    actions:\n      - name: act\n        function: json:dumps\n",
-        4, "agents[0].actions[0].listen_to", "missing required key",
+        4, "agents[0].actions[0]", "give exactly one of listen_to .0.3.1. and trigger_conditions .HEAD.",
     ),
     "missing function": (
         "agents:\n  - name: a\n    actions:\n      - name: act\n        listen_to: [input]\n",

@@ -39,7 +39,7 @@ import sys
 from typing import Any, ClassVar, Dict, Optional, TypeVar
 from uuid import UUID, SafeUUID
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler
 from pydantic import model_serializer, model_validator
 
 __all__ = ["EVENT_FIELDS_FLAT", "Event", "InputEvent", "OutputEvent", "row_to_json", "rows_from_json"]
@@ -53,7 +53,9 @@ _MISSING = object()
 E = TypeVar("E", bound="Event")
 
 # Fields every event has; ``get_attr``/``set_attr`` address the data beside them.
-_BASE_FIELDS = frozenset({"id", "type", "attributes"})
+_BASE_FIELDS = frozenset({"id", "type", "attributes", "upstream_event_id", "upstream_action_name"})
+# Lineage fields and the names their JSON form uses (Flink Agents HEAD's wire names).
+_LINEAGE_ALIASES = (("upstream_event_id", "upstreamEventId"), ("upstream_action_name", "upstreamActionName"))
 
 
 def _unsent_event_id() -> UUID:
@@ -154,6 +156,14 @@ class Event(BaseModel):
             without it, as in 0.3.1).
         attributes: Data of a unified event (0.3.1's ``attributes`` map),
             read and written with ``get_attr``/``set_attr``.
+        upstream_event_id: Lineage (Flink Agents HEAD): the id of the event
+            whose action sent this one; None for an ``InputEvent`` and an
+            event never sent. Set by the runtime when an action sends the
+            event (a value the caller gave is overwritten) and journaled with
+            it, so a replay reads the same lineage back.
+        upstream_action_name: Lineage: the name of the action that sent this
+            event (``agent_run_begin_action`` for an ``AgentRunBeginEvent``);
+            None where ``upstream_event_id`` is None.
 
     Extra attributes are allowed (as in Flink Agents 0.3). Field values,
     declared, extra and in ``attributes``, must be values the runtime can
@@ -176,6 +186,12 @@ class Event(BaseModel):
     id: UUID = Field(default_factory=_unsent_event_id)
     type: Optional[str] = None
     attributes: Dict[str, Any] = Field(default_factory=dict)
+    upstream_event_id: Optional[UUID] = Field(
+        default=None, validation_alias=AliasChoices("upstream_event_id", "upstreamEventId"),
+    )
+    upstream_action_name: Optional[str] = Field(
+        default=None, validation_alias=AliasChoices("upstream_action_name", "upstreamActionName"),
+    )
 
     # Field name -> the attribute name 0.3.1 writes it under (a field kept
     # here in another form, e.g. ChatRequestEvent's output schema).
@@ -231,14 +247,25 @@ class Event(BaseModel):
     def _as_031(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
         """0.3.1's form out (see the module docstring)."""
         data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        # Lineage goes beside id and type under Flink Agents HEAD's names,
+        # and only when set: an event without lineage serializes as in 0.3.1.
+        lineage: Dict[str, Any] = {}
+        for name, alias in _LINEAGE_ALIASES:
+            value = data.pop(name, None)
+            if value is not None:
+                lineage[alias] = value
         context = info.context
-        if not isinstance(data, dict) or (context and context.get(EVENT_FIELDS_FLAT)):
+        if context and context.get(EVENT_FIELDS_FLAT):
+            data.update(lineage)
             return data
         out: Dict[str, Any] = {}
         for key in ("id", "type"):
             value = data.pop(key, _MISSING)
             if value is not _MISSING:
                 out[key] = value
+        out.update(lineage)
         attributes = data.pop("attributes", _MISSING)
         cls = type(self)
         for name in cls.JSON_OMIT_DEFAULT:
@@ -339,6 +366,18 @@ class Event(BaseModel):
         self.id = UUID(bytes=hashlib.md5(content.encode()).digest(), version=3)
         return self
 
+    def reconstruct_from(self: E, source: Event) -> E:
+        """A copy of this event standing for the same occurrence as
+        ``source``: its ``id`` and lineage (``upstream_event_id``,
+        ``upstream_action_name``), as Flink Agents HEAD's
+        ``Event.reconstruct_from``; custom ``from_event`` factories end with
+        ``return result.reconstruct_from(event)``."""
+        return self.model_copy(update={
+            "id": source.id,
+            "upstream_event_id": source.upstream_event_id,
+            "upstream_action_name": source.upstream_action_name,
+        })
+
     @classmethod
     def from_event(cls: type[E], event: Event) -> E:
         """Return ``event`` as an instance of ``cls``.
@@ -347,7 +386,8 @@ class Event(BaseModel):
         and extra fields, with entries of its ``attributes`` that name fields
         of ``cls``, are validated as a ``cls`` (so a unified
         ``Event(type=..., attributes={"input": x})`` reads as an
-        ``InputEvent``); the result keeps ``event.id`` and has ``cls``'s type.
+        ``InputEvent``); the result keeps ``event.id`` and lineage and has
+        ``cls``'s type.
 
         Args:
             event: Any event whose fields (declared, extra or in
@@ -364,7 +404,10 @@ class Event(BaseModel):
         for name in cls.model_fields:
             if name not in _BASE_FIELDS and name in attributes and name not in data:
                 data[name] = attributes.pop(name)
-        data.update(id=event.id, attributes=attributes)
+        data.update(
+            id=event.id, attributes=attributes,
+            upstream_event_id=event.upstream_event_id, upstream_action_name=event.upstream_action_name,
+        )
         if cls is not Event and cls.EVENT_TYPE != Event.EVENT_TYPE:
             data["type"] = cls.EVENT_TYPE
         else:

@@ -66,7 +66,9 @@ def docstring_description(func: Callable[..., Any]) -> str:
     return (parse_docstring(inspect.getdoc(func) or "").description or "").strip()
 
 
-def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[BaseModel]:
+def create_schema_from_function(
+    name: str, func: Callable[..., Any], injected_args: Any = None,
+) -> Type[BaseModel]:
     """A pydantic model, named ``name``, of ``func``'s parameters.
 
     As 0.3.1: each parameter becomes a field typed by its annotation
@@ -81,6 +83,8 @@ def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[Bas
     Args:
         name: The model's name (the tool's name).
         func: A function, a bound method or a ``staticmethod``.
+        injected_args: Names of parameters the framework fills
+            (``@tool(injected_args=...)``, Flink Agents HEAD): left out.
 
     Raises:
         TypeError: ``func`` is not callable, or has no inspectable
@@ -100,8 +104,9 @@ def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[Bas
     documented = {p.arg_name: p.description for p in parse_docstring(inspect.getdoc(func) or "").params}
     hints = _type_hints(func)
     fields: Dict[str, Any] = {}
+    injected = set(injected_args or ())
     for param_name, param in params.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param_name in injected:
             continue
         annotation = hints.get(param_name, param.annotation)
         if annotation is param.empty:

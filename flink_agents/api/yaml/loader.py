@@ -34,11 +34,13 @@ from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceDescriptor, ResourceType
 from flink_agents.api.skills import SkillSourceSpec, Skills
+from flink_agents.api.trigger_conditions import TriggerConditionError, classify, compile_condition
 from flink_agents.api.yaml._functions import resolve_callable, split_reference
 from flink_agents.api.yaml._source import Loc, Source, YamlAgentError, parse, validate
 from flink_agents.api.tools.function_tool import FunctionTool
 from flink_agents.api.yaml.aliases import (
     CLAZZ_ALIASES,
+    AliasNotAvailable,
     JAVA_WRAPPER_CLAZZ,
     is_alias,
     resolve_clazz,
@@ -255,9 +257,11 @@ class _Builder:
             raise self.source.error(loc + ("parameter_types",), "only Java tools declare parameter_types")
         func = self.function(spec.function, loc, spec.type)
         try:  # a FunctionTool, as 0.3.1 loads a tool
-            return FunctionTool.from_callable(func, name=spec.name)
+            return FunctionTool.from_callable(func, name=spec.name, injected_args=spec.injected_args or None)
         except TypeError as exc:
             raise self.source.error(loc + ("function",), str(exc)) from None
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError: the injected_args
+            raise self.source.error(loc + ("injected_args",), str(exc)) from None
 
     @staticmethod
     def prompt(spec: PromptSpec) -> Prompt:
@@ -305,7 +309,15 @@ class _Builder:
 
     def action(self, agent: Agent, spec: ActionSpec, loc: Loc) -> None:
         function = self.function(spec.function, loc, spec.type)
-        events = [resolve_event_type(name) for name in spec.listen_to]
+        events: List[str] = []
+        for index, name in enumerate(spec.triggers):
+            try:
+                events.append(resolve_event_type(name))
+                kind, text = classify(events[-1])
+                if kind == "expression":
+                    compile_condition(text)
+            except (AliasNotAvailable, TriggerConditionError) as exc:
+                raise self.source.error(loc + (spec.triggers_field, index), str(exc)) from None
         if spec.name in agent.actions:
             raise self.source.error(loc + ("name",), f"Duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))

@@ -55,8 +55,17 @@ class ActionContext(RunnerContext):
         short_term: The action's staged short-term memory.
     """
 
-    def __init__(self, run: Run, step: str, spec: ActionSpec, sensory: StagedMemory, short_term: StagedMemory) -> None:
+    def __init__(
+        self, run: Run, step: str, spec: ActionSpec, sensory: StagedMemory, short_term: StagedMemory,
+        trigger_event_id: Any = None,
+    ) -> None:
         self.runtime_run = run
+        # Lineage of the events this action sends: the id of the event it runs on.
+        self.trigger_event_id = trigger_event_id
+        # The action's long-term memory operations, when long-term memory
+        # events are on (runtime.execution.memory_events; the long_term_memory
+        # hook wraps the memory to record them); None: not recorded.
+        self.ltm_observations: Any = None
         self._run = run.identity
         self.step = step
         self.action_name = spec.name
@@ -92,7 +101,9 @@ class ActionContext(RunnerContext):
         (``runtime.execution.event_codec``), so a value the codec refuses
         fails this call, in the action, under its error strategy. The event
         is journaled, and reaches its listeners, as it is when the action
-        returns (the action loop encodes it then; a value changed in
+        returns. Its lineage is set here: ``upstream_event_id`` is the id of
+        the event this action runs on, ``upstream_action_name`` this
+        action's name (the action loop encodes it then; a value changed in
         between is checked there, with the same error).
 
         Raises:
@@ -106,6 +117,10 @@ class ActionContext(RunnerContext):
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         event.id = self._run.event_id(self.step, len(self.sent_events))
+        # Lineage (Flink Agents HEAD): framework-owned, so whatever the event
+        # carried is overwritten; journaled with it, so a replay reads it back.
+        event.upstream_event_id = self.trigger_event_id
+        event.upstream_action_name = self.action_name
         check_event(event)  # the loop encodes it when the action returned
         self.sent_events.append(event)
 

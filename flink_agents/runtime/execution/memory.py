@@ -37,12 +37,15 @@ RESERVED_PREFIX = "_flink_agents"
 class StagedMemory:
     """One action's view of a memory map; see the module docstring."""
 
-    __slots__ = ("_base", "_working", "label")
+    __slots__ = ("_base", "_working", "label", "reads")
 
     def __init__(self, base: Dict[str, Any], label: str) -> None:
         self._base = base
         self._working: Dict[str, Any] | None = None
         self.label = label
+        # path -> stored value of each read, when a read memory event is on
+        # (runtime.execution.memory_events); None: reads are not recorded.
+        self.reads: Dict[str, Any] | None = None
 
     @property
     def data(self) -> Dict[str, Any]:
@@ -114,6 +117,8 @@ class MemoryNode(MemoryObject):
         value = data[full]
         if value == OBJECT:
             return MemoryNode(self._memory, full)
+        if self._memory.reads is not None:
+            self._memory.reads[full] = value
         # A fresh object: mutating it cannot bypass set() (and staging).
         try:
             return decode(value)

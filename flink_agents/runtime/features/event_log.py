@@ -465,6 +465,9 @@ class RunEventLog:
         payload = None
         if level is not EventLogLevel.OFF and self._log.logger is not None:
             payload = {"eventType": event_type, **_jsonable(event)}
+            if not self._log.trace_enabled:  # 0.3.1's record: the event's lineage only with traces on
+                payload.pop("upstreamEventId", None)
+                payload.pop("upstreamActionName", None)
         copy = event
         if self._log.listeners:
             try:
