@@ -204,8 +204,11 @@ class KeyedHost:
             finished = {completion.seq for completion in completions}
             for callback_id in [c for c, (_, seq) in known.items() if seq in finished]:
                 del known[callback_id]
-        for is_error, value in applied.emissions:
-            (self._driver.emit_error if is_error else self._driver.emit)(key, value)
+        for (is_error, value), seq in zip(applied.emissions, applied.seqs):
+            if is_error:
+                self._driver.emit_error(key, value)
+            else:
+                self._driver.emit_record(key, seq, value)
         applied.raise_failure()
 
     def _release(self, key: Any) -> None:

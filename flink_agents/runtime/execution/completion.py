@@ -67,6 +67,7 @@ class Applied:
 
     Attributes:
         emissions: Outputs and error records to emit, in order.
+        seqs: The record (sequence number) of each emission.
         failure: The failure of the first failed record, if any: the host
             stores the state, emits ``emissions``, then raises it (the job
             fails; the failed record and those after it stay pending).
@@ -74,6 +75,7 @@ class Applied:
 
     emissions: List[Emission] = field(default_factory=list)
     failure: BaseException | None = None
+    seqs: List[int] = field(default_factory=list)
 
     def raise_failure(self) -> None:
         """Raise ``failure`` if there is one, as the job's failure: an
@@ -98,9 +100,10 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             (a runtime bug: records of a key finish in order).
     """
     emissions: List[Emission] = []
+    seqs: List[int] = []
     for completion in completions:
         if completion.failure is not None:
-            return Applied(emissions, completion.failure)
+            return Applied(emissions, completion.failure, seqs)
         if not state.pending or state.pending[0].seq != completion.seq:
             head = state.pending[0].seq if state.pending else None
             raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head} was expected")
@@ -119,4 +122,5 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             state.failed.append(completion.keep_failed)
         emissions.extend((False, output) for output in completion.outputs)
         emissions.extend((True, error) for error in completion.errors)
-    return Applied(emissions)
+        seqs.extend([completion.seq] * (len(completion.outputs) + len(completion.errors)))
+    return Applied(emissions, seqs=seqs)
