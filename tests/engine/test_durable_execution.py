@@ -349,3 +349,46 @@ def test_short_term_memory_expires_after_its_ttl():
         now[0] += step_s
         host_runs.process(engine, driver, "k", "x")
     assert [o["k"] for o in driver.outputs] == [1, 2, 3, 1]
+
+
+def _seen_before(e: InputEvent, ctx: Any) -> None:
+    """Marks the input's name in memory; outputs whether it was there."""
+    seen = ctx.short_term_memory.get(e.input)
+    ctx.short_term_memory.set(e.input, True)
+    ctx.send_event(OutputEvent(output=f"{e.input}|{'EXISTING' if seen else 'NEW'}"))
+
+
+@pytest.mark.parametrize("renewed_on_read", [False, True])
+def test_short_term_memory_ttl_applies_to_each_path_alone(renewed_on_read: bool) -> None:
+    # 0.3.1 keeps memory in a MapState with Flink state TTL: writing one
+    # path does not keep another alive (unless reads renew, and a key's
+    # callback reads all of its memory here).
+    now = [1000.0]
+    engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("seen", [InputEvent], _seen_before)), {},
+                         store=InMemoryJournalStore())
+    driver = LocalDriver(memory_ttl_s=0.05, clock=lambda: now[0], memory_ttl_renewed_on_read=renewed_on_read)
+    for name in ("event1", "event2", "event1"):
+        host_runs.process(engine, driver, "k", name)
+        now[0] += 0.03  # each path's last write is 60 ms old at its next read
+
+    expected_last = "event1|EXISTING" if renewed_on_read else "event1|NEW"
+    assert [o["k"] for o in driver.outputs] == ["event1|NEW", "event2|NEW", expected_last]
+
+
+def test_a_nested_write_keeps_its_parent_object_alive() -> None:
+    now = [1000.0]
+
+    def nested(e: InputEvent, ctx: Any) -> None:
+        if e.input == "read":
+            ctx.send_event(OutputEvent(output=sorted(ctx.short_term_memory.get("user").get_field_names())))
+        else:
+            ctx.short_term_memory.set(f"user.{e.input}", 1)
+
+    engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("nested", [InputEvent], nested)), {},
+                         store=InMemoryJournalStore())
+    driver = LocalDriver(memory_ttl_s=0.05, clock=lambda: now[0])
+    for step in ("a", "b", "read"):
+        host_runs.process(engine, driver, "k", step)
+        now[0] += 0.03
+
+    assert [o["k"] for o in driver.outputs] == [["b"]]

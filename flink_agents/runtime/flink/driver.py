@@ -175,8 +175,8 @@ class FlinkDriver(KeyedDriver):
         self._key_state.update(state.to_json(include_memory=False))
         if state.short_term_memory is not self._stored_memory or self._legacy_loaded:
             written, removed = entry_writes(self._stored_entries, state.short_term_memory)
-            if written:
-                self._memory_state.put_all(written)
+            for path, entry in written.items():  # (PyFlink 2.3's put_all takes pairs, not a dict)
+                self._memory_state.put(path, entry)
             for path in removed:
                 self._memory_state.remove(path)
             self._stored_entries = {**{p: t for p, t in self._stored_entries.items() if p not in removed}, **written}
