@@ -215,6 +215,8 @@ class KeyedHost:
         """Forget an idle key (its state lives in the host)."""
         if self._runner.release(key):
             self._engine.mailboxes.forget(key)
+        if not self._runner.knows(key):  # its next run starts from keyed state
+            self._driver.forget(key)
         self._deadlines.pop(key, None)
 
     def wait_for_capacity(self) -> None:

@@ -15,7 +15,7 @@ raises its failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from flink_agents.runtime.errors import job_failure
 from flink_agents.runtime.execution.state import KeyState
@@ -47,6 +47,8 @@ class Completion:
         keep_failed: ``[journal seq, record, Unix ms]`` of a record that
             ended on the error stream, kept in ``KeyState.failed`` for a
             retry (run control on).
+        memory_reads: The memory paths the run read, when a memory TTL
+            renewed on reads is set (the host renews them in keyed state).
     """
 
     seq: int
@@ -59,6 +61,7 @@ class Completion:
     budget: Dict[str, Any] | None = None
     parked: BaseException | None = None
     keep_failed: List[Any] | None = None
+    memory_reads: Set[str] | None = None
 
 
 @dataclass
@@ -109,6 +112,8 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head} was expected")
         state.pending.pop(0)
         state.short_term_memory = completion.short_term_memory
+        if completion.memory_reads:
+            state.memory_reads = (state.memory_reads or set()) | completion.memory_reads
         state.runs_finished += 1
         if completion.usage is not None:
             state.usage = completion.usage

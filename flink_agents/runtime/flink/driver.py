@@ -113,8 +113,11 @@ class FlinkDriver(KeyedDriver):
         self._current_key: Any = None
         self._timers: Any = None
         self._cached: KeyState | None = None
-        self._stored_memory: Dict[str, Any] | None = None
-        self._stored_entries: Dict[str, str] = {}
+        # Per key the runner holds: its memory as last loaded or stored, and
+        # its entries' JSON, until ``forget``. Read once, not per callback:
+        # the key's polls would otherwise read (and, with a TTL renewed on
+        # reads, renew) every entry every poll interval.
+        self._memory_of: Dict[Any, Tuple[Dict[str, Any], Dict[str, str]]] = {}
         self._legacy_loaded = False
         self._outputs: List[Any] = []
         self._deadlines: Dict[Any, List[Tuple[str, int, int]]] = {}
@@ -135,8 +138,6 @@ class FlinkDriver(KeyedDriver):
         self._current_key = key
         self._timers = timers
         self._cached = None
-        self._stored_memory = None
-        self._stored_entries = {}
         self._legacy_loaded = False
 
     def _check(self, key: Any) -> None:
@@ -147,14 +148,20 @@ class FlinkDriver(KeyedDriver):
             )
 
     def load(self, key: Any) -> KeyState | None:
-        """The key's state; its memory from the memory entries (an expired
-        one is not returned: TTL), or, with none, from the legacy state,
-        moved over at ``store``."""
+        """The key's state; its memory as last stored while the runner holds
+        the key, else from the memory entries (an expired one is not
+        returned: TTL), or, with none, from the legacy state, moved over at
+        ``store``."""
         self._check(key)
         if self._cached is None:
             text = self._key_state.value()
             if text is None:
                 return None
+            known = self._memory_of.get(key)
+            if known is not None:
+                self._cached = KeyState.from_json(text, "{}")
+                self._cached.short_term_memory = known[0]
+                return self._cached
             entries = {path: entry for path, entry in self._memory_state.items()}
             legacy = None
             if not entries and self._legacy_memory_state is not None:
@@ -165,25 +172,37 @@ class FlinkDriver(KeyedDriver):
             else:
                 self._cached = KeyState.from_json(text, "{}")
                 self._cached.short_term_memory = {path: json.loads(entry) for path, entry in entries.items()}
-            self._stored_entries = entries
-            self._stored_memory = self._cached.short_term_memory
+            self._memory_of[key] = (self._cached.short_term_memory, entries)
         return self._cached
 
     def store(self, key: Any, state: KeyState) -> None:
+        """Write ``state``: the key state, the memory entries a run changed
+        (and, after a run that read memory under a TTL renewed on reads, a
+        read of each path it read, which renews it in Flink's state TTL)."""
         self._check(key)
         self._cached = state
         self._key_state.update(state.to_json(include_memory=False))
-        if state.short_term_memory is not self._stored_memory or self._legacy_loaded:
-            written, removed = entry_writes(self._stored_entries, state.short_term_memory)
+        memory, entries = self._memory_of.get(key) or ({}, {})
+        written: Dict[str, str] = {}
+        if state.short_term_memory is not memory or self._legacy_loaded:
+            written, removed = entry_writes(entries, state.short_term_memory)
             for path, entry in written.items():  # (PyFlink 2.3's put_all takes pairs, not a dict)
                 self._memory_state.put(path, entry)
             for path in removed:
                 self._memory_state.remove(path)
-            self._stored_entries = {**{p: t for p, t in self._stored_entries.items() if p not in removed}, **written}
-            self._stored_memory = state.short_term_memory
+            entries = {**{p: t for p, t in entries.items() if p not in removed}, **written}
+            self._memory_of[key] = (state.short_term_memory, entries)
             if self._legacy_loaded:
                 self._legacy_memory_state.clear()
                 self._legacy_loaded = False
+        if state.memory_reads:
+            for path in state.memory_reads:
+                if path in entries and path not in written:
+                    self._memory_state.get(path)
+            state.memory_reads = None
+
+    def forget(self, key: Any) -> None:
+        self._memory_of.pop(key, None)
 
     def arm_deadline(self, key: Any, callback_id: str, deadline_ms: int, seq: int) -> None:
         """Queue a callback deadline (from the runs' thread) until the key's

@@ -31,9 +31,9 @@ class LocalDriver(KeyedDriver):
             per ``MapState`` entry in 0.3.1 (``runtime.execution.memory_entries``);
             None keeps memory.
         clock: Unix seconds; injectable for tests.
-        memory_ttl_renewed_on_read: Whether a load of the key also renews the
-            TTL of its entries (Flink's ``OnReadAndWrite``; 0.3.1's default
-            update type), else only writes do (``OnCreateAndWrite``).
+        memory_ttl_renewed_on_read: Whether the entries a run read are renewed
+            too (``KeyState.memory_reads``; Flink's ``OnReadAndWrite``, 0.3.1's
+            default update type), else only writes renew (``OnCreateAndWrite``).
     """
 
     def __init__(
@@ -68,25 +68,29 @@ class LocalDriver(KeyedDriver):
                     entries.pop(path, None)
                 state.short_term_memory = {p: v for p, v in state.short_term_memory.items() if p not in expired}
                 self._memory_seen[key] = state.short_term_memory
-            if self._renew_on_read:
-                for path in written_at:
-                    written_at[path] = now
         return state
 
     def store(self, key: Any, state: KeyState) -> None:
         self.states[key] = state
-        if self._memory_ttl_s is None or self._memory_seen.get(key) is state.short_term_memory:
+        reads, state.memory_reads = state.memory_reads, None
+        if self._memory_ttl_s is None:
             return
-        self._memory_seen[key] = state.short_term_memory
-        # Like Flink's TTL on a MapState: a write renews the entries written.
-        entries, written_at = self._entries.setdefault(key, {}), self._written_at.setdefault(key, {})
-        written, removed = entry_writes(entries, state.short_term_memory)
+        # Like Flink's TTL on a MapState: a write renews the entries written,
+        # and with OnReadAndWrite a read the entries read (by the runs applied).
         now = self._clock()
-        for path, text in written.items():
-            entries[path], written_at[path] = text, now
-        for path in removed:
-            entries.pop(path, None)
-            written_at.pop(path, None)
+        entries, written_at = self._entries.setdefault(key, {}), self._written_at.setdefault(key, {})
+        if self._memory_seen.get(key) is not state.short_term_memory:
+            self._memory_seen[key] = state.short_term_memory
+            written, removed = entry_writes(entries, state.short_term_memory)
+            for path, text in written.items():
+                entries[path], written_at[path] = text, now
+            for path in removed:
+                entries.pop(path, None)
+                written_at.pop(path, None)
+        if reads and self._renew_on_read:
+            for path in reads:
+                if path in written_at:
+                    written_at[path] = now
 
     def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
         self.errors.append(error)
