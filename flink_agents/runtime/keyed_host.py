@@ -278,6 +278,8 @@ class KeyedHost:
         self._take_retries(key)
         if steering:
             self.steer(key, value)
+            if not self._runner.knows(key):  # nothing runs: keep no memory of it cached
+                self._driver.forget(key)
             return False
         state, record = self.enqueue(key, value, timestamp_ms)
         # Fast path: a record that finishes at once (no slow call) is applied
