@@ -18,7 +18,7 @@ from pyflink.common import Row
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
-from flink_agents.runtime.execution.output_shape import OutputShapeError, json_like
+from flink_agents.runtime.flink.output_shape import OutputShapeError, json_like
 from tests.support import recording_flink
 
 

@@ -106,7 +106,7 @@ class FlinkAgentBuilder(AgentBuilder):
         By default each output arrives as JSON-like data, as Flink Agents
         0.3.1 hands it downstream: a pydantic model or dataclass as a dict,
         a tuple or set as a list, a datetime, UUID or Decimal as a string, a
-        ``Row`` as a ``Row`` (``runtime.execution.output_shape``). An output
+        ``Row`` as a ``Row`` (``runtime.flink.output_shape``). An output
         JSON cannot carry fails the job with ``OutputShapeError`` naming the
         key. ``typed_outputs=True`` hands the objects as the actions built
         them (this project's extension).

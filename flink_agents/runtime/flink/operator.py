@@ -38,7 +38,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from flink_agents.api.core_options import RuntimeOptions, validate_options
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
-from flink_agents.runtime.execution.output_shape import json_like
+from flink_agents.runtime.flink.output_shape import json_like
 from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names re-exported)
     ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
 )
@@ -70,7 +70,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         job_id: Journal namespace for keys first seen by this job.
         typed_outputs: Yield each output as the action built it; False (the
             default of ``to_datastream``): as JSON-like data, as Flink Agents
-            0.3.1 does (``runtime.execution.output_shape.json_like``).
+            0.3.1 does (``runtime.flink.output_shape.json_like``).
 
     Raises:
         ValueError: A declared option in ``config`` has a bad value (naming
