@@ -99,8 +99,9 @@ class LocalDriver(KeyedDriver):
         self.progress.extend(records)
 
     def emit(self, key: Any, output: Any) -> None:
-        self.emit_record(key, None, output)
+        self.outputs.append({key: output})
+        self.output_seqs.append(None)
 
     def emit_record(self, key: Any, seq: int | None, output: Any) -> None:
-        self.outputs.append({key: output})
-        self.output_seqs.append(seq)
+        self.emit(key, output)
+        self.output_seqs[-1] = seq
