@@ -427,12 +427,12 @@ def _count_reads(e: InputEvent, ctx: Any) -> None:
 ])
 def test_a_read_renews_only_the_path_it_read_when_reads_renew(update_type: str, expected_last: str) -> None:
     env = AgentsExecutionEnvironment.get_execution_environment(**{
-        "short-term-memory.state-ttl.ms": 200, "short-term-memory.state-ttl.update-type": update_type,
+        "short-term-memory.state-ttl.ms": 400, "short-term-memory.state-ttl.update-type": update_type,
     })
     # Writes and reads count when their record ends (after its wait): a at
-    # 0 s, b at 0.12; a read at 0.12 (renewed at 0.24 if reads renew) and
-    # again at 0.24; b read at 0.34, past its TTL.
-    steps = [("set", "a", 0.0), ("set", "b", 0.12), ("get", "a", 0.12), ("get", "a", 0.1), ("get", "b", 0.0)]
+    # 0 s, b at 0.25; a read at 0.25 (renewed at 0.5 if reads renew) and
+    # again at 0.5; b read at 0.7, past its TTL.
+    steps = [("set", "a", 0.0), ("set", "b", 0.25), ("get", "a", 0.25), ("get", "a", 0.2), ("get", "b", 0.0)]
     outputs = env.from_list([{"key": "k", "value": s} for s in steps]).apply(
         Agent().add_action("count", [InputEvent], _count_reads)).to_list()
 
