@@ -252,14 +252,14 @@ class AgentExecutionOptions:
         "short-term-memory.state-ttl.ms", int, 0,
         aliases=(ConfigAlias("short_term_memory.ttl_s", float, lambda s: round(s * 1000), "seconds"),),
         check=_non_negative, requirement="must be >= 0 (0 turns TTL off)",
-        description="Short-term memory of a key expires this long after its last write "
-        "(milliseconds; 0: never).",
+        description="Each short-term memory path of a key expires this long after its last write "
+        "(or read, per the update type) (milliseconds; 0: never).",
     )
     SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE = ConfigOption(
         "short-term-memory.state-ttl.update-type", ShortTermMemoryTtlUpdate,
         ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE,
-        description="On Flink: whether reads also restart the TTL (Flink StateTtlConfig update type). "
-        "The local runner restarts it on writes only.",
+        description="Whether an action's read of a memory path also restarts its TTL "
+        "(Flink StateTtlConfig update type; the same rule on the local runner).",
     )
     SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY = ConfigOption(
         "short-term-memory.state-ttl.visibility", ShortTermMemoryTtlVisibility,

@@ -167,7 +167,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
         ctx = ActionContext(
             run, step, spec,
             StagedMemory(sensory, SENSORY_LABEL),
-            StagedMemory(run.state.short_term_memory, "short_term_memory"),
+            StagedMemory(run.state.short_term_memory, "short_term_memory", run.state.memory_reads),
             trigger_event_id=event.id,
         )
         start_recording(switches, ctx, event)
