@@ -3,10 +3,16 @@
 # apache-flink wheel ships (pyflink/bin, pyflink/lib): one JobManager and N
 # TaskManagers, small memory settings, Python workers on this repo's venv.
 #
-#   tools/cluster.sh start [--taskmanagers N] [--slots S] [--dir DIR]
+#   tools/cluster.sh start [--taskmanagers N] [--slots S] [--dir DIR] [--stock]
 #   tools/cluster.sh stop [--dir DIR]
 #   tools/cluster.sh status [--dir DIR]
 #   tools/cluster.sh flink [--dir DIR] -- ARGS...   the distribution's `flink` CLI on this cluster
+#
+# --stock: the distribution as shipped, only what running beside other
+# clusters on this host needs (free ports, addresses, memory, dirs) and the
+# agents' agent.journal.sqlite.shared: no flink-python in lib/, no pemja.
+# parent-first (so one thread-mode job per TaskManager lifetime), no
+# python.executable (workers run the job's, or `python` on PATH).
 #
 # Everything lives under DIR (default out/cluster, ignored by git): conf/ (a
 # copy of the wheel's conf with this cluster's config.yaml; FLINK_CONF_DIR),
@@ -51,6 +57,7 @@ usage() {
 COMMAND="$1"; shift
 TASKMANAGERS=1
 SLOTS=2
+STOCK=0
 CLUSTER_DIR="$REPO_ROOT/out/cluster"
 PASSTHROUGH=()
 while [ $# -gt 0 ]; do
@@ -58,6 +65,7 @@ while [ $# -gt 0 ]; do
         --taskmanagers) [ $# -ge 2 ] || usage; TASKMANAGERS="$2"; shift 2 ;;
         --slots) [ $# -ge 2 ] || usage; SLOTS="$2"; shift 2 ;;
         --dir) [ $# -ge 2 ] || usage; CLUSTER_DIR="$2"; shift 2 ;;
+        --stock) STOCK=1; shift ;;
         --) shift; PASSTHROUGH=("$@"); break ;;
         *) if [ "$COMMAND" = flink ]; then PASSTHROUGH=("$@"); break; fi
            log "unknown argument: $1"; usage ;;
@@ -158,16 +166,19 @@ settings.update({
     "env.pid.dir": "$PID_DIR",
     "execution.checkpointing.dir": "file://$CLUSTER_DIR/checkpoints",
     "execution.checkpointing.savepoint-dir": "file://$CLUSTER_DIR/savepoints",
-    # pemja from lib/ (see link_lib), not from each job's flink-python jar.
-    "classloader.parent-first-patterns.additional": "pemja.",
-    # The client (flink run -py) and the workers run the venv's Python.
-    "python.executable": "$PYTHON",
-    "python.client.executable": "$PYTHON",
     # Every TaskManager of this cluster runs on this host, so an absolute
     # SQLite journal path is shared by all of them (the runtime refuses an
     # SQLite journal on a cluster without this: runtime/flink/journal_placement.py).
     "agent.journal.sqlite.shared": True,
 })
+if not $STOCK:
+    settings.update({
+        # pemja from lib/ (see link_lib), not from each job's flink-python jar.
+        "classloader.parent-first-patterns.additional": "pemja.",
+        # The client (flink run -py) and the workers run the venv's Python.
+        "python.executable": "$PYTHON",
+        "python.client.executable": "$PYTHON",
+    })
 extra = json.loads(os.environ.get("FLINK_CLUSTER_CONF") or "{}")
 if not isinstance(extra, dict):
     sys.exit("FLINK_CLUSTER_CONF must be a JSON object of flat config.yaml settings")
@@ -191,6 +202,7 @@ link_lib() {
     rm -rf "$LIB_DIR"
     mkdir -p "$LIB_DIR"
     ln -s "$FLINK_HOME"/lib/*.jar "$LIB_DIR"/
+    [ "$STOCK" = 1 ] && return 0  # as shipped: flink-python only in opt/
     ln -s "$FLINK_HOME"/opt/flink-python-*.jar "$LIB_DIR"/ || die "no flink-python jar in $FLINK_HOME/opt"
 }
 
@@ -248,8 +260,9 @@ cmd_stop() {
 cmd_start() {
     if load_state; then
         if [ -n "$(live_pids)" ]; then
-            if [ "${TASKMANAGERS_STARTED:-}" != "$TASKMANAGERS" ] || [ "${SLOTS_STARTED:-}" != "$SLOTS" ]; then
-                die "a cluster with ${TASKMANAGERS_STARTED:-?} TaskManager(s) x ${SLOTS_STARTED:-?} slot(s) already runs at $REST_URL; stop it first (tools/cluster.sh stop --dir $CLUSTER_DIR)"
+            if [ "${TASKMANAGERS_STARTED:-}" != "$TASKMANAGERS" ] || [ "${SLOTS_STARTED:-}" != "$SLOTS" ] \
+                || [ "${STOCK_STARTED:-0}" != "$STOCK" ]; then
+                die "a cluster with ${TASKMANAGERS_STARTED:-?} TaskManager(s) x ${SLOTS_STARTED:-?} slot(s) (stock: ${STOCK_STARTED:-0}) already runs at $REST_URL; stop it first (tools/cluster.sh stop --dir $CLUSTER_DIR)"
             fi
             log "already running at $REST_URL"
             echo "$REST_URL"
@@ -287,6 +300,7 @@ JM_PID=$JM_PID
 TM_PIDS="$TM_PIDS"
 TASKMANAGERS_STARTED=$TASKMANAGERS
 SLOTS_STARTED=$SLOTS
+STOCK_STARTED=$STOCK
 EOF
     local want=$((TASKMANAGERS * SLOTS)) deadline overview=""
     deadline=$(( $(date +%s) + START_TIMEOUT_S ))

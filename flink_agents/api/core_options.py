@@ -24,22 +24,28 @@ journals into its own stores (``RuntimeOptions.JOURNAL_STORE``).
 from __future__ import annotations
 
 import functools
+import warnings
 from enum import Enum
-from typing import Any, Dict, FrozenSet, Mapping, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Tuple
 
+from flink_agents._suggest import close_matches
 from flink_agents.api._prices import parse_prices
 from flink_agents.api.configuration import ConfigAlias, ConfigOption, ReadableConfiguration, readable
 
 __all__ = [
     "AgentConfigOptions",
     "AgentExecutionOptions",
+    "ConditionEvaluationFailureStrategy",
     "ErrorHandlingStrategy",
     "EventLogLevel",
     "LoggerType",
+    "MisspeltConfigKeyWarning",
+    "MemoryEventOptions",
     "RuntimeOptions",
     "ShortTermMemoryTtlUpdate",
     "ShortTermMemoryTtlVisibility",
     "all_options",
+    "misspelt_keys",
     "spellings_of",
     "validate_options",
 ]
@@ -82,6 +88,15 @@ class LoggerType(Enum):
 
     SLF4J = "slf4j"
     FILE = "file"
+
+
+class ConditionEvaluationFailureStrategy(Enum):
+    """What happens when a trigger condition expression fails on an event
+    (Flink Agents HEAD's enum): ``WARN_AND_SKIP`` logs a warning and counts
+    the condition as false; ``FAIL`` fails the record."""
+
+    WARN_AND_SKIP = "WARN_AND_SKIP"
+    FAIL = "FAIL"
 
 
 class EventLogLevel(Enum):
@@ -181,6 +196,12 @@ class AgentConfigOptions:
         description="Event listeners: import paths ('module:Class' or 'module.Class') of classes "
         "built without arguments, called for every event.",
     )
+    CONDITION_EVALUATION_FAILURE_STRATEGY = ConfigOption(
+        "action.trigger-condition.evaluate-failure-strategy", ConditionEvaluationFailureStrategy,
+        ConditionEvaluationFailureStrategy.WARN_AND_SKIP,
+        description="Flink Agents HEAD: when a trigger condition expression fails on an event (a missing "
+        "attribute, a type mismatch), WARN_AND_SKIP logs a warning and counts it false; FAIL fails the record.",
+    )
 
 
 class AgentExecutionOptions:
@@ -231,19 +252,68 @@ class AgentExecutionOptions:
         "short-term-memory.state-ttl.ms", int, 0,
         aliases=(ConfigAlias("short_term_memory.ttl_s", float, lambda s: round(s * 1000), "seconds"),),
         check=_non_negative, requirement="must be >= 0 (0 turns TTL off)",
-        description="Short-term memory of a key expires this long after its last write "
-        "(milliseconds; 0: never).",
+        description="Each short-term memory path of a key expires this long after its last write "
+        "(or read, per the update type) (milliseconds; 0: never).",
     )
     SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE = ConfigOption(
         "short-term-memory.state-ttl.update-type", ShortTermMemoryTtlUpdate,
         ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE,
-        description="On Flink: whether reads also restart the TTL (Flink StateTtlConfig update type). "
-        "The local runner restarts it on writes only.",
+        description="Whether an action's read of a memory path also restarts its TTL "
+        "(Flink StateTtlConfig update type; the same rule on the local runner).",
     )
     SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY = ConfigOption(
         "short-term-memory.state-ttl.visibility", ShortTermMemoryTtlVisibility,
         ShortTermMemoryTtlVisibility.NEVER_RETURN_EXPIRED,
         description="On Flink: whether expired memory not yet cleaned up is still read.",
+    )
+    AGENT_RUN_BEGIN_EVENT = ConfigOption(
+        "agent-run.begin-event", bool, False,
+        description="Flink Agents HEAD: send an AgentRunBeginEvent (the key's short-term memory values) "
+        "before the first action of each run; journaled, so a replay sends the same snapshot.",
+    )
+
+
+class MemoryEventOptions:
+    """Flink Agents HEAD's memory observation events (``api.events.memory_event``).
+
+    Per operation kind: its own key if set, else ``memory.generate-event`` if
+    set, else off. (HEAD's built-in default is on for writes and long-term
+    operations; here every kind is opt-in, so 0.3 jobs journal and log the
+    same events as before.)
+    """
+
+    MEMORY_GENERATE_EVENT = ConfigOption(
+        "memory.generate-event", bool, None,
+        description="Flink Agents HEAD: master switch of memory events, for the kinds not set one by one.",
+    )
+    SHORT_TERM_WRITE = ConfigOption(
+        "memory.generate-event.short-term-write", bool, None,
+        description="ShortTermWriteEvent: an action's short-term memory writes, path -> last value.",
+    )
+    SHORT_TERM_READ = ConfigOption(
+        "memory.generate-event.short-term-read", bool, None,
+        description="ShortTermReadEvent: an action's short-term memory reads, path -> last value read.",
+    )
+    SENSORY_WRITE = ConfigOption(
+        "memory.generate-event.sensory-write", bool, None,
+        description="SensoryWriteEvent: an action's sensory memory writes, path -> last value.",
+    )
+    SENSORY_READ = ConfigOption(
+        "memory.generate-event.sensory-read", bool, None,
+        description="SensoryReadEvent: an action's sensory memory reads, path -> last value read.",
+    )
+    LONG_TERM_UPDATE = ConfigOption(
+        "memory.generate-event.long-term-update", bool, None,
+        description="LongTermUpdateEvent: an action's long-term adds and deletes ({set: {id: text|null}}) "
+        "and whole-set deletes (cleared_sets).",
+    )
+    LONG_TERM_GET = ConfigOption(
+        "memory.generate-event.long-term-get", bool, None,
+        description="LongTermGetEvent: the items an action's long-term gets returned ({set: {id: text}}).",
+    )
+    LONG_TERM_SEARCH = ConfigOption(
+        "memory.generate-event.long-term-search", bool, None,
+        description="LongTermSearchEvent: an action's long-term searches ({set: {query: [{id, value, score}]}}).",
     )
 
 
@@ -539,7 +609,7 @@ class RuntimeOptions:
     )
 
 
-_OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, RuntimeOptions)
+_OPTION_CLASSES = (AgentConfigOptions, AgentExecutionOptions, MemoryEventOptions, RuntimeOptions)
 
 
 def all_options() -> Tuple[Tuple[str, str, ConfigOption], ...]:
@@ -577,6 +647,11 @@ def validate_options(config: Mapping[str, Any]) -> ReadableConfiguration:
     Returns:
         ``config`` as a ``ReadableConfiguration``.
 
+    Warns:
+        MisspeltConfigKeyWarning: For each key that is no option but close
+            to one (``misspelt_keys``), naming it and the likely options; the
+            key is kept, as Flink Agents 0.3.1 keeps unknown keys.
+
     Raises:
         ValueError: The first option whose value does not convert, fails its
             check, or is set under two spellings to different values (the
@@ -585,4 +660,76 @@ def validate_options(config: Mapping[str, Any]) -> ReadableConfiguration:
     view = readable(config)
     for _, _, option in all_options():
         view.get_optional(option)
+    # One call site, one message per key: Python's default warning filter
+    # shows it once per process, though every operator and engine validates.
+    for key, matches in misspelt_keys(view).items():
+        warnings.warn(MisspeltConfigKeyWarning(
+            f"agent configuration key {key!r} is not an option; did you mean "
+            + " or ".join(repr(m) for m in matches)
+            + "? (kept as given: Flink Agents 0.3.1 keeps keys it does not know, for the job's own code)"
+        ))
     return view
+
+
+class MisspeltConfigKeyWarning(UserWarning):
+    """An agent configuration key that is no declared option but close to
+    one (``validate_options``): most likely a typo that leaves the option at
+    its default. A warning, not an error: Flink Agents 0.3.1 accepts any key
+    (a job's own code may read its own keys with ``get_str``)."""
+
+
+def _known_keys() -> Tuple[FrozenSet[str], Tuple[str, ...]]:
+    """Every declared spelling (these options, and long-term memory's), and
+    the keys of ``dict`` options, whose flat sub-keys (``rate_limits.<connection>.<limit>``)
+    are theirs too."""
+    from flink_agents.api.memory.long_term_memory import LongTermMemoryOptions
+
+    options = [option for _, _, option in all_options()]
+    options += [LongTermMemoryOptions.VECTOR_STORE, *(
+        value for value in vars(LongTermMemoryOptions.Mem0).values() if isinstance(value, ConfigOption))]
+    keys = frozenset(key for option in options for key in option.keys)
+    prefixes = tuple(option.key for option in options if option.get_type() is dict)
+    return keys, prefixes
+
+
+# Stricter than difflib's 0.6: a job's own short keys ("limit") must not be
+# taken for an option ("rate_limits"); a typo of a key of 8+ characters (a
+# letter dropped, swapped or doubled) stays above it.
+_KEY_CUTOFF = 0.8
+
+
+def _is_sub_key(key: str, prefix: str) -> bool:
+    """A flat key of a ``dict`` option: ``prefix.<name>.<field>`` (a name
+    may itself hold dots, ``usage.prices.gpt-4.1.input``)."""
+    return key.startswith(prefix + ".") and key[len(prefix) + 1:].count(".") >= 1
+
+
+def _under_prefix(key: str, prefix: str) -> str | None:
+    """``key`` with its head corrected to ``prefix`` when the head (as many
+    dotted parts as ``prefix`` has) is close to it and a sub-key follows."""
+    width = prefix.count(".") + 1
+    parts = key.split(".")
+    if len(parts) <= width + 1 or not close_matches(".".join(parts[:width]), [prefix], cutoff=_KEY_CUTOFF):
+        return None
+    return ".".join([prefix, *parts[width:]])
+
+
+def misspelt_keys(keys: Iterable[str]) -> Dict[str, List[str]]:
+    """The keys of ``keys`` that name no option but are close to one (by
+    ``difflib``), each with the up to two options it is closest to. A key
+    under a ``dict`` option (``rate_limits.openai.tokens_per_minute``) is
+    known; one whose head is close to such an option
+    (``rate_limit.openai.tokens_per_minute``) is suggested with the head
+    corrected. Keys close to nothing (a job's own keys) are not reported.
+    """
+    known, prefixes = _known_keys()
+    found: Dict[str, List[str]] = {}
+    for key in keys:
+        key = str(key)
+        if key in known or any(_is_sub_key(key, prefix) for prefix in prefixes):
+            continue
+        corrected = [fixed for fixed in (_under_prefix(key, prefix) for prefix in prefixes) if fixed]
+        matches = corrected[:1] or close_matches(key, known, n=2, cutoff=_KEY_CUTOFF)
+        if matches:
+            found[key] = matches
+    return found

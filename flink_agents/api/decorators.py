@@ -10,17 +10,21 @@ Use them under ``@staticmethod``-style functions of an ``Agent`` subclass::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Dict, TypeVar
 
 from flink_agents.api.events.event import Event
+from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.resource import ResourceType
 
 __all__ = [
+    "ActionDeclarationError",
+    "JAVA_RESOURCE_ATTR",
     "action",
     "chat_model_connection",
     "chat_model_setup",
     "embedding_model_connection",
     "embedding_model_setup",
+    "java_resource",
     "mcp_server",
     "prompt",
     "skills",
@@ -28,39 +32,98 @@ __all__ = [
     "vector_store",
 ]
 
-ACTION_ATTR = "_flink_agents_listen_events"
+# 0.3.1's attribute names, which 0.3.1 code may read.
+ACTION_ATTR = "_listen_events"
+ACTION_TARGET_ATTR = "_target"
+JAVA_RESOURCE_ATTR = "_is_java_resource"
 ACTION_CONFIG_ATTR = "_flink_agents_action_config"
 RESOURCE_ATTR = "_flink_agents_resource_type"
 TOOL_UNTRUSTED_ATTR = "_flink_agents_tool_untrusted"
 TOOL_NEEDS_APPROVAL_ATTR = "_flink_agents_tool_needs_approval"
+TOOL_INJECTED_ARGS_ATTR = "_flink_agents_tool_injected_args"
 
 
 def _function_of(obj: Any) -> Callable[..., Any]:
     return obj.__func__ if isinstance(obj, staticmethod) else obj
 
 
-def action(*listen_events: type[Event] | str, **config: Any) -> Callable[[Any], Any]:
-    """Mark a function as an action listening to ``listen_events``.
+class ActionDeclarationError(TypeError, AssertionError):
+    """An ``@action`` without events, or with an entry that is neither an
+    Event class nor a str. Also an ``AssertionError``, which 0.3.1 raises
+    there (code that catches that keeps working)."""
+
+
+def _check_target(target: Function, owner: str) -> None:
+    """A ``target`` names a function: both of its names are set (0.3.1's check)."""
+    if isinstance(target, PythonFunction) and not (target.module and target.qualname):
+        raise ValueError(f"PythonFunction target on {owner!r} must set both module and qualname")
+    if isinstance(target, JavaFunction) and not (target.qualname and target.method_name):
+        raise ValueError(f"JavaFunction target on {owner!r} must set both qualname and method_name")
+
+
+def action(
+    *trigger_conditions: type[Event] | str, target: Function | None = None, **config: Any
+) -> Callable[[Any], Any]:
+    """Mark a function as an action triggered by ``trigger_conditions``.
 
     Args:
-        *listen_events: Event classes or ``EVENT_TYPE`` strings.
+        *trigger_conditions: Event classes, event-type strings
+            (``EventType.InputEvent``, ``"my_event"``, quoted
+            ``"'order:created'"``) or, as in Flink Agents HEAD, condition
+            expressions (``"type == EventType.InputEvent && score > 5"``),
+            combined with OR. A string is an event type when it is a bare
+            (dotted) name or a quoted one, else an expression; expressions
+            are checked when the plan is compiled
+            (``flink_agents.api.trigger_conditions``). 0.3.1 takes event-type
+            strings only.
+        target: 0.3.1's cross-language target: a ``Function`` descriptor
+            run instead of the decorated body. A ``PythonFunction`` target
+            runs here; a ``JavaFunction`` one makes the plan fail to compile
+            (no JVM in this runtime).
         **config: Values the action reads through ``ctx.action_config``.
 
     Raises:
-        TypeError: No event given, or an entry is neither an Event class nor a str.
+        ActionDeclarationError: No condition given, or an entry is neither
+            an Event class nor a str.
+        TypeError: ``target`` is not a ``Function`` descriptor.
+        ValueError: ``target`` lacks one of its names.
     """
-    if not listen_events:
-        raise TypeError("@action needs at least one event type")
-    for ev in listen_events:
+    if not trigger_conditions:
+        raise ActionDeclarationError("@action needs at least one event type or trigger condition")
+    for ev in trigger_conditions:
         if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
-            raise TypeError(f"@action takes Event classes or EVENT_TYPE strings, not {ev!r}")
+            raise ActionDeclarationError(
+                f"@action takes Event classes, event-type strings or condition expressions, not {ev!r}")
+    listen_events = trigger_conditions
+    if target is not None and not isinstance(target, Function):
+        raise TypeError(
+            f"action(target=...) must be an api-layer Function descriptor (PythonFunction, JavaFunction), "
+            f"got a {type(target).__name__}"
+        )
 
     def mark(fn: Any) -> Any:
-        setattr(_function_of(fn), ACTION_ATTR, tuple(listen_events))
-        setattr(_function_of(fn), ACTION_CONFIG_ATTR, dict(config))
+        function = _function_of(fn)
+        if target is not None:
+            _check_target(target, getattr(function, "__qualname__", repr(function)))
+            setattr(function, ACTION_TARGET_ATTR, target)
+        setattr(function, ACTION_ATTR, tuple(listen_events))
+        setattr(function, ACTION_CONFIG_ATTR, dict(config))
         return fn
 
     return mark
+
+
+C = TypeVar("C", bound=type)
+
+
+def java_resource(cls: C) -> C:
+    """Mark ``cls`` as a Java resource (0.3.1's decorator; its wrapper
+    classes in ``api.chat_models.java_chat_model`` and siblings carry it).
+
+    Such a resource lives on the JVM in 0.3.1; this runtime is pure Python,
+    so a plan declaring one fails to compile, naming it."""
+    setattr(cls, JAVA_RESOURCE_ATTR, True)
+    return cls
 
 
 def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
@@ -71,7 +134,10 @@ def _resource_marker(kind: ResourceType) -> Callable[[Any], Any]:
     return mark
 
 
-def tool(func: Any = None, *, untrusted: bool = False, needs_approval: bool = False) -> Any:
+def tool(
+    func: Any = None, *, untrusted: bool = False, needs_approval: bool = False,
+    injected_args: Dict[str, Any] | None = None,
+) -> Any:
     """Mark a function as a tool; its schema comes from its signature and docstring.
 
     ``@tool`` as in Flink Agents 0.3, or ``@tool(untrusted=True)`` for a tool
@@ -85,9 +151,26 @@ def tool(func: Any = None, *, untrusted: bool = False, needs_approval: bool = Fa
     reviewer (``flink-agents approvals approve|reject``, or the inspector)
     as a durable callback; approved, the tool runs; rejected or timed out,
     it does not and the model is told why (docs/callbacks.md, "Approvals").
+
+    ``@tool(injected_args={"tenant": InjectedArg.from_config("tenant")})``
+    (Flink Agents HEAD): parameters hidden from the model's schema and
+    filled at call time from the config or memory
+    (``flink_agents.api.tools.tool_parameter_injection``).
+
+    Raises:
+        TypeError, pydantic.ValidationError: A malformed ``injected_args``.
+        ValueError: An injected name is not a parameter of the function.
     """
+    from flink_agents.api.tools.tool_parameter_injection import (
+        normalize_injected_args, validate_injected_arg_names,
+    )
+
+    injected = normalize_injected_args(injected_args)
 
     def mark(fn: Any) -> Any:
+        if injected:
+            validate_injected_arg_names(_function_of(fn), injected)
+            setattr(_function_of(fn), TOOL_INJECTED_ARGS_ATTR, injected)
         setattr(_function_of(fn), RESOURCE_ATTR, ResourceType.TOOL)
         if untrusted:
             setattr(_function_of(fn), TOOL_UNTRUSTED_ATTR, True)

@@ -39,9 +39,11 @@ class AgentBuilder(ABC):
         """Local runner: a list that ``execute()`` fills with ``{key: output}``."""
         raise NotImplementedError("to_list() is offered by the local runner only")
 
-    def to_datastream(self, output_type: Any = None, progress: bool = False) -> Any:
-        """Flink runner: the agent's outputs as a ``DataStream``; with
-        ``progress=True`` also the progress stream (``progress_stream()``)."""
+    def to_datastream(self, output_type: Any = None, progress: bool = False, typed_outputs: bool = False) -> Any:
+        """Flink runner: the agent's outputs as a ``DataStream``, as JSON-like
+        data by default (as Flink Agents 0.3.1), the objects themselves with
+        ``typed_outputs=True``; with ``progress=True`` also the progress
+        stream (``progress_stream()``)."""
         raise NotImplementedError("to_datastream() is offered by the Flink runner only")
 
     def progress_stream(self) -> Any:

@@ -8,9 +8,12 @@ name (defined in ``__main__``, or inside a function) still resolves in the
 process that built it; ``flink_agents.plan.FunctionRef`` resolves its
 functions through ``resolve_function`` below.
 
-Left out: 0.3.1's ``JavaFunction`` (and ``ACTION_PARAMETER_TYPES``)
-describe Java methods run by Flink Agents' Java operator; this runtime is
-pure Python (see ``docs/compatibility.md``).
+A ``JavaFunction`` names a Java method (0.3.1's descriptor, same fields
+and JSON form). It is accepted where 0.3.1 accepts one (``Agent.add_action``,
+``@action(target=...)``, a YAML ``type: java`` action or tool), but this
+runtime is pure Python, with no JVM to run it in: compiling a plan that
+uses one fails naming the action or tool (``flink_agents.plan.compiler``;
+``docs/compatibility.md``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,18 @@ from __future__ import annotations
 import importlib
 import inspect
 from abc import ABC
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel, PrivateAttr, model_serializer
 
-__all__ = ["Function", "PythonFunction", "resolve_function"]
+__all__ = ["ACTION_PARAMETER_TYPES", "Function", "JavaFunction", "PythonFunction", "resolve_function"]
+
+#: The Java parameter types of an action method, ``(Event, RunnerContext)``,
+#: which 0.3.1's ``JavaFunction.for_action`` fills in.
+ACTION_PARAMETER_TYPES: Tuple[str, ...] = (
+    "org.apache.flink.agents.api.Event",
+    "org.apache.flink.agents.api.context.RunnerContext",
+)
 
 
 def resolve_function(module: str, qualname: str) -> Callable[..., Any]:
@@ -125,3 +135,44 @@ class PythonFunction(Function):
         return (self.module, self.qualname) == (other.module, other.qualname)
 
     __hash__ = None  # type: ignore[assignment]  # mutable model, as pydantic's
+
+
+class JavaFunction(Function):
+    """Names a Java method, as 0.3.1's descriptor does: pure data, nothing
+    here can run it (a plan using one does not compile; see the module
+    docstring).
+
+    Serialized (``model_dump``) as ``{"func_type": "JavaFunction",
+    "qualname": ..., "method_name": ..., "parameter_types": [...]}``, 0.3.1's
+    form.
+
+    Attributes:
+        qualname: Fully qualified name of the declaring Java class
+            (``com.example.Outer$Inner`` for a nested class).
+        method_name: The method's name.
+        parameter_types: Fully qualified Java types of its parameters, in
+            declaration order.
+    """
+
+    qualname: str
+    method_name: str
+    parameter_types: List[str]
+
+    @classmethod
+    def for_action(cls, qualname: str, method_name: str) -> "JavaFunction":
+        """The descriptor of a Java action method: its parameters are always
+        ``(Event, RunnerContext)`` (``ACTION_PARAMETER_TYPES``)."""
+        return cls(qualname=qualname, method_name=method_name, parameter_types=list(ACTION_PARAMETER_TYPES))
+
+    @model_serializer
+    def _serialize(self) -> Dict[str, Any]:
+        return {
+            "func_type": type(self).__qualname__,
+            "qualname": self.qualname,
+            "method_name": self.method_name,
+            "parameter_types": list(self.parameter_types),
+        }
+
+    def describe(self) -> str:
+        """``qualname#method_name(parameter types)``, for messages."""
+        return f"{self.qualname}#{self.method_name}({', '.join(self.parameter_types)})"

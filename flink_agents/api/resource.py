@@ -250,6 +250,11 @@ def get_resource_class(module_path: str, class_name: str) -> Type[Resource]:
     return obj
 
 
+_JAVA_CHAT = "org.apache.flink.agents.integrations.chatmodels"
+_JAVA_EMBED = "org.apache.flink.agents.integrations.embeddingmodels"
+_JAVA_VS = "org.apache.flink.agents.integrations.vectorstores"
+
+
 class ResourceName:
     """Fully qualified class names of the built-in resource implementations, for
     ``ResourceDescriptor(clazz=...)``."""
@@ -270,6 +275,30 @@ class ResourceName:
         TONGYI_CONNECTION = "flink_agents.integrations.chat_models.tongyi_chat_model.TongyiChatModelConnection"
         TONGYI_SETUP = "flink_agents.integrations.chat_models.tongyi_chat_model.TongyiChatModelSetup"
 
+        # 0.3.1's Python-side wrappers of Java resources, and (``Java``) the
+        # Java classes they name: a plan using one does not compile here
+        # (no JVM; docs/compatibility.md).
+        JAVA_WRAPPER_CONNECTION = "flink_agents.api.chat_models.java_chat_model.JavaChatModelConnection"
+        JAVA_WRAPPER_SETUP = "flink_agents.api.chat_models.java_chat_model.JavaChatModelSetup"
+
+        class Java:
+            """Java chat model classes (0.3.1's names)."""
+
+            ANTHROPIC_CONNECTION = f"{_JAVA_CHAT}.anthropic.AnthropicChatModelConnection"
+            ANTHROPIC_SETUP = f"{_JAVA_CHAT}.anthropic.AnthropicChatModelSetup"
+            AZURE_CONNECTION = f"{_JAVA_CHAT}.azureai.AzureAIChatModelConnection"
+            AZURE_SETUP = f"{_JAVA_CHAT}.azureai.AzureAIChatModelSetup"
+            BEDROCK_CONNECTION = f"{_JAVA_CHAT}.bedrock.BedrockChatModelConnection"
+            BEDROCK_SETUP = f"{_JAVA_CHAT}.bedrock.BedrockChatModelSetup"
+            OLLAMA_CONNECTION = f"{_JAVA_CHAT}.ollama.OllamaChatModelConnection"
+            OLLAMA_SETUP = f"{_JAVA_CHAT}.ollama.OllamaChatModelSetup"
+            OPENAI_COMPLETIONS_CONNECTION = f"{_JAVA_CHAT}.openai.OpenAICompletionsConnection"
+            OPENAI_COMPLETIONS_SETUP = f"{_JAVA_CHAT}.openai.OpenAICompletionsSetup"
+            OPENAI_RESPONSES_CONNECTION = f"{_JAVA_CHAT}.openai.OpenAIResponsesModelConnection"
+            OPENAI_RESPONSES_SETUP = f"{_JAVA_CHAT}.openai.OpenAIResponsesModelSetup"
+            AZURE_OPENAI_CONNECTION = f"{_JAVA_CHAT}.openai.AzureOpenAIChatModelConnection"
+            AZURE_OPENAI_SETUP = f"{_JAVA_CHAT}.openai.AzureOpenAIChatModelSetup"
+
     class EmbeddingModel:
         """Embedding model connections and setups."""
 
@@ -283,12 +312,36 @@ class ResourceName:
         HASHING_CONNECTION = "flink_agents.integrations.embedding_models.local.hashing_embedding_model.HashingEmbeddingModelConnection"
         HASHING_SETUP = "flink_agents.integrations.embedding_models.local.hashing_embedding_model.HashingEmbeddingModelSetup"
 
+        JAVA_WRAPPER_CONNECTION = "flink_agents.api.embedding_models.java_embedding_model.JavaEmbeddingModelConnection"
+        JAVA_WRAPPER_SETUP = "flink_agents.api.embedding_models.java_embedding_model.JavaEmbeddingModelSetup"
+
+        class Java:
+            """Java embedding model classes (0.3.1's names)."""
+
+            OLLAMA_CONNECTION = f"{_JAVA_EMBED}.ollama.OllamaEmbeddingModelConnection"
+            OLLAMA_SETUP = f"{_JAVA_EMBED}.ollama.OllamaEmbeddingModelSetup"
+            BEDROCK_CONNECTION = f"{_JAVA_EMBED}.bedrock.BedrockEmbeddingModelConnection"
+            BEDROCK_SETUP = f"{_JAVA_EMBED}.bedrock.BedrockEmbeddingModelSetup"
+
     class VectorStore:
         """Vector stores."""
 
         CHROMA_VECTOR_STORE = "flink_agents.integrations.vector_stores.chroma.chroma_vector_store.ChromaVectorStore"
         # Mem0's vector store providers (pgvector, Qdrant, Milvus, ...): the mem0 extra.
         MEM0_VECTOR_STORE = "flink_agents.integrations.vector_stores.mem0.mem0_vector_store.Mem0VectorStore"
+
+        JAVA_WRAPPER_VECTOR_STORE = "flink_agents.api.vector_stores.java_vector_store.JavaVectorStore"
+        JAVA_WRAPPER_COLLECTION_MANAGEABLE_VECTOR_STORE = (
+            "flink_agents.api.vector_stores.java_vector_store.JavaCollectionManageableVectorStore"
+        )
+
+        class Java:
+            """Java vector store classes (0.3.1's names)."""
+
+            ELASTICSEARCH_VECTOR_STORE = f"{_JAVA_VS}.elasticsearch.ElasticsearchVectorStore"
+            OPENSEARCH_VECTOR_STORE = f"{_JAVA_VS}.opensearch.OpenSearchVectorStore"
+            S3_VECTORS_VECTOR_STORE = f"{_JAVA_VS}.s3vectors.S3VectorsVectorStore"
+            MILVUS_VECTOR_STORE = f"{_JAVA_VS}.milvus.MilvusVectorStore"
 
     # MCP servers (tools and prompts from the Model Context Protocol)
     MCP_SERVER = "flink_agents.integrations.mcp.mcp.MCPServer"

@@ -218,10 +218,16 @@ class RunnerContext(ABC):
         The result (or exception) is journaled by the durable runtime so that
         a replay after a failover returns it without calling ``func`` again.
 
+        ``reconciler`` (as in Flink Agents 0.3.1): an optional zero-argument
+        callable, keyword-only and never passed to ``func``, asked only on
+        recovery: when a failover cut the call off after it began and
+        before its outcome was journaled, the replay calls ``reconciler()``
+        instead of ``func``. What it returns is journaled and returned as
+        the call's result; what it raises is journaled and raised as the
+        call's failure. Without one, such a call runs again.
+
         Raises:
-            NotImplementedError: ``reconciler`` is given: Flink Agents 0.3.1's
-                recovery hook is not supported here (a call whose outcome
-                was not journaled runs again after a failover).
+            TypeError: ``reconciler`` is not a zero-argument callable.
         """
 
     @abstractmethod
@@ -234,10 +240,11 @@ class RunnerContext(ABC):
         Use it as Flink Agents 0.3.1 code does:
         ``result = await ctx.durable_execute_async(func, *args)``. The call is
         made (or its journaled result returned, on a replay) when the
-        returned ``AsyncExecutionResult`` is awaited.
+        returned ``AsyncExecutionResult`` is awaited. ``reconciler`` as for
+        ``durable_execute`` (it may also be a coroutine function).
 
         Raises:
-            NotImplementedError: ``reconciler`` is given (see ``durable_execute``).
+            TypeError: ``reconciler`` is not a zero-argument callable.
         """
 
     async def create_callback(self, purpose: str, timeout_s: float) -> "Callback":

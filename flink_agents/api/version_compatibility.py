@@ -8,10 +8,21 @@ The runtime itself decides such differences in one place
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Tuple
 
 __all__ = ["FlinkVersionManager", "flink_version_manager"]
+
+log = logging.getLogger(__name__)
+
+
+def _normalize_version(version_str: str) -> str:
+    """``version_str`` as ``"major.minor.patch"`` (0.3.1's helper of that
+    name): the numeric parts before a ``-`` suffix or a non-numeric part,
+    padded with ``0`` (``"2.2"`` -> ``"2.2.0"``, ``"2.2.0-SNAPSHOT"`` ->
+    ``"2.2.0"``, ``"1.20.dev0"`` -> ``"1.20.0"``)."""
+    return ".".join(str(part) for part in _release(version_str))
 
 
 def _release(text: str) -> Tuple[int, int, int]:
@@ -33,19 +44,25 @@ class FlinkVersionManager:
 
     def __init__(self) -> None:
         self._version: str | None = None
-        self._read = False
+        self._initialized = False  # 0.3.1's name: whether the metadata was read
 
     @property
     def version(self) -> str | None:
-        """The full version, e.g. ``"2.3.0"``; None without apache-flink."""
-        if not self._read:
-            from importlib.metadata import PackageNotFoundError, version
+        """The full version, e.g. ``"2.3.0"``; None without apache-flink, or
+        when its metadata cannot be read (logged as a warning with the
+        reason; 0.3.1 also treats that as not installed)."""
+        if not self._initialized:
+            import importlib.metadata
 
             try:
-                self._version = version("apache-flink")
-            except PackageNotFoundError:
+                self._version = importlib.metadata.version("apache-flink")
+            except importlib.metadata.PackageNotFoundError:
                 self._version = None
-            self._read = True
+            except Exception as exc:  # a broken distribution's metadata
+                log.warning("cannot read the apache-flink version (%s: %s); treating Flink as not installed",
+                            type(exc).__name__, exc)
+                self._version = None
+            self._initialized = True
         return self._version
 
     @property

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+from flink_agents.cli.job_help import cli_prog
 from flink_agents.plan.agent_plan import AgentPlan
 
 __all__ = ["main", "SNAPSHOTS"]
@@ -272,7 +273,8 @@ def main(argv: List[str] | None = None) -> int:
         return 0
     if args.command == "plan":
         return _plan_write(args.check)
-    return int(_load(JOBS[args.job])(args.job_args) or 0)
+    # prog: the job's --help and usage errors name the command the user typed.
+    return int(_load(JOBS[args.job])(args.job_args, prog=cli_prog(args.job)) or 0)
 
 
 if __name__ == "__main__":

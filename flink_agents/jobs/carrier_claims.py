@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from flink_agents.cli.job_help import job_parser
+
 __all__ = ["Claim", "Decision", "InboxTail", "MalformedClaim", "decide", "main", "parse_claim", "post_json"]
 
 log = logging.getLogger("flink_agents.jobs.carrier_claims")
@@ -328,7 +330,7 @@ def run(inbox: Path, desk: Desk, stop_file: Optional[Path] = None, poll_s: float
 
 
 def _arguments(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m flink_agents.jobs.carrier_claims", description=__doc__.split("\n")[0])
+    parser = job_parser("flink_agents.jobs.carrier_claims", __doc__)
     parser.add_argument("--inbox", type=Path, required=True, help="the JSONL file the job appends claims to")
     parser.add_argument("--decide-after-s", type=float, default=0.2, help="delay before answering a claim")
     parser.add_argument("--stop-file", type=Path, default=None, help="drain and exit once this file exists")

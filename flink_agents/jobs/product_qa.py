@@ -61,6 +61,7 @@ from flink_agents.api.events.context_retrieval_event import (
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
 from flink_agents.jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments, positive_int
 from flink_agents.jobs.product_questions import ProductQuestion, read_questions
@@ -260,11 +261,9 @@ def run_on_flink(
     )
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
     default_reviews = SHARED_REVIEWS if SHARED_REVIEWS.is_file() else SAMPLE_REVIEWS
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.product_qa", description=__doc__.split("\n")[0],
-    )
+    parser = job_parser("flink_agents.jobs.product_qa", __doc__, prog)
     parser.add_argument("--reviews", type=Path, default=default_reviews,
                         help="JSONL of {id, review, ts} (default: ../shared/data/product_reviews.jsonl, else the "
                              "bundled sample)")
@@ -300,13 +299,15 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (``flink-agents run product-qa``; default
+    ``python -m flink_agents.jobs.product_qa``)."""
     from flink_agents.jobs.review_analysis import failure_summary
     from flink_agents.jobs.review_index import build_review_index
     from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output, read_reviews
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_output_path(args.output)

@@ -46,6 +46,7 @@ from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
 __all__ = ["ReviewAnalysisAgent", "main", "product_id_of", "run_on_flink", "run_locally"]
@@ -225,26 +226,41 @@ def run_locally(
 
 
 def flink_environment(
-    parallelism: int, checkpoint_interval_ms: int, execution_mode: str = "process", restart_attempts: int = 3
+    parallelism: int, checkpoint_interval_ms: int, execution_mode: str | None = "loopback", restart_attempts: int = 3
 ) -> Any:
-    """A local mini-cluster environment with the settings the job needs.
+    """A Flink environment with the settings the job needs: the local
+    mini-cluster when run with ``python``, the cluster ``flink run``
+    submits to otherwise.
 
     Args:
-        execution_mode: PyFlink's ``python.execution-mode``: ``process``
-            (Python workers beside the JVM, over gRPC) or ``thread`` (Python
-            embedded in the JVM). See docs/performance.md.
+        execution_mode: Where the Python functions run
+            (``flink_agents.runtime.flink.execution_mode``): ``thread``
+            (CPython embedded in the TaskManager's JVM), ``process`` (Python
+            worker processes beside the JVM, over gRPC, on the mini-cluster
+            too), ``loopback`` (process mode, but on the mini-cluster the
+            workers are threads of this process: PyFlink's default) or None:
+            thread, except on a session cluster not set up for it, where
+            process. See docs/performance.md.
         restart_attempts: Restarts after a failure (2 s apart) before the
             job fails; 0: the first failure fails the job.
+
+    Raises:
+        flink_agents.runtime.flink.execution_mode.ThreadModeUnsupported:
+            Thread mode on a session cluster that runs only one thread-mode
+            job (no flink-python in ``lib/`` or no ``pemja.`` parent-first);
+            nothing was submitted.
     """
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink.util.java_utils import get_j_env_configuration
 
-    if execution_mode == "thread":
+    from flink_agents.runtime.flink.execution_mode import python_workers, resolve_execution_mode
+
+    if execution_mode in (None, "thread"):
         from flink_agents.runtime.flink.environment import prepare_thread_mode
 
         prepare_thread_mode()
     config = Configuration()
-    config.set_string("python.execution-mode", execution_mode)
     # Model and tool calls are journaled, so a restart replays them instead
     # of calling again; a few attempts cover a lost worker.
     if restart_attempts > 0:
@@ -256,7 +272,13 @@ def flink_environment(
     # Python workers must run in this interpreter (the venv), or they cannot
     # import pyflink and flink_agents.
     config.set_string("python.executable", sys.executable)
-    env = StreamExecutionEnvironment.get_execution_environment(config)
+    with python_workers(execution_mode or "thread"):
+        env = StreamExecutionEnvironment.get_execution_environment(config)
+    # The target (mini-cluster or which cluster) is known only now: flink
+    # run gives it to the environment.
+    j_config = get_j_env_configuration(env._j_stream_execution_environment)
+    mode = resolve_execution_mode(execution_mode, {str(k): str(v) for k, v in dict(j_config.toMap()).items()})
+    j_config.setString("python.execution-mode", "thread" if mode == "thread" else "process")
     env.set_parallelism(parallelism)
     env.enable_checkpointing(checkpoint_interval_ms)
     return env
@@ -269,7 +291,7 @@ def run_on_flink(
     checkpoint_interval_ms: int = 2_000,
     on_output: Any = None,
     journal_path: Path | None = None,
-    execution_mode: str = "process",
+    execution_mode: str | None = "loopback",
     restart_attempts: int = 3,
     key_of: Callable[[Dict[str, Any]], str] = product_id_of,
     job_name: str = "review-analysis",
@@ -285,6 +307,11 @@ def run_on_flink(
             this run is a new job (a new job id, fresh keyed state), so it
             could never replay that journal, and no job prunes another
             job's runs (docs/durability.md, "Sharing a store").
+        execution_mode: ``thread``, ``process`` (separate worker
+            processes), ``loopback`` (process mode with the workers as
+            threads of this process on the mini-cluster) or None (thread,
+            unless the session cluster it is submitted to is not set up for
+            it): ``flink_environment``.
         restart_attempts: Restarts after a failure before the job fails.
         key_of: The key selector (any JSON records, keyed by product id by default).
         job_name: The Flink job's name, also the prefix of its source's operator uids.
@@ -372,6 +399,28 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+EXECUTION_MODE_HELP = (
+    "PyFlink's python.execution-mode. thread: CPython embedded in the TaskManager's JVM (fastest; "
+    "docs/performance.md). process: Python worker processes beside the JVM, on the mini-cluster too, so a "
+    "crashing worker takes down neither the JVM nor this process, and Flink restarts the job from its last "
+    "checkpoint. auto: thread, except on a session cluster not set up for thread mode (flink-python in "
+    "lib/ and 'pemja.' parent-first, read from its REST API), where process; thread on such a cluster is "
+    "refused before submission (docs/deploy.md)"
+)
+
+
+def add_execution_mode_argument(parser: argparse.ArgumentParser) -> None:
+    """``--execution-mode thread|process|auto``, default auto (the mode the
+    target supports); read with ``execution_mode_of``."""
+    parser.add_argument("--execution-mode", choices=["thread", "process", "auto"], default="auto",
+                        help=EXECUTION_MODE_HELP)
+
+
+def execution_mode_of(args: argparse.Namespace) -> str | None:
+    """``--execution-mode`` as ``flink_environment`` takes it (auto: None)."""
+    return None if args.execution_mode == "auto" else args.execution_mode
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every review job shares: where it runs (``--runner``,
     ``--parallelism``, ``--execution-mode``, ``--checkpoint-interval-ms``,
@@ -380,9 +429,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode: Python embedded in the JVM (faster, see "
-                             "docs/performance.md) or in separate worker processes (isolated)")
+    add_execution_mode_argument(parser)
     parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
                         help="Flink checkpoint interval (the collected results of a bounded job "
                              "arrive with the checkpoint after they are produced)")
@@ -394,10 +441,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.review_analysis",
-        description=__doc__.split("\n")[0],
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
+    parser = job_parser(
+        "flink_agents.jobs.review_analysis", __doc__, prog,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="API keys come from the environment: " + ", ".join(
             f"{variable} ({provider}:)" for provider, (_, _, variable) in PROVIDERS.items() if variable
@@ -457,11 +503,12 @@ def failure_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (default ``python -m flink_agents.jobs.review_analysis``)."""
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_output_path(args.output)
@@ -485,6 +532,7 @@ def run_review_job(
     ``run_on_flink`` (``key_of``, ``config``: the agent configuration, also
     given to the local runner)."""
     from flink_agents.jobs.review_records import jsonl_output
+    from flink_agents.runtime.flink.execution_mode import ThreadModeUnsupported
 
     if read.bad_lines:
         print(f"skipped {len(read.bad_lines)} bad record(s) (--skip-bad-records)", file=sys.stderr)
@@ -495,12 +543,15 @@ def run_review_job(
                 run_on_flink(
                     read.reviews, agent, args.parallelism, args.checkpoint_interval_ms, on_output=write,
                     journal_path=args.output.with_name(args.output.name + ".journal.db"),
-                    execution_mode=args.execution_mode, restart_attempts=args.restart_attempts,
+                    execution_mode=execution_mode_of(args), restart_attempts=args.restart_attempts,
                     job_name=job_name, **flink_options,
                 )
             else:
                 for output in run_locally(read.reviews, agent, config=flink_options.get("config")):
                     write(output)
+    except ThreadModeUnsupported as exc:  # refused before submission: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if args.verbose:
             raise

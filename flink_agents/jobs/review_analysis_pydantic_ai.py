@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Tuple
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_run_arguments, non_negative_int, run_review_job
 from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
@@ -149,10 +150,9 @@ class ReviewAnalysisPydanticAIAgent(Agent):
                         timeout_s=timeout_s, max_retries=max_retries)
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.review_analysis_pydantic_ai",
-        description=__doc__.split("\n")[0],
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
+    parser = job_parser(
+        "flink_agents.jobs.review_analysis_pydantic_ai", __doc__, prog,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="The API key comes from OPENAI_API_KEY (a --base-url server may need none).",
     )
@@ -168,11 +168,13 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (the ``flink-agents run`` form; default the
+    ``python -m`` form)."""
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if importlib.util.find_spec("pydantic_ai") is None:
         print("error: this job needs Pydantic AI: pip install 'flink-agents-runtime[pydantic-ai]'", file=sys.stderr)

@@ -29,6 +29,7 @@ from flink_agents.api.events.chat_event import ChatRequestEvent, ChatResponseEve
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.resource import ResourceDescriptor, ResourceName, ResourceType
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = ["CategoryAgent", "ReplyWriterAgent", "ReviewTriageAgent", "main"]
@@ -132,16 +133,27 @@ class ReviewTriageAgent(Agent):
         self.add_resource("category", ResourceType.AGENT, CategoryAgent())
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the exit code."""
-    from flink_agents.jobs.review_analysis import SAMPLE_INPUT, failure_summary, product_id_of, run_locally, run_on_flink
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the exit code. ``prog`` names the command in
+    ``--help`` (the ``flink-agents run`` form; default the ``python -m`` form)."""
+    from flink_agents.jobs.review_analysis import (
+        SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, failure_summary, product_id_of, run_locally,
+        run_on_flink,
+    )
     from flink_agents.jobs.review_records import BadRecordError, check_output_path
 
-    parser = argparse.ArgumentParser(prog="python -m flink_agents.jobs.review_triage", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", type=Path, default=SAMPLE_INPUT)
-    parser.add_argument("--output", type=Path, default=Path("out/review_triage.jsonl"))
-    parser.add_argument("--runner", choices=["flink", "local"], default="flink")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread")
+    parser = job_parser(
+        "flink_agents.jobs.review_triage", __doc__, prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="A review scoring 2 or less is negative: the reply_writer sub-agent drafts a reply and the category "
+               "sub-agent files it under a team, concurrently. One JSON line per review: {id, ts, score, negative, "
+               "category, reply, children_ok}. The chat model is the offline 'local' one.",
+    )
+    parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
+    parser.add_argument("--output", type=Path, default=Path("out/review_triage.jsonl"),
+                        help="where to write one JSON line per review (replaced only when the job succeeds)")
+    parser.add_argument("--runner", choices=["flink", "local"], default="flink",
+                        help="a Flink mini-cluster, or the embedded local runner")
+    add_execution_mode_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="print the full trace of a failure")
     args = parser.parse_args(argv)
     try:
@@ -154,7 +166,7 @@ def main(argv: List[str] | None = None) -> int:
         if args.runner == "local":
             outputs = run_locally(reviews, ReviewTriageAgent())
         else:
-            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=args.execution_mode,
+            outputs = run_on_flink(reviews, ReviewTriageAgent(), execution_mode=execution_mode_of(args),
                                    journal_path=args.output.with_name(args.output.name + ".journal.db"),
                                    job_name="review-triage")
     except Exception as exc:

@@ -59,8 +59,11 @@ from flink_agents.api.callbacks import (
 )
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
+from flink_agents.cli.job_help import job_parser
 from flink_agents.integrations.chat_models.local.lexicon import has_shipping_damage
-from flink_agents.jobs.review_analysis import SAMPLE_INPUT, flink_environment, product_id_of
+from flink_agents.jobs.review_analysis import (
+    SAMPLE_INPUT, add_execution_mode_argument, execution_mode_of, flink_environment, product_id_of,
+)
 from flink_agents.jobs.review_records import ProductReview, read_reviews
 
 __all__ = [
@@ -269,7 +272,7 @@ def run_locally(reviews: List[Dict[str, Any]], config: Dict[str, Any], on_output
 
 def run_on_flink(
     reviews: List[Dict[str, Any]], config: Dict[str, Any], parallelism: int = 2, checkpoint_interval_ms: int = 2_000,
-    on_output: Any = None, execution_mode: str = "thread",
+    on_output: Any = None, execution_mode: str | None = "thread",
 ) -> List[Dict[str, Any]]:
     """The agent over ``reviews`` as a job on a Flink mini-cluster, with
     ``config``; outputs come back as they are produced."""
@@ -332,11 +335,11 @@ def _claim_timeout(text: str) -> float:
     return value
 
 
-def _arguments(argv: List[str] | None) -> argparse.Namespace:
+def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Namespace:
     from flink_agents.jobs.review_analysis import positive_int
 
-    parser = argparse.ArgumentParser(
-        prog="python -m flink_agents.jobs.shipping_claims", description=" ".join(__doc__.split("\n\n")[0].split()) + " (docs/callbacks.md)",
+    parser = job_parser(
+        "flink_agents.jobs.shipping_claims", __doc__, prog, epilog="docs/callbacks.md describes the job.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--input", type=Path, default=SAMPLE_INPUT, help="JSONL of {id, review, ts}")
@@ -359,8 +362,7 @@ def _arguments(argv: List[str] | None) -> argparse.Namespace:
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner")
     parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism")
-    parser.add_argument("--execution-mode", choices=["thread", "process"], default="thread",
-                        help="PyFlink python.execution-mode (see docs/performance.md)")
+    add_execution_mode_argument(parser)
     parser.add_argument("--checkpoint-interval-ms", type=positive_int, default=2_000,
                         help="Flink checkpoint interval")
     parser.add_argument("--skip-bad-records", action="store_true",
@@ -375,12 +377,14 @@ def summarize(outputs: List[Dict[str, Any]]) -> Dict[str, int]:
     return {"claims": len(claims), **{state: claims.count(state) for state in ("approved", "rejected", "timed_out")}}
 
 
-def main(argv: List[str] | None = None) -> int:
-    """Run the job; returns the process exit code."""
+def main(argv: List[str] | None = None, prog: str | None = None) -> int:
+    """Run the job; returns the process exit code. ``prog`` names the
+    command in ``--help`` (the ``flink-agents run`` form; default the
+    ``python -m`` form)."""
     from flink_agents.jobs.review_analysis import failure_summary
     from flink_agents.jobs.review_records import BadRecordError, check_output_path, jsonl_output
 
-    args = _arguments(argv)
+    args = _arguments(argv, prog)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_output_path(args.output)
@@ -400,7 +404,7 @@ def main(argv: List[str] | None = None) -> int:
     setup.inbox_path = args.inbox or setup.inbox_path
     flink = {} if args.runner == "local" else dict(
         parallelism=args.parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
-        execution_mode=args.execution_mode,
+        execution_mode=execution_mode_of(args),
     )
     started = time.monotonic()
     try:

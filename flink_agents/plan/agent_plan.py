@@ -18,27 +18,37 @@ in every form and is read where the resource is built.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from pydantic import BaseModel, Field, PrivateAttr, SerializationInfo, field_serializer
 
 from flink_agents.api.redaction import KEEP_SECRETS, redact, redacted_for_serialization
 from flink_agents.api.resource import ResourceDescriptor, ResourceType
+from flink_agents.api.trigger_conditions import ConditionEvaluationError, compile_condition
 from flink_agents.plan.function_ref import FunctionRef
 
-__all__ = ["ActionSpec", "AgentPlan", "ResourceKind", "ResourceSpec", "PLAN_SCHEMA_VERSION"]
+__all__ = ["ActionSpec", "AgentPlan", "ResourceKind", "ResourceSpec", "PLAN_SCHEMA_VERSION", "INJECTED_ARGS_TOOL_KEY"]
 
 PLAN_SCHEMA_VERSION = 1
 
 
 class ActionSpec(BaseModel):
-    """One action: its function, the event types it listens to, its config."""
+    """One action: its function, what triggers it, its config.
+
+    Attributes:
+        listen_event_types: Exact event types that trigger it.
+        trigger_conditions: Condition expressions (Flink Agents HEAD,
+            ``api.trigger_conditions``) that trigger it on any other event
+            for which one of them holds; in the JSON form only when present,
+            so plans without expressions read and write as before.
+    """
 
     name: str
     listen_event_types: List[str]
     function: FunctionRef
     config: Dict[str, Any] = Field(default_factory=dict)
     builtin: bool = False
+    trigger_conditions: List[str] = Field(default_factory=list, exclude_if=lambda value: not value)
 
     @field_serializer("config")
     def _redacted_config(self, config: Dict[str, Any], info: SerializationInfo) -> Dict[str, Any]:
@@ -64,6 +74,9 @@ class ResourceKind(str, Enum):
 UNTRUSTED_TOOL_KEY = "untrusted"
 # ... and each call waits for a reviewer's approval (``@tool(needs_approval=True)``).
 NEEDS_APPROVAL_TOOL_KEY = "needs_approval"
+# ... and these parameters are filled at call time (``@tool(injected_args=...)``):
+# {parameter: {"source": ..., "key": ...}}.
+INJECTED_ARGS_TOOL_KEY = "injected_args"
 
 
 class ResourceSpec(BaseModel):
@@ -93,6 +106,7 @@ class AgentPlan(BaseModel):
     # functions, they travel to Flink workers inside the pickled plan, where
     # classes of the job's main script are registered for the codec.
     _event_classes: List[type] = PrivateAttr(default_factory=list)
+    _has_expressions: bool | None = PrivateAttr(default=None)  # cache of has_condition_expressions
 
     def __eq__(self, other: object) -> bool:
         # The fields are the identity; the kept classes are a cache (a plan
@@ -150,8 +164,53 @@ class AgentPlan(BaseModel):
         return AgentPlan.model_validate(data)
 
     def actions_for(self, event_type: str) -> List[ActionSpec]:
-        """Actions listening to ``event_type``, in plan order."""
+        """Actions listening to ``event_type`` exactly, in plan order."""
         return [self.actions[n] for n in self.actions_by_event.get(event_type, ())]
+
+    @property
+    def has_condition_expressions(self) -> bool:
+        """Whether an action has a condition expression (then events are
+        matched with ``actions_matching``)."""
+        if self._has_expressions is None:
+            self._has_expressions = any(spec.trigger_conditions for spec in self.actions.values())
+        return self._has_expressions
+
+    def actions_matching(
+        self, event_type: str, variables: Callable[[], Dict[str, Any]],
+        on_failure: Callable[[ActionSpec, str, Exception], None],
+    ) -> List[ActionSpec]:
+        """Actions an event triggers, in plan order, as Flink Agents HEAD
+        selects them: every action listening to ``event_type`` exactly; then
+        each other action with condition expressions, whose expressions are
+        evaluated in declaration order up to the first that holds. Each
+        action runs at most once per event.
+
+        Args:
+            event_type: The event's type.
+            variables: Builds the expression variables
+                (``trigger_conditions.event_variables``), called at most once.
+            on_failure: Called with (action, condition, error) when an
+                expression fails on this event; if it returns, the condition
+                counts as false and the next one is tried (``WARN_AND_SKIP``);
+                it raises to fail the record (``FAIL``).
+        """
+        exact = set(self.actions_by_event.get(event_type, ()))
+        built: List[Dict[str, Any]] = []
+        chosen: List[ActionSpec] = []
+        for name, spec in self.actions.items():
+            if name in exact:
+                chosen.append(spec)
+                continue
+            for text in spec.trigger_conditions:
+                if not built:
+                    built.append(variables())
+                try:
+                    if compile_condition(text).matches(built[0]):
+                        chosen.append(spec)
+                        break
+                except ConditionEvaluationError as exc:
+                    on_failure(spec, text, exc)
+        return chosen
 
     def has_resource(self, name: str, type: ResourceType) -> bool:
         """Whether the plan has resource ``name`` of kind ``type``."""

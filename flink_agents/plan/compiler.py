@@ -9,23 +9,27 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from pydantic import BaseModel, ValidationError
 
+from flink_agents._suggest import did_you_mean
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import BUILTIN_CALLBACK_TOOLS
-from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, RESOURCE_ATTR
+from flink_agents.api.decorators import ACTION_ATTR, ACTION_CONFIG_ATTR, ACTION_TARGET_ATTR, RESOURCE_ATTR
 from flink_agents.api.events.chat_event import ChatRequestEvent
 from flink_agents.api.events.context_retrieval_event import ContextRetrievalRequestEvent
 from flink_agents.api.events.event import Event, InputEvent
 from flink_agents.api.events.tool_event import ToolRequestEvent, ToolResponseEvent
+from flink_agents.api.function import Function, PythonFunction
 from flink_agents.api.prompts.prompt import LocalPrompt
 from flink_agents.api.redaction import is_secret_reference, redact, redact_text
 from flink_agents.api.resource import ResourceDescriptor, ResourceType, SerializableResource
 from flink_agents.api.tools.tool import FunctionTool
 from flink_agents.plan.agent_plan import (
-    NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, ActionSpec, AgentPlan, ResourceKind, ResourceSpec,
+    INJECTED_ARGS_TOOL_KEY, NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, ActionSpec, AgentPlan, ResourceKind, ResourceSpec,
 )
 from flink_agents.plan.errors import PlanError
 from flink_agents.plan.function_ref import FunctionRef
+from flink_agents.plan.no_java import check_action_function, check_resource
 from flink_agents.plan.skills import add_skills
+from flink_agents.api.trigger_conditions import TriggerConditionError, classify, compile_condition
 
 __all__ = ["compile_agent"]
 
@@ -33,6 +37,14 @@ log = logging.getLogger(__name__)
 
 # Built-in actions: name -> (module, function, event types). Named, not
 # imported: the plan layer does not depend on the runtime.
+# How to make a name a setup refers to known: 0.3.1's registration calls.
+_REGISTER_HINT = {
+    "tools": "register it as a tool: a @tool method of the agent, or "
+             "env.add_resource(name, ResourceType.TOOL, Tool.from_callable(fn))",
+    "prompt": "register it as a prompt: a @prompt method of the agent, or "
+              "env.add_resource(name, ResourceType.PROMPT, Prompt.from_text(...))",
+}
+
 _BUILTIN_ACTIONS: Dict[str, Tuple[str, str, List[str]]] = {
     "_chat_model_action": (
         "flink_agents.runtime.builtin_actions",
@@ -150,10 +162,6 @@ def _decorated(agent: Agent, attr: str) -> Iterator[Tuple[str, Callable[..., Any
             yield name, fn
 
 
-def _event_type(ev: type[Event] | str) -> str:
-    return ev if isinstance(ev, str) else ev.EVENT_TYPE
-
-
 def _check_action_signature(name: str, fn: Callable[..., Any], agent_name: str) -> None:
     if not callable(fn):
         raise PlanError(f"action {name!r} of {agent_name} is not callable")
@@ -189,31 +197,74 @@ def _warn_if_annotated_to_return(name: str, fn: Callable[..., Any], agent_name: 
     )
 
 
+def _action_callable(name: str, fn: Any, agent_name: str) -> Callable[..., Any]:
+    """What action ``name`` runs: its ``@action(target=...)`` if it has
+    one, a ``PythonFunction`` resolved to its function; a ``JavaFunction``
+    is refused (``no_java``).
+
+    Raises:
+        PlanError: A Java function, or a Python one that cannot be imported.
+    """
+    fn = getattr(fn, ACTION_TARGET_ATTR, None) or fn
+    check_action_function(f"action {name!r} of {agent_name}", fn)
+    if isinstance(fn, PythonFunction):
+        try:
+            return fn.as_callable()
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise PlanError(
+                f"action {name!r} of {agent_name}: cannot resolve {fn.module}:{fn.qualname}: {exc}"
+            ) from exc
+    if isinstance(fn, Function):
+        raise PlanError(f"action {name!r} of {agent_name} is a {type(fn).__name__}, which this runtime cannot run")
+    return fn
+
+
+def _split_conditions(name: str, entries: List[Any], agent_name: str) -> Tuple[List[str], List[str]]:
+    """An action's trigger entries as (exact event types, checked condition
+    expressions), each in declaration order (``api.trigger_conditions``)."""
+    event_types: List[str] = []
+    expressions: List[str] = []
+    for entry in entries:
+        if isinstance(entry, type) and issubclass(entry, Event):
+            event_types.append(entry.EVENT_TYPE)
+            continue
+        if not isinstance(entry, str):
+            raise PlanError(
+                f"action {name!r} of {agent_name} listens to {entry!r}; "
+                "expected an Event class, an EVENT_TYPE string or a condition expression"
+            )
+        try:
+            kind, text = classify(entry)
+            if kind == "expression":
+                compile_condition(text)
+        except TriggerConditionError as exc:
+            raise PlanError(f"action {name!r} of {agent_name}: trigger condition {entry!r}: {exc}") from None
+        (event_types if kind == "event_type" else expressions).append(text)
+    return event_types, expressions
+
+
 def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
     actions: Dict[str, ActionSpec] = {}
     entries: List[Tuple[str, List[Any], Callable[..., Any], Dict[str, Any]]] = [
         (name, list(getattr(fn, ACTION_ATTR)), fn, dict(getattr(fn, ACTION_CONFIG_ATTR, {})))
         for name, fn in _decorated(agent, ACTION_ATTR)
     ]
-    entries += [(name, evs, fn, cfg) for name, (evs, fn, cfg) in agent.actions.items()]
+    entries += [(name, evs, fn, cfg or {}) for name, (evs, fn, cfg) in agent.actions.items()]
     for name, events, fn, config in entries:
         if name in actions or name in _BUILTIN_ACTIONS:
             raise PlanError(f"action {name!r} of {agent_name} is defined twice")
+        fn = _action_callable(name, fn, agent_name)
         _check_action_signature(name, fn, agent_name)
         _warn_if_annotated_to_return(name, fn, agent_name)
         if not events:
             raise PlanError(f"action {name!r} of {agent_name} listens to no event")
-        for ev in events:
-            if not (isinstance(ev, str) or (isinstance(ev, type) and issubclass(ev, Event))):
-                raise PlanError(
-                    f"action {name!r} of {agent_name} listens to {ev!r}; "
-                    "expected an Event class or an EVENT_TYPE string"
-                )
+        event_types, expressions = _split_conditions(name, events, agent_name)
         actions[name] = ActionSpec(
             name=name,
-            listen_event_types=[_event_type(e) for e in events],
+            listen_event_types=event_types,
             function=FunctionRef.of(fn),
             config=config,
+            trigger_conditions=expressions,
         )
     for name, (module, fn_name, event_types) in _BUILTIN_ACTIONS.items():
         actions[name] = ActionSpec(
@@ -227,6 +278,7 @@ def _collect_actions(agent: Agent, agent_name: str) -> Dict[str, ActionSpec]:
 
 def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, tree: _Tree) -> ResourceSpec:
     where = f"{type.value} resource {name!r} of {agent_name}"
+    check_resource(where, value)
     if type == ResourceType.AGENT:
         return ResourceSpec(name=name, type=type, kind=ResourceKind.AGENT, child=tree.child(value, where))
     if isinstance(value, ResourceDescriptor):
@@ -237,16 +289,25 @@ def _resource_spec(name: str, type: ResourceType, value: Any, agent_name: str, t
             name=name, type=type, kind=ResourceKind.PROMPT, value=value.model_dump(mode="json")
         )
     # As the function is marked (@tool(untrusted=True, needs_approval=True)).
-    untrusted = needs_approval = None
+    untrusted = needs_approval = injected = None
     if isinstance(value, FunctionTool):
-        value, untrusted, needs_approval = value.func, value.untrusted, value.needs_approval
+        value, untrusted, needs_approval, injected = value.func, value.untrusted, value.needs_approval, value.injected_args
     if type == ResourceType.TOOL and callable(value) and not isinstance(value, BaseModel):
-        tool = FunctionTool.from_callable(value, name=name, untrusted=untrusted, needs_approval=needs_approval)
+        try:
+            tool = FunctionTool.from_callable(
+                value, name=name, untrusted=untrusted, needs_approval=needs_approval, injected_args=injected,
+            )
+        except ValueError as exc:  # injected_args naming no parameter, or in conflict
+            raise PlanError(f"{where}: {exc}") from None
         described = tool.metadata.model_dump(mode="json")
         if tool.untrusted:  # only then: plans of unmarked tools stay as they were
             described[UNTRUSTED_TOOL_KEY] = True
         if tool.needs_approval:  # likewise
             described[NEEDS_APPROVAL_TOOL_KEY] = True
+        if tool.injected_args:  # likewise
+            described[INJECTED_ARGS_TOOL_KEY] = {
+                param: spec.model_dump(mode="json") for param, spec in tool.injected_args.items()
+            }
         return ResourceSpec(
             name=name,
             type=type,
@@ -326,6 +387,7 @@ def _check_references(resources: Dict[ResourceType, Dict[str, ResourceSpec]], ag
                     raise PlanError(
                         f"chat model setup {name!r} of {agent_name} refers to {arg} {ref!r}, "
                         f"which is not a {target_type.value} resource (known: {sorted(known)})"
+                        f"{did_you_mean(ref, known)}; {_REGISTER_HINT[arg]}"
                     )
 
 

@@ -86,6 +86,7 @@ from flink_agents.runtime.durability.call_threads import run_in_thread
 from flink_agents.runtime.durability.codec import EncodeError, encode
 from flink_agents.runtime.durability.ids import tool_call_id
 from flink_agents.runtime.execution.token_usage import count_tokens
+from flink_agents.runtime.features.tool_injection import ToolInjectionError, inject_arguments
 from flink_agents.runtime.features.tool_arguments import ToolArgumentsError, check_arguments, parse_arguments
 from flink_agents.runtime.features.tool_results import json_data, text_for_model
 
@@ -487,6 +488,11 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
         if not isinstance(tool, Tool):
             raise TypeError(f"resource {name!r} is not a tool")
         fn = getattr(tool, "func", None)
+        try:
+            # Framework-owned values win over the model's (HEAD's injected_args).
+            arguments = inject_arguments(name, getattr(tool, "injected_args", None) or {}, arguments, ctx)
+        except ToolInjectionError as missing:
+            return await refuse(missing)
         try:
             check_arguments(name, fn if callable(fn) else None, arguments)
         except ToolArgumentsError as unfit:

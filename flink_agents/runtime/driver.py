@@ -45,6 +45,15 @@ class KeyedDriver(ABC):
     def emit(self, key: Any, output: Any) -> None:
         """Send an ``OutputEvent``'s output downstream."""
 
+    def forget(self, key: Any) -> None:
+        """The runner let go of the idle ``key``: drop what is cached of it
+        (its next load reads keyed state)."""
+
+    def emit_record(self, key: Any, seq: int, output: Any) -> None:
+        """``emit``, told which record of the key (sequence number) the
+        output came from; the local runner orders its list by it."""
+        self.emit(key, output)
+
     @abstractmethod
     def emit_error(self, key: Any, error: Dict[str, Any]) -> None:
         """Send the error record of a skipped record to the error output.

@@ -386,6 +386,7 @@ class AgentEngine:
             self.counters.in_flight -= 1
             self.counters.calls_executed += journal.calls_executed
             self.counters.calls_replayed += journal.calls_replayed
+            self.counters.calls_reconciled += journal.calls_reconciled
         self.counters.records += 1
         await self._maybe_prune()
 

@@ -204,14 +204,19 @@ class KeyedHost:
             finished = {completion.seq for completion in completions}
             for callback_id in [c for c, (_, seq) in known.items() if seq in finished]:
                 del known[callback_id]
-        for is_error, value in applied.emissions:
-            (self._driver.emit_error if is_error else self._driver.emit)(key, value)
+        for (is_error, value), seq in zip(applied.emissions, applied.seqs):
+            if is_error:
+                self._driver.emit_error(key, value)
+            else:
+                self._driver.emit_record(key, seq, value)
         applied.raise_failure()
 
     def _release(self, key: Any) -> None:
         """Forget an idle key (its state lives in the host)."""
         if self._runner.release(key):
             self._engine.mailboxes.forget(key)
+        if not self._runner.knows(key):  # its next run starts from keyed state
+            self._driver.forget(key)
         self._deadlines.pop(key, None)
 
     def wait_for_capacity(self) -> None:
@@ -273,6 +278,8 @@ class KeyedHost:
         self._take_retries(key)
         if steering:
             self.steer(key, value)
+            if not self._runner.knows(key):  # nothing runs: keep no memory of it cached
+                self._driver.forget(key)
             return False
         state, record = self.enqueue(key, value, timestamp_ms)
         # Fast path: a record that finishes at once (no slow call) is applied

@@ -67,7 +67,7 @@ def test_the_031_flink_version_manager_reports_the_installed_flink() -> None:
     assert flink_version_manager.ge("1.20") and flink_version_manager.ge(f"{major}.{minor}")
     assert flink_version_manager.lt("99.0") and not flink_version_manager.lt(__version__)
     manager = FlinkVersionManager()
-    manager._version, manager._read = "2.2.0-SNAPSHOT", True
+    manager._version, manager._initialized = "2.2.0-SNAPSHOT", True
     assert manager.ge("2.2") and manager.lt("2.2.1") and manager.major_version == "2.2"
     manager._version = "1.20.dev0"
     assert manager.ge("1.20.0") and manager.lt("2.0")

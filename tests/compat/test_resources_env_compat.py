@@ -453,15 +453,20 @@ def test_an_async_execution_result_built_the_031_way_submits_to_its_executor_on_
     assert submitted == ["add", "add", "add"]  # the executor-less one ran on asyncio's pool
 
 
-def test_a_reconciler_is_refused_clearly_instead_of_reaching_the_function() -> None:
+def test_a_reconciler_is_kept_from_the_function_and_not_asked_without_a_failover() -> None:
+    """0.3.1: ``reconciler=`` is reserved, never passed to the function, and
+    asked only on recovery (tests/engine/test_durable_reconciler.py)."""
+    asked = []
+    before = CALLS["lookup"]
+
     async def action(event: InputEvent, ctx: Any) -> None:
-        await ctx.durable_execute_async(slow_lookup, "o", reconciler=lambda: "recovered")
+        found = await ctx.durable_execute_async(slow_lookup, "o", reconciler=lambda: asked.append(1))
+        ctx.send_event(OutputEvent(output=found))
 
-    with pytest.raises(ActionFailed) as failed:
-        _run(Agent().add_action("a", [InputEvent], action), [{"key": "k", "value": 0}])
+    out = _run(Agent().add_action("a", [InputEvent], action), [{"key": "k", "value": 0}])
 
-    assert isinstance(failed.value.cause, NotImplementedError)
-    assert "reconciler=" in str(failed.value.cause) and "slow_lookup" in str(failed.value.cause)
+    assert [value.split(":")[0] for record in out for value in record.values()] == ["o"]
+    assert CALLS["lookup"] - before == 1 and asked == []
 
 
 def test_a_descriptor_argument_the_class_does_not_take_is_refused_naming_it() -> None:

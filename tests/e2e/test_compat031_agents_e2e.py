@@ -10,10 +10,13 @@ import sys
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from tests.compat.test_compat031_agents import WORKFLOW_RECORDS
 from tests.support.compat031_agents import SumAgent, UnifiedEventAgent, WorkflowAgent, sum_expected, workflow_expected
+from tests.support.head_agents import ScoreLineageAgent
 
 
 def test_the_same_agents_on_the_mini_cluster(tmp_path) -> None:
-    """One Flink job, three agents applied to three keyed streams."""
+    """One Flink job, three agents applied to three keyed streams, and a
+    fourth written for Flink Agents HEAD (a trigger condition expression,
+    event lineage) on a fourth."""
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
@@ -33,8 +36,14 @@ def test_the_same_agents_on_the_mini_cluster(tmp_path) -> None:
     unified = agents_env.from_datastream(
         env.from_collection([{"id": 1, "text": "great taste, fair price"}]), lambda r: r["id"]
     ).apply(UnifiedEventAgent()).to_datastream()
-    with workflow.union(sums, unified).execute_and_collect("compat031") as collected:
+    head = agents_env.from_datastream(
+        env.from_collection([{"id": 1, "score": 9}, {"id": 2, "score": 3}]), lambda r: r["id"]
+    ).apply(ScoreLineageAgent()).to_datastream()
+    with workflow.union(sums, unified, head).execute_and_collect("compat031") as collected:
         outputs = list(collected)
+
+    assert [o for o in outputs if isinstance(o, dict) and "head" in o] == [{"head": 1, "from": "score", "lineage_ok": True}]
+    outputs = [o for o in outputs if not (isinstance(o, dict) and "head" in o)]
 
     assert [o for o in outputs if isinstance(o, str)] == [sum_expected(text)]
     verdicts = sorted((o for o in outputs if isinstance(o, dict) and "verdict" in o), key=lambda o: o["aspect"])

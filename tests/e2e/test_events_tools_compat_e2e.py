@@ -27,7 +27,7 @@ def test_rows_go_through_an_agent_on_the_mini_cluster_and_come_out_equal(tmp_pat
     source = env.from_collection(list(range(len(rows))), type_info=Types.INT()).map(
         lambda i: rows[i], output_type=Types.PICKLED_BYTE_ARRAY()
     )
-    stream = agents_env.from_datastream(source, lambda r: r[0]).apply(RowAgent()).to_datastream()
+    stream = agents_env.from_datastream(source, lambda r: r[0]).apply(RowAgent()).to_datastream(typed_outputs=True)
     with stream.execute_and_collect("rows") as collected:
         outputs = list(collected)
 

@@ -17,6 +17,11 @@ One job, one key per scenario and crash point:
 - ``chat-slow_lookup``: a model (the scripted OpenAI-compatible server) asks
   for ``send_email`` (returns at once) and ``slow_lookup`` (200 ms) in one
   round; the worker dies inside ``slow_lookup``.
+- ``reconcile-charge``: ``durable_execute_async(charge, reconciler=find_charge)``
+  (Flink Agents 0.3.1); the worker dies inside ``charge`` after its effect
+  (a file, the outside system), so its started mark is journaled and its
+  result is not: the restarted job asks ``find_charge`` instead of charging
+  again, and emits what it found.
 
 The sweep costs one worker kill, not one per crash point (a restart with a
 new Python worker takes seconds on this machine): every key runs until it is
@@ -33,7 +38,7 @@ Every journaled call appends a ``start`` line (and, unless it dies, an ``end``
 line with its result) to one append-only file, from whichever process runs
 it: the test counts runs per (key, call) there. A call must run exactly
 once, except each key's crash call: twice, killed in the first worker and
-run again in the next. Outputs: exactly one per key, equal to a run without
+run again in the next (a call with a reconciler: once, and its reconciler once). Outputs: exactly one per key, equal to a run without
 crashes.
 
 Keys whose in-flight record the restored job does not resume by itself get
@@ -134,7 +139,8 @@ def _journaled_calls(journal: str) -> Counter:
     every 50 ms on the worker's event loop, beside the calls it waits for."""
     with closing(sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=5)) as db:
         rows = db.execute(
-            "SELECT key, COUNT(*) FROM journal WHERE ordinal >= 0 AND function_id NOT LIKE 'chat:%' GROUP BY key"
+            "SELECT key, COUNT(*) FROM journal WHERE ordinal >= 0 AND function_id NOT LIKE 'chat:%'"
+            " AND payload NOT LIKE '{\"started\":%' GROUP BY key"  # a started mark is no result
         ).fetchall()
     return Counter({json.loads(key): count for key, count in rows})
 
@@ -243,6 +249,20 @@ class Calls:
         _note(self.run, "final", "start")
         await asyncio.sleep(0.01)
         return await _finished(self.run, "final", _final_value(results))
+
+
+    async def charge(self) -> str:
+        """The outside effect (a file), then the result the crash loses."""
+        _note(self.run, "charge", "start")
+        charged = f"charge of {self.run['key']}"
+        (Path(self.run["markers"]) / f"charged.{self.run['key']}").write_text(charged, encoding="utf-8")
+        return await _finished(self.run, "charge", charged)
+
+    async def find_charge(self) -> str:
+        """``charge``'s reconciler: what the outside system holds."""
+        _note(self.run, "find_charge", "start")
+        found = (Path(self.run["markers"]) / f"charged.{self.run['key']}").read_text(encoding="utf-8")
+        return await _finished(self.run, "find_charge", f"found {found}")
 
 
 class Tickets(Calls):
@@ -369,6 +389,11 @@ class ExactReplayAgent(Agent):
             message = ChatMessage(role=MessageRole.USER, content=json.dumps(value))
             ctx.send_event(ChatRequestEvent(model="model", messages=[message]))
             return
+        if value["scenario"] == "reconcile":
+            calls = Calls(value)
+            charged = await ctx.durable_execute_async(calls.charge, reconciler=calls.find_charge)
+            ctx.send_event(OutputEvent(output={"key": ctx.key, "charged": charged}))
+            return
         outcome = await (_gather if value["scenario"] == "gather" else _tickets)(value, ctx)
         ctx.send_event(OutputEvent(output={"key": ctx.key, **outcome}))
 
@@ -461,7 +486,8 @@ class Sweep:
 
 
 def _records(tmp_path: Path) -> List[Dict[str, Any]]:
-    records = [{"key": "chat-slow_lookup", "scenario": "chat", "crash": "slow_lookup"}]
+    records = [{"key": "chat-slow_lookup", "scenario": "chat", "crash": "slow_lookup"},
+               {"key": "reconcile-charge", "scenario": "reconcile", "crash": "charge"}]
     for scenario, calls in (("gather", GATHER_CALLS), ("ticket", TICKET_CALLS)):
         records += [{"key": f"{scenario}-none", "scenario": scenario, "crash": None}]
         records += [{"key": f"{scenario}-{c}", "scenario": scenario, "crash": c} for c in calls]
@@ -627,6 +653,20 @@ def test_a_tool_that_completed_beside_a_killed_one_does_not_run_again(sweep: Swe
     killed = sweep.killed()
     model = {line["call"]: line["t"] for line in sweep.calls(key) if line["call"].startswith("model_")}
     assert model["model_0"] < killed["t"] < model["model_1"]
+    assert sweep.error is None, repr(sweep.error)
+
+
+@pytest.mark.timeout(300)
+def test_a_call_killed_after_its_started_mark_is_reconciled_not_run_again(sweep: Sweep) -> None:
+    key = "reconcile-charge"
+    assert sweep.output_of(key) == {"key": key, "charged": f"found charge of {key}"}
+    lines = sweep.calls(key)
+    assert Counter((line["call"], line["event"]) for line in lines) == Counter(
+        {("charge", "start"): 1, ("find_charge", "start"): 1, ("find_charge", "end"): 1})
+    killed = sweep.killed()
+    (charge,) = [line for line in lines if line["call"] == "charge"]
+    (found,) = [line for line in lines if line["call"] == "find_charge" and line["event"] == "start"]
+    assert charge["pid"] == killed["pid"] != found["pid"] and charge["t"] < killed["t"] < found["t"]
     assert sweep.error is None, repr(sweep.error)
 
 

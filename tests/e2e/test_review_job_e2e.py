@@ -4,16 +4,22 @@ mini-cluster, the local runner, and the job's command line."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
 from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
 from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
+from tests.support.scripted_openai_server import ScriptedChatServer
+from tests.support.scripted_reviews import expected_review_outputs, scripted_review_reply
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
@@ -128,3 +134,74 @@ def test_undecodable_lines_are_skipped_naming_the_line_on_both_runners(
     assert "skipped 1 bad record(s)" in done.stderr
     outputs = [json.loads(line) for line in output.read_text().splitlines()]
     _check_outputs([json.loads(line) for line in good], outputs)
+
+
+# --- process mode: separate Python workers, a killed one recovered ---------------
+
+
+def _python_workers(root: int) -> List[int]:
+    """The live PyFlink Python workers (``beam_boot`` processes) below
+    process ``root``: its descendants, found through ``/proc/*/stat``."""
+    children: Dict[int, List[int]] = defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            children[int(fields[1])].append(int(stat.parent.name))
+    found, stack = [], list(children[root])
+    while stack:
+        pid = stack.pop()
+        stack += children[pid]
+        try:
+            if b"pyflink.fn_execution.beam.beam_boot" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def test_process_mode_runs_separate_workers_and_recovers_a_killed_one(tmp_path: Path) -> None:
+    """``--execution-mode process`` on the mini-cluster: the Python workers
+    are processes of their own (PyFlink's loopback mode would run them as
+    threads of the job's process, leaving no live ``beam_boot`` to kill).
+    One is killed with SIGKILL mid-run, with about a third of the model
+    calls made; the job restarts from its last checkpoint (restart strategy
+    and checkpoints on, as the command sets them) and writes exactly one
+    output per review, each product's running summary as without the kill."""
+    reviews = read_reviews(SAMPLE).reviews
+    output, log = tmp_path / "out.jsonl", tmp_path / "job.log"
+    with ScriptedChatServer(latency_s=0.3) as server, open(log, "w+", encoding="utf-8") as job_log:
+        server.set_reply_fn(scripted_review_reply)
+        job = subprocess.Popen(
+            [sys.executable, "-m", "flink_agents.jobs.review_analysis", "--execution-mode", "process",
+             "--model", "openai:scripted", "--base-url", server.base_url, "--max-retries", "0",
+             "--input", str(SAMPLE), "--output", str(output), "--checkpoint-interval-ms", "500"],
+            cwd=tmp_path, env={**child_environment(), "OPENAI_API_KEY": "test-key-process-mode"},
+            stdout=job_log, stderr=subprocess.STDOUT,  # a file: a full pipe would stall the job
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while len(server.requests) < len(reviews) // 3 and job.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert job.poll() is None, f"the job ended before the kill:\n{log.read_text()[-3000:]}"
+            workers = _python_workers(job.pid)
+            assert workers, "no Python worker process below the job's: its workers are not separate processes"
+            requests_at_kill = len(server.requests)
+            os.kill(workers[0], signal.SIGKILL)
+            new_workers: set = set()
+            while job.poll() is None and time.monotonic() < deadline:
+                new_workers |= set(_python_workers(job.pid)) - set(workers)
+                time.sleep(0.1)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+    assert job.returncode == 0, log.read_text()[-3000:]
+    assert requests_at_kill < len(reviews), "the kill came after every model call"
+    assert new_workers, "no new Python worker started after the kill: the job did not restart"
+    outputs = sorted((json.loads(line) for line in output.read_text().splitlines()), key=lambda o: (o["id"], o["ts"]))
+    assert outputs == expected_review_outputs(reviews)  # exactly one per review, summaries continued

@@ -21,9 +21,10 @@ import math
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -89,8 +90,8 @@ def local_outputs(tmp_path_factory: pytest.TempPathFactory) -> List[Dict[str, An
     return sorted(outputs, key=lambda o: (o["id"], o["ts"]))
 
 
-def _submit(cluster: StandaloneCluster, *args: str) -> float:
-    """``flink run ARGS`` to its end; returns its wall time.
+def _submit(cluster: StandaloneCluster, *args: str) -> Tuple[float, subprocess.CompletedProcess]:
+    """``flink run ARGS`` to its end; returns its wall time and the run.
 
     Raises:
         AssertionError: It failed; the message has its output and the
@@ -103,7 +104,7 @@ def _submit(cluster: StandaloneCluster, *args: str) -> float:
         f"flink run {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n"
         f"{cluster.log_tail()}"
     )
-    return elapsed
+    return elapsed, done
 
 
 def test_cluster_status_and_an_idempotent_start(cluster: StandaloneCluster) -> None:
@@ -130,9 +131,11 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     test's receiver."""
     spans_before = len(trace_receiver.spans)
     output = tmp_path / "thread.jsonl"
-    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py"),
+    elapsed, done = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py"),
                       "--output", str(output), "--parallelism", "2", "--restart-attempts", "0")
     print(f"\n[cluster] flink run -py (thread, parallelism 2, 60 reviews): {elapsed:.1f} s")
+    # tools/cluster.sh sets the cluster up for thread mode, and the job saw it.
+    assert "running in process mode" not in done.stdout + done.stderr
     assert _sorted_outputs(output) == local_outputs
     assert (tmp_path / "thread.jsonl.journal.db").is_file()
     jobs = [job for job in cluster.jobs() if job["name"] == "review-analysis"]
@@ -173,7 +176,8 @@ def test_the_other_bundled_jobs_run_under_flink_run_py(cluster, tmp_path, job) -
         assert module.main(["--runner", "local", "--output", str(local)]) == 0
     finally:
         os.chdir(here)
-    elapsed = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"), "--output", str(submitted))
+    elapsed, _ = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"),
+                         "--output", str(submitted))
     print(f"\n[cluster] flink run -py {job} (thread): {elapsed:.1f} s")
 
     def read(path: Path) -> List[str]:
@@ -200,7 +204,7 @@ def test_flink_run_pym_in_process_mode_matches_the_local_runner(cluster, local_o
     (package / "job.py").write_text(USER_JOB)
     output = tmp_path / "process.jsonl"
     # -pyfs puts the directory itself on the path: ship the package's parent.
-    elapsed = _submit(cluster, "-pym", "my_reviews.job", "-pyfs", str(package.parent),
+    elapsed, _ = _submit(cluster, "-pym", "my_reviews.job", "-pyfs", str(package.parent),
                       "--execution-mode", "process", "--output", str(output), "--parallelism", "2",
                       "--restart-attempts", "0")
     print(f"\n[cluster] flink run -pym (process, parallelism 2, 60 reviews): {elapsed:.1f} s")
@@ -350,3 +354,60 @@ def test_stop_with_savepoint_and_resume_at_parallelism_3_with_changed_agent_code
     assert len(results) - len(upgraded) == settled, "a record ran on the old code after the resume"
     assert len(server.requests) == len(reviews), "a model call was repeated"
     assert results == expected_review_outputs(reviews)  # none lost; each product's summary continued
+
+
+# --- a stock session cluster: more than one job ------------------------------
+
+
+def test_a_stock_session_cluster_runs_one_review_job_after_another(local_outputs, tmp_path) -> None:
+    """A cluster of the distribution as shipped (``tools/cluster.sh start
+    --stock``: flink-python only in ``opt/``, no ``pemja.`` parent-first),
+    and the review job submitted twice with ``flink run -py``, no mode
+    given. In thread mode the second job on its TaskManager would fail
+    (``NoSuchFieldException: loadedLibraryNames``); the job reads the
+    cluster's set-up over REST and runs in process mode, so both finish
+    with the local runner's outputs. The two submissions run at once (one
+    TaskManager, 2 slots, parallelism 1 each): both load their Python
+    support on the same TaskManager, and it halves the wall time.
+    ``--execution-mode thread`` on it is refused before submission, naming
+    the fix."""
+    # `flink run -py` starts `python` from PATH when the cluster names none.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    stock = StandaloneCluster.start(tmp_path / "stock", taskmanagers=1, slots=2, env={"PATH": path}, stock=True)
+    print(f"\n[stock cluster] up at {stock.rest_url} in {stock.start_s:.1f} s")
+    job = str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py")
+    try:
+        started = time.monotonic()
+        runs = []
+        for n in (1, 2):
+            log = open(tmp_path / f"run{n}.log", "w+", encoding="utf-8")  # a file: a full pipe stalls a run
+            runs.append((subprocess.Popen(
+                stock.flink_command("run", "-py", job, "--output", str(tmp_path / f"out{n}.jsonl"),
+                                    "--parallelism", "1", "--restart-attempts", "0"),
+                env=stock.env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT), log))
+        for run, log in runs:
+            try:
+                run.wait(timeout=SUBMIT_TIMEOUT_S)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+                    run.wait()
+                log.close()
+        print(f"[stock cluster] two flink run -py at once (60 reviews each): {time.monotonic() - started:.1f} s")
+        for n, (run, _) in enumerate(runs, 1):
+            text = (tmp_path / f"run{n}.log").read_text(encoding="utf-8", errors="replace")
+            assert run.returncode == 0, f"submission {n} failed:\n{text[-3000:]}\n{stock.log_tail()}"
+            assert "running in process mode: the cluster at" in text and "lacks 'pemja.'" in text
+            assert _sorted_outputs(tmp_path / f"out{n}.jsonl") == local_outputs
+        jobs = [j for j in stock.jobs() if j["name"] == "review-analysis"]
+        assert [j["state"] for j in jobs] == ["FINISHED", "FINISHED"]
+
+        refused = stock.flink("run", "-py", job, "--output", str(tmp_path / "thread.jsonl"),
+                              "--execution-mode", "thread", timeout_s=SUBMIT_TIMEOUT_S)
+        text = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "error: --execution-mode thread on the session cluster" in text
+        assert "flink-python on the class path (lib/)" in text and "--execution-mode process" in text
+        assert len(stock.jobs()) == 2, "the refused job was submitted"
+    finally:
+        stopped = stock.stop()
+        assert stopped.returncode == 0, stopped.stderr

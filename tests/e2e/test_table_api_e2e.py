@@ -296,7 +296,7 @@ def test_a_031_table_review_agent_runs_unchanged_and_answers_as_on_the_local_run
     review_analysis_res_stream = (
         agents_env.from_table(input=input_table, key_selector=TableKeySelector())
         .apply(TableReviewAnalysisAgent())
-        .to_datastream()
+        .to_datastream(typed_outputs=True)  # the pydantic results themselves (default: as dicts, as 0.3.1)
     )
     with review_analysis_res_stream.execute_and_collect("table review analysis") as collected:
         on_flink = list(collected)

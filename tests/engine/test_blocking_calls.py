@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Sequence
 
+import pytest
+
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage, MessageRole
 from flink_agents.api.chat_models.chat_model import BaseChatModelConnection
@@ -114,11 +116,21 @@ def test_sync_tools_of_twenty_keys_run_at_once() -> None:
     assert len(outputs) == KEYS and GATE.max_in_flight == KEYS
 
 
-def test_journal_writes_run_on_the_io_pool_not_beside_user_calls() -> None:
+class _DatabaseLikeStore(InMemoryJournalStore):
+    """An in-memory store that says its calls wait for I/O, as a database's do."""
+
+    blocking_io = True
+
+
+@pytest.mark.parametrize("store_class, writer", [
+    (_DatabaseLikeStore, "flink-agents-io"),  # a write that waits: on the io pool
+    (InMemoryJournalStore, "MainThread"),  # a write in memory: in place, on the run's loop
+])
+def test_journal_writes_run_on_the_io_pool_not_beside_user_calls(store_class: type, writer: str) -> None:
     global GATE
     GATE = Gate(1)
     writers: List[str] = []
-    store = InMemoryJournalStore()
+    store = store_class()
     store.before_append = lambda entries: writers.append(threading.current_thread().name)
 
     async def two_calls(event: Event, ctx: Any) -> None:
@@ -134,7 +146,7 @@ def test_journal_writes_run_on_the_io_pool_not_beside_user_calls() -> None:
         host_runs.process(engine, LocalDriver(), "k", 1)
     finally:
         engine.close()
-    assert writers and all(name.startswith("flink-agents-io") for name in writers), writers
+    assert writers and all(name.startswith(writer) for name in writers), writers
     assert GATE.threads and all(name.startswith("flink-agents-call") for name in GATE.threads)
 
 

@@ -54,7 +54,10 @@ def _reset():
 class HoldingStore(InMemoryJournalStore):
     """An in-memory store that records every append's run and time span and
     holds (``before_append``) the first append that ``hold_when`` picks for
-    ``HOLD_S`` seconds."""
+    ``HOLD_S`` seconds: a write that waits, as a database's does, so it says
+    ``blocking_io`` and the runtime writes it on a worker thread."""
+
+    blocking_io = True
 
     def __init__(self, hold_when: Callable[[List[JournalEntry]], bool] | None = None) -> None:
         super().__init__()

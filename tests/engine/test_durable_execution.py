@@ -349,3 +349,93 @@ def test_short_term_memory_expires_after_its_ttl():
         now[0] += step_s
         host_runs.process(engine, driver, "k", "x")
     assert [o["k"] for o in driver.outputs] == [1, 2, 3, 1]
+
+
+def _seen_before(e: InputEvent, ctx: Any) -> None:
+    """Marks the input's name in memory; outputs whether it was there."""
+    seen = ctx.short_term_memory.get(e.input)
+    ctx.short_term_memory.set(e.input, True)
+    ctx.send_event(OutputEvent(output=f"{e.input}|{'EXISTING' if seen else 'NEW'}"))
+
+
+@pytest.mark.parametrize("renewed_on_read", [False, True])
+def test_short_term_memory_ttl_applies_to_each_path_alone(renewed_on_read: bool) -> None:
+    # 0.3.1 keeps memory in a MapState with Flink state TTL: writing (or
+    # reading) one path does not keep another alive.
+    now = [1000.0]
+    engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("seen", [InputEvent], _seen_before)), {},
+                         store=InMemoryJournalStore())
+    driver = LocalDriver(memory_ttl_s=0.05, clock=lambda: now[0], memory_ttl_renewed_on_read=renewed_on_read)
+    for name in ("event1", "event2", "event1"):
+        host_runs.process(engine, driver, "k", name)
+        now[0] += 0.03  # event1's last write is 60 ms old at its next read
+
+    assert [o["k"] for o in driver.outputs] == ["event1|NEW", "event2|NEW", "event1|NEW"]
+
+
+def test_a_nested_write_keeps_its_parent_object_alive() -> None:
+    now = [1000.0]
+
+    def nested(e: InputEvent, ctx: Any) -> None:
+        if e.input == "read":
+            ctx.send_event(OutputEvent(output=sorted(ctx.short_term_memory.get("user").get_field_names())))
+        else:
+            ctx.short_term_memory.set(f"user.{e.input}", 1)
+
+    engine = AgentEngine(AgentPlan.from_agent(Agent().add_action("nested", [InputEvent], nested)), {},
+                         store=InMemoryJournalStore())
+    driver = LocalDriver(memory_ttl_s=0.05, clock=lambda: now[0])
+    for step in ("a", "b", "read"):
+        host_runs.process(engine, driver, "k", step)
+        now[0] += 0.03
+
+    assert [o["k"] for o in driver.outputs] == [["b"]]
+
+
+def _seen_then_wait(e: InputEvent, ctx: Any) -> None:
+    name, wait_s = e.input
+    _seen_before(InputEvent(input=name), ctx)
+    time.sleep(wait_s)
+
+
+@pytest.mark.parametrize("ttl_ms, expected_last", [(30, "event1|NEW"), (0, "event1|EXISTING")])
+def test_queued_records_of_a_key_see_the_memory_ttl_between_them(ttl_ms: int, expected_last: str) -> None:
+    # The key's records run back to back in the runner, on its copy of the
+    # memory: the TTL applies before each (0.3.1's short_term_memory_ttl e2e).
+    env = AgentsExecutionEnvironment.get_execution_environment(**{
+        "short-term-memory.state-ttl.ms": ttl_ms, "short-term-memory.state-ttl.update-type": "ON_CREATE_AND_WRITE",
+    })
+    records = [{"key": "k", "value": (name, 0.04)} for name in ("event1", "event2", "event1")]
+    outputs = env.from_list(records).apply(Agent().add_action("seen", [InputEvent], _seen_then_wait)).to_list()
+
+    env.execute()
+
+    assert [o["k"] for o in outputs] == ["event1|NEW", "event2|NEW", expected_last]
+
+
+def _count_reads(e: InputEvent, ctx: Any) -> None:
+    """``("set", name)`` writes ``name``; ``("get", name)`` only reads it."""
+    op, name, wait_s = e.input
+    if op == "set":
+        ctx.short_term_memory.set(name, True)
+    ctx.send_event(OutputEvent(output=f"{name}|{'EXISTING' if ctx.short_term_memory.get(name) else 'NEW'}"))
+    time.sleep(wait_s)
+
+
+@pytest.mark.parametrize("update_type, expected_last", [
+    ("ON_READ_AND_WRITE", "a|EXISTING"), ("ON_CREATE_AND_WRITE", "a|NEW"),
+])
+def test_a_read_renews_only_the_path_it_read_when_reads_renew(update_type: str, expected_last: str) -> None:
+    env = AgentsExecutionEnvironment.get_execution_environment(**{
+        "short-term-memory.state-ttl.ms": 400, "short-term-memory.state-ttl.update-type": update_type,
+    })
+    # Writes and reads count when their record ends (after its wait): a at
+    # 0 s, b at 0.25; a read at 0.25 (renewed at 0.5 if reads renew) and
+    # again at 0.5; b read at 0.7, past its TTL.
+    steps = [("set", "a", 0.0), ("set", "b", 0.25), ("get", "a", 0.25), ("get", "a", 0.2), ("get", "b", 0.0)]
+    outputs = env.from_list([{"key": "k", "value": s} for s in steps]).apply(
+        Agent().add_action("count", [InputEvent], _count_reads)).to_list()
+
+    env.execute()
+
+    assert [o["k"] for o in outputs] == ["a|EXISTING", "b|EXISTING", "a|EXISTING", expected_last, "b|NEW"]

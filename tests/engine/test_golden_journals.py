@@ -156,6 +156,8 @@ RUNS: List[tuple[str, Callable[[], Agent], Any, Any, int]] = [
     ("retried_action", golden_agents.retried_action, "r", ["emailed ops@example.com", "fetched r"], 3),
     # 6 the child's entries (its own journal id, no run end), 5 its result, 7.
     ("sub_agent_call", golden_agents.sub_agent_call, "hello", ["HELLO"], 3),
+    # 1 the call's started mark (a reconciler: call_started.py), 7 its result in the mark's place.
+    ("reconciled_call", golden_agents.reconciled_call, "o1", "charged o1", 2),
 ]
 
 

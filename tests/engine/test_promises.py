@@ -353,6 +353,29 @@ class FakeValueState:
         self.values[self._scope.key] = value
 
 
+class FakeMapState:
+    """A keyed ``MapState``: one map per key of the scope."""
+
+    def __init__(self, scope: _Scope) -> None:
+        self._scope = scope
+        self.maps: Dict[Any, Dict[Any, Any]] = {}
+
+    def _map(self) -> Dict[Any, Any]:
+        return self.maps.setdefault(self._scope.key, {})
+
+    def items(self) -> List[Any]:
+        return list(self._map().items())
+
+    def get(self, key: Any) -> Any:
+        return self._map().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._map()[key] = value
+
+    def remove(self, key: Any) -> None:
+        del self._map()[key]
+
+
 class FakeCounter:
     """A PyFlink counter, meter or distribution that records nothing."""
 
@@ -395,6 +418,9 @@ class FakeRuntimeContext:
 
     def get_state(self, descriptor: Any) -> FakeValueState:
         return self.states.setdefault(descriptor.get_name(), FakeValueState(self.scope))
+
+    def get_map_state(self, descriptor: Any) -> FakeMapState:
+        return FakeMapState(self.scope)
 
     def get_metrics_group(self) -> FakeMetricGroup:
         return FakeMetricGroup()

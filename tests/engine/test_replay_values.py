@@ -259,8 +259,8 @@ def test_enums_in_memory_read_back_as_enums_after_a_restore_through_keyed_state(
 class _Value:
     """A Flink ``ValueState[str]`` stand-in."""
 
-    def __init__(self) -> None:
-        self.text: str | None = None
+    def __init__(self, text: str | None = None) -> None:
+        self.text = text
 
     def value(self) -> str | None:
         return self.text
@@ -268,19 +268,79 @@ class _Value:
     def update(self, text: str) -> None:
         self.text = text
 
+    def clear(self) -> None:
+        self.text = None
+
+
+class _Map:
+    """A Flink ``MapState[str, str]`` stand-in that counts writes per entry."""
+
+    def __init__(self) -> None:
+        self.entries: Dict[str, str] = {}
+        self.writes: Dict[str, int] = {}
+
+    def items(self) -> Any:
+        return list(self.entries.items())
+
+    def put(self, path: str, entry: str) -> None:
+        self.entries[path] = entry
+        self.writes[path] = self.writes.get(path, 0) + 1
+
+    def remove(self, path: str) -> None:
+        del self.entries[path]
+
 
 def test_the_flink_driver_keeps_memory_as_plain_json_and_reads_it_back_typed() -> None:
     first = _run(_memory_agent(), ["set"], InMemoryJournalStore())
-    key_state, memory_state = _Value(), _Value()
+    key_state, memory_state = _Value(), _Map()
     driver = FlinkDriver(key_state, memory_state)
     driver.begin("k")
     driver.store("k", first.states["k"])
 
-    stored = json.loads(memory_state.text or "")
-    assert stored["tier"] == {"$enum": f"{__name__}:Tier", "value": "gold"}
-    driver.begin("k")  # a later callback: read from state, not the cache
+    assert json.loads(memory_state.entries["tier"]) == {"$enum": f"{__name__}:Tier", "value": "gold"}
+    driver.forget("k")  # the runner let go of the key: its next load reads state
+    driver.begin("k")
     loaded = driver.load("k")
     assert loaded is not None and loaded.short_term_memory == first.states["k"].short_term_memory
+
+
+def _store_memory(driver: FlinkDriver, memory: Dict[str, Any]) -> None:
+    driver.begin("k")
+    state = driver.load("k") or KeyState(journal_id="job")
+    state.short_term_memory = memory
+    driver.store("k", state)
+
+
+def test_the_flink_driver_rewrites_only_the_memory_entries_a_run_changed() -> None:
+    # Flink's state TTL renews a MapState entry when it is written: an entry
+    # rewritten unchanged would never expire (0.3.1: TTL per memory path).
+    key_state, memory_state = _Value(), _Map()
+    driver = FlinkDriver(key_state, memory_state)
+    _store_memory(driver, {"event1": 1, "user": OBJECT, "user.name": "ann"})
+    _store_memory(driver, {"event1": 1, "event2": 1, "user": OBJECT, "user.name": "ann", "user.age": 3})
+    _store_memory(driver, {"event2": 2, "user": OBJECT, "user.name": "ann", "user.age": 3})
+
+    assert memory_state.writes == {"event1": 1, "event2": 2, "user": 2, "user.name": 1, "user.age": 1}
+    assert set(memory_state.entries) == {"event2", "user", "user.name", "user.age"}
+    driver.forget("k")
+    driver.begin("k")
+    loaded = driver.load("k")
+    assert loaded is not None and loaded.short_term_memory["event2"] == 2
+
+
+def test_the_flink_driver_moves_memory_of_the_earlier_single_value_state_over() -> None:
+    key_state, memory_state = _Value(), _Map()
+    legacy = _Value(json.dumps({"order": OBJECT, "order.total": 12.5}))
+    driver = FlinkDriver(key_state, memory_state, legacy)
+    key_state.update(KeyState(journal_id="job", next_seq=1, runs_finished=1).to_json(include_memory=False))
+
+    driver.begin("k")
+    state = driver.load("k")
+    assert state is not None and state.short_term_memory == {"order": OBJECT, "order.total": 12.5}
+    driver.store("k", state)
+
+    assert legacy.text is None
+    assert {p: json.loads(t) for p, t in memory_state.entries.items()} == {"order": OBJECT, "order.total": 12.5}
 
 
 def test_keyed_state_of_schema_version_1_still_reads() -> None:

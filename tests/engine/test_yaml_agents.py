@@ -215,7 +215,7 @@ def test_build_agents_and_aliases_map_to_our_classes(review_yaml: Path) -> None:
     assert shared[ResourceType.PROMPT] == {} and shared_actions == {}
     assert sorted(agent.actions) == ["process_chat_response", "process_input"]
     assert agent.actions["process_input"][0] == [InputEvent.EVENT_TYPE]
-    assert agent.actions["process_input"][1] is ReviewAnalysisAgent.process_input
+    assert agent.actions["process_input"][1].as_callable() is ReviewAnalysisAgent.process_input
 
     openai = build_agents(_write(review_yaml.parent / "o.yaml", """\
 chat_model_connections:
@@ -285,19 +285,25 @@ def test_function_references_take_both_forms() -> None:
         function = resolve_function(name="process_input", function=reference)
         assert (function.module, function.qualname) == ("flink_agents.jobs.review_analysis", "ReviewAnalysisAgent.process_input")
         assert function.as_callable() is ReviewAnalysisAgent.process_input
+    lazy = resolve_function(name="t", function="json:nope")  # 0.3.1: resolved on first use
+    with pytest.raises(AttributeError, match="nope"):
+        lazy.as_callable()
     with pytest.raises(ValueError, match=r"'t': module 'json' has no attribute 'nope'"):
-        resolve_function(name="t", function="json:nope")
+        resolve_function(name="t", function="json.nope")
     with pytest.raises(ValueError, match=r"'t': 'function' is required"):
         resolve_function(name="t", function=None)
-    with pytest.raises(ValueError, match=r"'t': Java functions are not supported"):
+    with pytest.raises(ValueError, match=r"'t': a Java tool needs 'parameter_types'"):
         resolve_function(name="t", function="com.example.Tools:add", language="java")
+    with pytest.raises(ValueError, match=r"'t': only Java functions declare parameter_types"):
+        resolve_function(name="t", function="json:dumps", parameter_types=["int"])
 
 
 def test_the_json_schema_is_exported_from_the_specs() -> None:
     schema = json.loads(export())
     assert set(schema["properties"]) == set(YamlAgentsDocument.model_fields)
     assert schema["additionalProperties"] is False
-    assert "listen_to" in schema["$defs"]["ActionSpec"]["required"]
+    # 0.3.1's listen_to or Flink Agents HEAD's trigger_conditions, exactly one.
+    assert schema["$defs"]["ActionSpec"]["oneOf"] == [{"required": ["listen_to"]}, {"required": ["trigger_conditions"]}]
 
 
 # -- errors: file, line and key -------------------------------------------------
@@ -326,7 +332,7 @@ ERROR_CASES = {
     ),
     "missing required key": (
         "agents:\n  - name: a\n    actions:\n      - name: act\n        function: json:dumps\n",
-        4, "agents[0].actions[0].listen_to", "missing required key",
+        4, "agents[0].actions[0]", "give exactly one of listen_to .0.3.1. and trigger_conditions .HEAD.",
     ),
     "missing function": (
         "agents:\n  - name: a\n    actions:\n      - name: act\n        listen_to: [input]\n",
@@ -377,9 +383,9 @@ ERROR_CASES = {
         "chat_model_connections:\n  - name: c\n    clazz: openai\n    base_urll: http://x\n",
         4, "chat_model_connections[0].base_urll", r"unknown key for OpenAIChatModelConnection \(its settings: .*base_url",
     ),
-    "java resource": (
-        "chat_model_connections:\n  - name: c\n    clazz: ollama\n    type: java\n",
-        4, "chat_model_connections[0].type", "'java' is not supported",
+    "java mcp server": (
+        "mcp_servers:\n  - name: m\n    clazz: x\n    type: java\n",
+        4, "mcp_servers[0].type", "'java' is not available for a mcp_server resource",
     ),
     "python tool with parameter_types": (
         AGENT_HEAD + "    tools:\n      - name: t\n        function: json:dumps\n        parameter_types: [int]\n",
@@ -394,21 +400,21 @@ ERROR_CASES = {
         4, "prompts[0].messages[0].role", "robot",
     ),
     "duplicate agent": (
-        AGENT_HEAD + "  - name: a\n", 7, "agents[1].name", r"duplicate agent name 'a' \(first at line 2\)",
+        AGENT_HEAD + "  - name: a\n", 7, "agents[1].name", r"Duplicate agent name 'a' \(first at line 2\)",
     ),
     "duplicate tool in an agent": (
         AGENT_HEAD + "    tools:\n      - name: t\n        function: json:dumps\n"
         "      - name: t\n        function: json:loads\n",
-        10, "agents[0].tools[1].name", r"duplicate tool name 't' \(first at line 8\)",
+        10, "agents[0].tools[1].name", r"Duplicate tool name 't' \(first at line 8\)",
     ),
     "duplicate action in an agent": (
         AGENT_HEAD + "      - name: act\n        function: json:loads\n        listen_to: [output]\n",
-        7, "agents[0].actions[1].name", "duplicate action name 'act'",
+        7, "agents[0].actions[1].name", "Duplicate action name 'act'",
     ),
     "duplicate shared action": (
         "actions:\n  - {name: x, function: 'json:dumps', listen_to: [input]}\n"
         "  - {name: x, function: 'json:loads', listen_to: [input]}\n",
-        3, "actions[1].name", r"duplicate shared action name 'x' \(first at line 2\)",
+        3, "actions[1].name", r"Duplicate shared action name 'x' \(first at line 2\)",
     ),
     "duplicate YAML key": (
         "agents:\n  - name: a\n    name: b\n", 3, "agents[0].name", r"duplicate key \(first at line 2\)",
@@ -528,3 +534,20 @@ def test_the_docs_yaml_examples_load(tmp_path: Path) -> None:
     for index, block in enumerate(blocks):
         agents, _, _ = build_agents(_write(tmp_path / f"example{index}.yaml", block))
         assert agents
+
+
+def test_build_agents_leaves_shared_action_references_to_load_yaml(tmp_path: Path) -> None:
+    path = _write(tmp_path / "shared.yaml", """\
+actions:
+  - name: shout
+    function: flink_agents.jobs.review_analysis:ReviewAnalysisAgent.process_input
+    listen_to: [input]
+agents:
+  - name: a
+    actions: [shout]
+""")
+    agents, _, shared_actions = build_agents(path)
+    assert "shout" not in agents["a"].actions and "shout" in shared_actions  # as 0.3.1: the caller merges
+    env = AgentsExecutionEnvironment.get_execution_environment()
+    env.load_yaml(path)
+    assert "shout" in env._agents["a"].actions

@@ -23,7 +23,7 @@ from flink_agents.api.tools.tool import Tool
 from tests.support.chat_turn import ChatTurnAgent
 
 __all__ = ["RETRY", "async_gather", "one_tool_round", "parallel_tool_round", "plain_model_call",
-           "retried_action", "sub_agent_call"]
+           "reconciled_call", "retried_action", "sub_agent_call"]
 
 
 class Barrier:
@@ -190,3 +190,25 @@ def sub_agent_call() -> Agent:
     parent = Agent().add_action("call_child", [InputEvent], call_child)
     parent.add_resource("child", ResourceType.AGENT, child)
     return parent
+
+
+# ---- a durable call with a reconciler ---------------------------------------------------------
+
+def charge(order: str) -> str:
+    return f"charged {order}"
+
+
+def find_charge(order: str) -> Any:
+    def reconcile() -> str:
+        return f"found charge of {order}"
+
+    return reconcile
+
+
+def charge_once(event: Event, ctx: Any) -> None:
+    ctx.send_event(OutputEvent(output=ctx.durable_execute(charge, event.input, reconciler=find_charge(event.input))))
+
+
+def reconciled_call() -> Agent:
+    """One durable call with a reconciler (0.3.1): its started mark, then its result in its place."""
+    return Agent().add_action("charge", [InputEvent], charge_once)

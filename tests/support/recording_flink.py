@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Set, Tuple
 
 from pyflink.datastream import KeyedProcessFunction, TimeDomain, TimerService
-from pyflink.datastream.state import ValueState
+from pyflink.datastream.state import MapState, ValueState
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.plan.agent_plan import AgentPlan
@@ -158,6 +158,57 @@ class _RecordingValueState(ValueState):
         self._host.record(StateWrite(self._host.callback_index, key, self._name, None))
 
 
+class _RecordingMapState(MapState):
+    """A keyed ``MapState``: one map per key, for the host's current key.
+    Writes are logged as ``StateWrite`` of ``"<name>[<map key>]"``."""
+
+    def __init__(self, host: "RecordingFlinkHost", name: str) -> None:
+        self._host = host
+        self._name = name
+        self._maps: Dict[Any, Dict[Any, Any]] = host.run_record.states.setdefault(name, {})
+
+    def _map(self) -> Dict[Any, Any]:
+        return self._maps.setdefault(self._host.current_key(), {})
+
+    def _log(self, map_key: Any, value: Any) -> None:
+        self._host.record(StateWrite(self._host.callback_index, self._host.current_key(),
+                                     f"{self._name}[{map_key}]", value))
+
+    def get(self, key: Any) -> Any:
+        return self._map().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._map()[key] = value
+        self._log(key, value)
+
+    def put_all(self, dict_value: Dict[Any, Any]) -> None:
+        for key, value in dict_value.items():
+            self.put(key, value)
+
+    def remove(self, key: Any) -> None:
+        del self._map()[key]
+        self._log(key, None)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._map()
+
+    def items(self) -> Iterable[Tuple[Any, Any]]:
+        return list(self._map().items())
+
+    def keys(self) -> Iterable[Any]:
+        return list(self._map())
+
+    def values(self) -> Iterable[Any]:
+        return list(self._map().values())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+    def clear(self) -> None:
+        for key in list(self._map()):
+            self.remove(key)
+
+
 class _RecordingTimerService(TimerService):
     """The callback's timer service: registrations go to the host's queues."""
 
@@ -229,6 +280,9 @@ class _RuntimeContext:
     def get_state(self, descriptor: Any) -> ValueState:
         return _RecordingValueState(self._host, descriptor.name)
 
+    def get_map_state(self, descriptor: Any) -> MapState:
+        return _RecordingMapState(self._host, descriptor.name)
+
     def get_metrics_group(self) -> _MetricGroup:
         return _MetricGroup()
 
@@ -256,10 +310,12 @@ class RecordingFlinkHost:
         tick_ms: Processing time that passes before each input record.
         real_wait_s: The real time waited before each timer fired after the
             input, at most (for the runs, on their own thread, to go on).
+        typed_outputs: As ``AgentOperatorFunction`` (``to_datastream``'s
+            parameter); True here: the engine's outputs as the runs built them.
     """
 
     def __init__(self, agent: Agent, config: Dict[str, Any] | None = None, *, tick_ms: int = 40,
-                 real_wait_s: float = 0.005) -> None:
+                 real_wait_s: float = 0.005, typed_outputs: bool = True) -> None:
         self.run_record = RecordedRun()
         self.now_ms = int(time.time() * 1000) // 1000 * 1000
         self.watermark = MIN_WATERMARK
@@ -273,7 +329,8 @@ class RecordingFlinkHost:
         self._queued: Dict[str, Set[Tuple[Any, int]]] = {PROCESSING: set(), EVENT: set()}
         self._order = 0  # ties: in registration order
         self.operator = AgentOperatorFunction(
-            AgentPlan.from_agent(agent), {"journal.store": "memory", **(config or {})}, "recording"
+            AgentPlan.from_agent(agent), {"journal.store": "memory", **(config or {})}, "recording",
+            typed_outputs=typed_outputs,
         )
         self.operator.open(_RuntimeContext(self))  # type: ignore[arg-type]
 
@@ -369,13 +426,15 @@ class RecordingFlinkHost:
         self.operator.close()
 
 
-def run(agent: Agent, records: List[Dict[str, Any]], **config: Any) -> RecordedRun:
+def run(agent: Agent, records: List[Dict[str, Any]], typed_outputs: bool = True, **config: Any) -> RecordedRun:
     """``records`` (``{"key", "value"}``, optionally ``"timestamp"``) through
     the recording host: each input record after ``tick_ms`` of processing
     time, then the polls until every key is idle, then the final watermark.
     A callback's failure ends the run (``failure``), as a job without
-    restarts."""
-    host = RecordingFlinkHost(agent, config)
+    restarts. The outputs are the objects the actions built
+    (``to_datastream(typed_outputs=True)``), or with ``typed_outputs=False``
+    their JSON-like form (``to_datastream()``'s default)."""
+    host = RecordingFlinkHost(agent, config, typed_outputs=typed_outputs)
     try:
         for record in records:
             host.advance_to(host.now_ms + host._tick_ms)

@@ -52,10 +52,12 @@ class StandaloneCluster:
     @classmethod
     def start(
         cls, directory: Path, taskmanagers: int = 1, slots: int = 2, env: Optional[Mapping[str, str]] = None,
-        timeout_s: float = 150.0,
+        timeout_s: float = 150.0, stock: bool = False,
     ) -> "StandaloneCluster":
         """Start it (``tools/cluster.sh start``); the script waits until all
         slots registered and stops what it started if they do not.
+        ``stock``: the distribution as shipped (``--stock``: no flink-python
+        in ``lib/``, no ``pemja.`` parent-first, no ``python.executable``).
 
         Raises:
             RuntimeError: The script failed; its output is in the message.
@@ -64,7 +66,7 @@ class StandaloneCluster:
         started = time.monotonic()
         done = subprocess.run(
             ["bash", str(CLUSTER_SCRIPT), "start", "--dir", str(directory),
-             "--taskmanagers", str(taskmanagers), "--slots", str(slots)],
+             "--taskmanagers", str(taskmanagers), "--slots", str(slots), *(["--stock"] if stock else [])],
             env=environment, capture_output=True, text=True, timeout=timeout_s,
         )
         if done.returncode != 0:

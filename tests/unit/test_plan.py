@@ -286,6 +286,19 @@ def test_chat_model_setup_naming_an_unknown_resource_is_rejected(arguments, kind
         AgentPlan.from_agent(agent)
 
 
+def test_a_misspelt_tool_name_gets_a_did_you_mean_and_how_to_register_one():
+    agent = _programmatic_agent()   # registers the tool 'lookup'
+    agent.add_resource("bad_llm", ResourceType.CHAT_MODEL,
+                       ResourceDescriptor(clazz=BaseChatModelSetup, connection="conn", tools=["lookpu"]))
+
+    with pytest.raises(PlanError) as caught:
+        AgentPlan.from_agent(agent)
+    message = str(caught.value)
+    assert "refers to tools 'lookpu'" in message
+    assert "did you mean 'lookup'?" in message
+    assert "Tool.from_callable(fn)" in message
+
+
 def test_unsupported_plan_schema_version_is_rejected():
     data = json.loads(AgentPlan.from_agent(DecoratedAgent()).to_json())
     data["schema_version"] = 99

@@ -104,7 +104,10 @@ def main() -> None:
     parser.add_argument("--per-key", type=int, default=10)
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--runners", default="local,flink", help="comma-separated: local, flink")
-    parser.add_argument("--mode", default="process", help="python.execution-mode of the flink runner")
+    parser.add_argument("--mode", default="process",
+                        help="the flink runner's mode: thread, process (separate Python worker processes) or "
+                             "loopback (process mode, workers as threads of this process; the mode the "
+                             "process-mode figures in docs/performance.md were measured in)")
     parser.add_argument("--review-job", action="store_true", help="the shared review data as is (see above)")
     parser.add_argument("--parallelism", type=int, default=None, help="of the flink runner (default 1; 2 with --review-job)")
     args = parser.parse_args()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from flink_agents.api.events.event import Event
+from flink_agents.api.function import Function, PythonFunction
 from flink_agents.api.resource import ResourceType
 
 __all__ = ["Agent", "STRUCTURED_OUTPUT"]
@@ -25,14 +26,18 @@ class Agent:
     """
 
     def __init__(self) -> None:
-        self._actions: Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]] = {}
+        self._actions: Dict[str, Tuple[List[type[Event] | str], Any, Optional[Dict[str, Any]]]] = {}
         # One (empty) dict per kind, as in Flink Agents 0.3.1, so that
         # ``agent.resources[ResourceType.TOOL]`` works before any is added.
         self._resources: Dict[ResourceType, Dict[str, Any]] = {t: {} for t in ResourceType}
 
     @property
-    def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Callable[..., Any], Dict[str, Any]]]:
-        """Actions added with ``add_action``: name -> (events, function, config)."""
+    def actions(self) -> Dict[str, Tuple[List[type[Event] | str], Any, Optional[Dict[str, Any]]]]:
+        """Actions added with ``add_action``: name -> (trigger conditions,
+        function, config), as in 0.3.1: the function is a ``Function``
+        descriptor (``PythonFunction``, ``JavaFunction``) or, for a callable
+        with no name to import it by (a ``functools.partial``), the callable;
+        config is None when none was given."""
         return self._actions
 
     @property
@@ -43,24 +48,48 @@ class Agent:
     def add_action(
         self,
         name: str,
-        events: List[type[Event] | str],
-        func: Callable[..., Any],
+        events: List[type[Event] | str] | None = None,
+        func: Callable[..., Any] | Function | None = None,
+        *,
+        trigger_conditions: List[type[Event] | str] | None = None,
         **config: Any,
     ) -> "Agent":
         """Add an action.
 
+        The second argument is named ``events`` as in Flink Agents 0.3.1 and
+        may be given as ``trigger_conditions=`` as in HEAD; positionally,
+        ``add_action(name, [...], func)``, it is the same argument either way.
+
         Args:
             name: Unique action name.
-            events: Event classes or ``EVENT_TYPE`` strings it listens to.
-            func: ``(event, ctx) -> None``, plain or async.
+            events: Event classes, event-type strings or condition
+                expressions (as ``@action`` takes them), combined with OR.
+            func: ``(event, ctx) -> None``, plain or async, or a ``Function``
+                descriptor, stored as it is (0.3.1). A function is stored as
+                its ``PythonFunction`` (which keeps it at hand), as 0.3.1
+                does. A ``JavaFunction`` makes the plan fail to compile: this
+                runtime has no JVM.
+            trigger_conditions: Flink Agents HEAD's name for ``events``.
             **config: Values the action reads through ``ctx.action_config``.
 
         Raises:
             ValueError: An action of this name exists.
+            TypeError: Both or neither of ``trigger_conditions`` and
+                ``events`` given, or no ``func``.
         """
+        if (trigger_conditions is None) == (events is None):
+            raise TypeError(
+                f"add_action({name!r}): give the trigger conditions once, as trigger_conditions "
+                "(Flink Agents HEAD) or events (0.3.1)"
+            )
+        if func is None:
+            raise TypeError(f"add_action({name!r}): func is missing")
         if name in self._actions:
             raise ValueError(f"action {name!r} is already defined")
-        self._actions[name] = (list(events), func, dict(config))
+        if not isinstance(func, Function) and isinstance(getattr(func, "__qualname__", None), str):
+            func = PythonFunction.from_callable(func)
+        conditions = events if events is not None else trigger_conditions
+        self._actions[name] = (list(conditions), func, dict(config) if config else None)
         return self
 
     def add_resource(self, name: str, resource_type: ResourceType, instance: Any) -> "Agent":

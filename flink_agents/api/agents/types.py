@@ -21,6 +21,7 @@ import functools
 
 import importlib
 import json
+import sys
 from typing import Any, Callable, Dict, List
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
@@ -247,11 +248,10 @@ def _is_model(value: Any) -> bool:
 
 
 def _is_row_type(value: Any) -> bool:
-    try:
-        from pyflink.common.typeinfo import RowTypeInfo
-    except ImportError:  # pragma: no cover - pyflink is a dependency
-        return False
-    return isinstance(value, RowTypeInfo)
+    # A RowTypeInfo exists only once pyflink's typeinfo module is loaded: a
+    # local run that never touched pyflink does not pay for importing it.
+    typeinfo = sys.modules.get("pyflink.common.typeinfo")
+    return typeinfo is not None and isinstance(value, typeinfo.RowTypeInfo)
 
 
 def _row_field_schema(type_info: Any) -> Dict[str, Any]:

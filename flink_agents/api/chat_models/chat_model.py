@@ -116,7 +116,8 @@ class BaseChatModelSetup(Resource):
     skills: Optional[List[str]] = None
     output_schema: Optional[OutputSchema] = None
 
-    _connection: BaseChatModelConnection | None = PrivateAttr(default=None)
+    # 0.3.1's name: code (and tests) written for 0.3.1 may set it directly.
+    _resolved_connection: BaseChatModelConnection | None = PrivateAttr(default=None)
     _prompt: Prompt | None = PrivateAttr(default=None)
     _tools: List[Tool] = PrivateAttr(default_factory=list)
     _skills_prompt: str = PrivateAttr(default="")
@@ -162,8 +163,11 @@ class BaseChatModelSetup(Resource):
         Raises:
             KeyError: A named prompt or tool does not exist.
         """
-        if self.get_resource is None:
-            raise RuntimeError(f"{type(self).__name__} was created outside a runtime")
+        if self.get_resource is None and (isinstance(self.prompt, str) or self.skills or self.tools):
+            raise RuntimeError(
+                f"{type(self).__name__} was created outside a runtime: its prompt, tools or skills "
+                "are named resources, which only a runtime resolves"
+            )
         if isinstance(self.prompt, str):
             self._prompt = self.get_resource(self.prompt, ResourceType.PROMPT)
         else:
@@ -185,11 +189,16 @@ class BaseChatModelSetup(Resource):
     def _prepare(
         self, messages: Sequence[ChatMessage], prompt_args: Mapping[str, Any] | None
     ) -> List[ChatMessage]:
-        if self._connection is None:
-            if not self._opened:
-                self.open()
+        if not self._opened:
+            self.open()
+        if self._resolved_connection is None:
+            if self.get_resource is None:
+                raise RuntimeError(
+                    f"{type(self).__name__} was created outside a runtime: its connection "
+                    f"{self.connection!r} is a named resource, which only a runtime resolves"
+                )
             # KeyError naming this setup and the connection if it is missing.
-            self._connection = self.get_resource(
+            self._resolved_connection = self.get_resource(
                 self.connection, ResourceType.CHAT_MODEL_CONNECTION
             )
         if self._prompt is None:
@@ -202,6 +211,23 @@ class BaseChatModelSetup(Resource):
             if m.content or m.role in (MessageRole.ASSISTANT, MessageRole.TOOL)
         )
         return self._with_skills(prepared)
+
+    def _record_token_metrics(self, model_name: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add a call's token counts to ``model.<model_name>.promptTokens``
+        and ``.completionTokens`` under the bound metric group; nothing
+        without one (0.3.1's protected method, which its chat action calls).
+
+        The runtime does not call it: it counts tokens from the journaled
+        usage of each call, once, never for a replayed call
+        (``runtime.execution.metrics``); a setup calling it too would count
+        its calls twice.
+        """
+        group = self.metric_group
+        if group is None:
+            return
+        model_group = group.get_sub_group("model", model_name)
+        model_group.get_counter("promptTokens").inc(prompt_tokens)
+        model_group.get_counter("completionTokens").inc(completion_tokens)
 
     def _with_skills(self, messages: List[ChatMessage]) -> List[ChatMessage]:
         """Insert the skills' system message after the first system message
@@ -222,7 +248,7 @@ class BaseChatModelSetup(Resource):
         arguments = {**self.model_kwargs, **kwargs}
         if schema is None:
             return prepared, arguments
-        if getattr(type(self._connection), "supports_output_schema", False):
+        if getattr(type(self._resolved_connection), "supports_output_schema", False):
             arguments["output_schema"] = schema
             return prepared, arguments
         return with_system_message(prepared, output_schema_instruction(schema)), arguments
@@ -247,9 +273,9 @@ class BaseChatModelSetup(Resource):
                 validated here (the built-in chat action does that).
         """
         prepared = self._prepare(messages, prompt_args)
-        assert self._connection is not None  # set by _prepare
+        assert self._resolved_connection is not None  # set by _prepare
         prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
-        return self._connection.chat(prepared, tools=self._tools, **arguments)
+        return self._resolved_connection.chat(prepared, tools=self._tools, **arguments)
 
     async def achat(
         self,
@@ -270,9 +296,9 @@ class BaseChatModelSetup(Resource):
             # Another prompt may do I/O to fill itself (an MCP prompt asks its
             # server): off the event loop, which runs other keys meanwhile.
             prepared = await asyncio.to_thread(self._prepare, messages, prompt_args)
-        assert self._connection is not None  # set by _prepare
+        assert self._resolved_connection is not None  # set by _prepare
         prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
-        return await self._connection.achat(prepared, tools=self._tools, **arguments)
+        return await self._resolved_connection.achat(prepared, tools=self._tools, **arguments)
 
 
 def output_schema_instruction(schema: OutputSchema) -> str:

@@ -44,6 +44,7 @@ class ChatRequestEvent(Event):
     """
 
     EVENT_TYPE: ClassVar[str] = "_chat_request_event"
+    JSON_RENAMES: ClassVar[Dict[str, str]] = {"output_schema_spec": "output_schema"}  # 0.3.1's attribute
 
     model: str
     messages: List[ChatMessage]

@@ -48,6 +48,8 @@ class ContextRetrievalRequestEvent(Event):
     max_results: int = Field(default=3, ge=1)
     filters: Dict[str, Any] | None = None
 
+    JSON_OMIT_DEFAULT: ClassVar[frozenset] = frozenset({"filters"})
+
     def __init__(
         self, query: str, vector_store: str, max_results: int = 3, filters: Dict[str, Any] | None = None, **data: Any
     ) -> None:

@@ -14,6 +14,15 @@ Two ways of writing an event work, as in Flink Agents 0.3.1:
   by its ``type`` (``get_type()``), which defaults to the class's
   ``EVENT_TYPE``.
 
+Serialized (``model_dump``, ``model_dump_json``) in 0.3.1's form, which its
+Java side reads too: ``{"id": ..., "type": ..., "attributes": {...}}``, the
+declared fields and extra attributes inside ``attributes`` (a field this
+runtime adds to a 0.3.1 event is left out while it has its default, see
+``JSON_OMIT_DEFAULT``). Validating such a dict (``model_validate``,
+``from_json``) moves the attributes that name declared fields back into
+them. Pass ``context={EVENT_FIELDS_FLAT: True}`` to get the fields beside
+``id`` and ``type`` instead (the event log's records).
+
 ``pyflink.common.Row`` values may travel in events (inputs, outputs, any
 field or attribute): ``model_dump_json`` writes a Row as 0.3.1 does,
 ``{"type": "Row", "values": [...], "fields": [...]}``, and ``from_json``
@@ -30,14 +39,23 @@ import sys
 from typing import Any, ClassVar, Dict, Optional, TypeVar
 from uuid import UUID, SafeUUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler
+from pydantic import model_serializer, model_validator
 
-__all__ = ["Event", "InputEvent", "OutputEvent", "row_to_json", "rows_from_json"]
+__all__ = ["EVENT_FIELDS_FLAT", "Event", "InputEvent", "OutputEvent", "row_to_json", "rows_from_json"]
+
+#: Serialization context key: with ``context={EVENT_FIELDS_FLAT: True}`` an
+#: event's fields are written beside ``id`` and ``type``, not in ``attributes``.
+EVENT_FIELDS_FLAT = "flink_agents.event_fields_flat"
+
+_MISSING = object()
 
 E = TypeVar("E", bound="Event")
 
 # Fields every event has; ``get_attr``/``set_attr`` address the data beside them.
-_BASE_FIELDS = frozenset({"id", "type", "attributes"})
+_BASE_FIELDS = frozenset({"id", "type", "attributes", "upstream_event_id", "upstream_action_name"})
+# Lineage fields and the names their JSON form uses (Flink Agents HEAD's wire names).
+_LINEAGE_ALIASES = (("upstream_event_id", "upstreamEventId"), ("upstream_action_name", "upstreamActionName"))
 
 
 def _unsent_event_id() -> UUID:
@@ -133,9 +151,19 @@ class Event(BaseModel):
             are never sent (0.3.1 derives it from the content instead; call
             ``validate_and_set_id`` for that).
         type: The type the event is routed by: actions listening to this
-            string receive it. Defaults to the class's ``EVENT_TYPE``.
+            string receive it. Defaults to the class's ``EVENT_TYPE`` for a
+            subclass; required for ``Event`` itself (a ``ValidationError``
+            without it, as in 0.3.1).
         attributes: Data of a unified event (0.3.1's ``attributes`` map),
             read and written with ``get_attr``/``set_attr``.
+        upstream_event_id: Lineage (Flink Agents HEAD): the id of the event
+            whose action sent this one; None for an ``InputEvent`` and an
+            event never sent. Set by the runtime when an action sends the
+            event (a value the caller gave is overwritten) and journaled with
+            it, so a replay reads the same lineage back.
+        upstream_action_name: Lineage: the name of the action that sent this
+            event (``agent_run_begin_action`` for an ``AgentRunBeginEvent``);
+            None where ``upstream_event_id`` is None.
 
     Extra attributes are allowed (as in Flink Agents 0.3). Field values,
     declared, extra and in ``attributes``, must be values the runtime can
@@ -158,6 +186,99 @@ class Event(BaseModel):
     id: UUID = Field(default_factory=_unsent_event_id)
     type: Optional[str] = None
     attributes: Dict[str, Any] = Field(default_factory=dict)
+    upstream_event_id: Optional[UUID] = Field(
+        default=None, validation_alias=AliasChoices("upstream_event_id", "upstreamEventId"),
+    )
+    upstream_action_name: Optional[str] = Field(
+        default=None, validation_alias=AliasChoices("upstream_action_name", "upstreamActionName"),
+    )
+
+    # Field name -> the attribute name 0.3.1 writes it under (a field kept
+    # here in another form, e.g. ChatRequestEvent's output schema).
+    JSON_RENAMES: ClassVar[Dict[str, str]] = {}
+    # Fields this runtime adds to a 0.3.1 event: left out of the JSON form
+    # while they have their default, so 0.3.1 readers see 0.3.1's shape.
+    JSON_OMIT_DEFAULT: ClassVar[frozenset] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_from_attributes(cls, data: Any) -> Any:
+        """0.3.1's form in: entries of ``attributes`` that name a declared
+        field (or its ``JSON_RENAMES`` name) become that field, unless the
+        field is also given directly. (``model_validate`` does it first too:
+        a subclass with its own ``__init__`` gets the data as arguments
+        before this validator runs.)"""
+        if not isinstance(data, dict):
+            return data
+        if cls is Event and not data.get("type"):
+            # As 0.3.1: an event of the base class is routed by its type alone.
+            raise ValueError('an Event needs a type: Event(type="my_event", attributes={...})')
+        attributes = data.get("attributes")
+        if not attributes or not isinstance(attributes, dict) or len(cls.model_fields) == len(_BASE_FIELDS):
+            return data
+        fields = cls.model_fields
+        renamed = {v: k for k, v in cls.JSON_RENAMES.items()}
+        lifted: Dict[str, Any] = {}
+        for key in attributes:
+            name = renamed.get(key, key)
+            if name in fields and name not in _BASE_FIELDS and name not in data:
+                lifted[name] = key
+        if not lifted:
+            return data
+        data = dict(data)
+        rest = dict(attributes)
+        for name, key in lifted.items():
+            data[name] = rest.pop(key)
+        data["attributes"] = rest
+        return data
+
+    @classmethod
+    def model_validate(cls: type[E], obj: Any, **kwargs: Any) -> E:  # type: ignore[override]
+        """pydantic's ``model_validate``, reading 0.3.1's form too (see
+        ``_fields_from_attributes``)."""
+        return super().model_validate(cls._fields_from_attributes(obj), **kwargs)
+
+    @classmethod
+    def model_validate_json(cls: type[E], json_data: str | bytes, **kwargs: Any) -> E:  # type: ignore[override]
+        """pydantic's ``model_validate_json``, reading 0.3.1's form too."""
+        return cls.model_validate(json.loads(json_data), **kwargs)
+
+    @model_serializer(mode="wrap")
+    def _as_031(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """0.3.1's form out (see the module docstring)."""
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        # Lineage goes beside id and type under Flink Agents HEAD's names,
+        # and only when set: an event without lineage serializes as in 0.3.1.
+        lineage: Dict[str, Any] = {}
+        for name, alias in _LINEAGE_ALIASES:
+            value = data.pop(name, None)
+            if value is not None:
+                lineage[alias] = value
+        context = info.context
+        if context and context.get(EVENT_FIELDS_FLAT):
+            data.update(lineage)
+            return data
+        out: Dict[str, Any] = {}
+        for key in ("id", "type"):
+            value = data.pop(key, _MISSING)
+            if value is not _MISSING:
+                out[key] = value
+        out.update(lineage)
+        attributes = data.pop("attributes", _MISSING)
+        cls = type(self)
+        for name in cls.JSON_OMIT_DEFAULT:
+            if name in data and getattr(self, name) == cls.model_fields[name].get_default(call_default_factory=True):
+                del data[name]
+        renames = cls.JSON_RENAMES
+        merged = {renames.get(k, k): v for k, v in data.items()} if renames else data
+        if attributes is not _MISSING:
+            merged.update(attributes)
+            out["attributes"] = merged
+        elif merged:
+            out["attributes"] = merged
+        return out
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -245,6 +366,18 @@ class Event(BaseModel):
         self.id = UUID(bytes=hashlib.md5(content.encode()).digest(), version=3)
         return self
 
+    def reconstruct_from(self: E, source: Event) -> E:
+        """A copy of this event standing for the same occurrence as
+        ``source``: its ``id`` and lineage (``upstream_event_id``,
+        ``upstream_action_name``), as Flink Agents HEAD's
+        ``Event.reconstruct_from``; custom ``from_event`` factories end with
+        ``return result.reconstruct_from(event)``."""
+        return self.model_copy(update={
+            "id": source.id,
+            "upstream_event_id": source.upstream_event_id,
+            "upstream_action_name": source.upstream_action_name,
+        })
+
     @classmethod
     def from_event(cls: type[E], event: Event) -> E:
         """Return ``event`` as an instance of ``cls``.
@@ -253,7 +386,8 @@ class Event(BaseModel):
         and extra fields, with entries of its ``attributes`` that name fields
         of ``cls``, are validated as a ``cls`` (so a unified
         ``Event(type=..., attributes={"input": x})`` reads as an
-        ``InputEvent``); the result keeps ``event.id`` and has ``cls``'s type.
+        ``InputEvent``); the result keeps ``event.id`` and lineage and has
+        ``cls``'s type.
 
         Args:
             event: Any event whose fields (declared, extra or in
@@ -270,7 +404,10 @@ class Event(BaseModel):
         for name in cls.model_fields:
             if name not in _BASE_FIELDS and name in attributes and name not in data:
                 data[name] = attributes.pop(name)
-        data.update(id=event.id, attributes=attributes)
+        data.update(
+            id=event.id, attributes=attributes,
+            upstream_event_id=event.upstream_event_id, upstream_action_name=event.upstream_action_name,
+        )
         if cls is not Event and cls.EVENT_TYPE != Event.EVENT_TYPE:
             data["type"] = cls.EVENT_TYPE
         else:

@@ -12,6 +12,15 @@ from flink_agents.api.events.event import Event
 __all__ = ["ToolRequestEvent", "ToolResponseEvent"]
 
 
+def _nested_call(call: Dict[str, Any]) -> Dict[str, Any]:
+    """0.3.1's Java form of a tool call, ``{"id", "name", "arguments"}``, in
+    the form the built-in actions read: ``{"id", "type": "function",
+    "function": {"name", "arguments"}}`` (other keys kept)."""
+    rest = {k: v for k, v in call.items() if k not in ("name", "arguments")}
+    return {**rest, "type": rest.get("type", "function"),
+            "function": {"name": call["name"], "arguments": call.get("arguments", {})}}
+
+
 class ToolRequestEvent(Event):
     """Asks the built-in tool action to run ``tool_calls`` for ``model``.
 
@@ -22,6 +31,8 @@ class ToolRequestEvent(Event):
     the same ids (of the same type, also after a replay, since the journal
     keeps types). ``arguments`` as a dict are passed by name, as a list
     positionally (``Tool.call(*args)``), as a str parsed as JSON first.
+    A call in 0.3.1's Java form, ``{"id", "name", "arguments"}``, is
+    converted to this form.
 
     Built as in 0.3.1: ``ToolRequestEvent(model, tool_calls)``.
 
@@ -36,6 +47,7 @@ class ToolRequestEvent(Event):
     """
 
     EVENT_TYPE: ClassVar[str] = "_tool_request_event"
+    JSON_OMIT_DEFAULT: ClassVar[frozenset] = frozenset({"offered_tools"})
 
     model: str
     tool_calls: List[Dict[str, Any]]
@@ -56,6 +68,8 @@ class ToolRequestEvent(Event):
                     f"tool_calls[{index}].id is a {type(call['id']).__name__}, which is not hashable; "
                     "use a str, an int or a uuid.UUID"
                 )
+            if "function" not in call and isinstance(call.get("name"), str):
+                calls[index] = call = _nested_call(call)
             function = call.get("function")
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise ValueError(f"tool_calls[{index}].function must be a dict with a str 'name'")
@@ -76,6 +90,7 @@ class ToolResponseEvent(Event):
     """
 
     EVENT_TYPE: ClassVar[str] = "_tool_response_event"
+    JSON_OMIT_DEFAULT: ClassVar[frozenset] = frozenset({"errors"})
 
     request_id: UUID
     responses: Dict[Hashable, Any]

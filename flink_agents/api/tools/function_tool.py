@@ -4,23 +4,27 @@ importable from ``flink_agents.api.tools.tool``)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Mapping
 
 from pydantic import ConfigDict, Field, model_validator
 
-from flink_agents.api.decorators import TOOL_NEEDS_APPROVAL_ATTR, TOOL_UNTRUSTED_ATTR
-from flink_agents.api.function import PythonFunction
+from flink_agents.api.decorators import TOOL_INJECTED_ARGS_ATTR, TOOL_NEEDS_APPROVAL_ATTR, TOOL_UNTRUSTED_ATTR
+from flink_agents.api.function import JavaFunction, PythonFunction
 from flink_agents.api.tools.tool import Tool, ToolMetadata, ToolType
+from flink_agents.api.tools.tool_parameter_injection import (
+    InjectedArg, merge_injected_args, normalize_injected_args, validate_injected_arg_names,
+)
 from flink_agents.api.tools.utils import create_schema_from_function, docstring_description, json_schema_of
 
 __all__ = ["FunctionTool"]
 
 
-def metadata_of(func: Callable[..., Any], name: str | None = None) -> ToolMetadata:
+def metadata_of(func: Callable[..., Any], name: str | None = None, injected_args: Any = None) -> ToolMetadata:
     """A tool's metadata from ``func``, as 0.3.1 derives it: its name, the
     docstring's description (any style ``docstring-parser`` reads; the
     function's name when there is none) and the schema of its parameters
-    (``utils.create_schema_from_function``, without titles).
+    (``utils.create_schema_from_function``, without titles), injected
+    parameters (``injected_args``' names) left out.
 
     Raises:
         TypeError: ``func`` is not callable, or an annotation has no JSON
@@ -28,7 +32,7 @@ def metadata_of(func: Callable[..., Any], name: str | None = None) -> ToolMetada
     """
     tool_name = name or getattr(func, "__name__", None) or type(func).__name__
     try:
-        model = create_schema_from_function(tool_name, func)
+        model = create_schema_from_function(tool_name, func, injected_args)
         schema = json_schema_of(model)
     except Exception as exc:  # pydantic's schema errors name the annotation
         raise TypeError(f"tool {tool_name!r}: {exc}") from exc
@@ -46,6 +50,12 @@ class FunctionTool(Tool):
     ``untrusted`` and ``needs_approval``, when not given, are what
     ``@tool(untrusted=..., needs_approval=...)`` marked.
 
+    ``func`` may also be a ``JavaFunction`` (a YAML ``type: java`` tool, as
+    0.3.1 loads one): such a tool cannot run here (no JVM), so ``call``
+    raises and a plan declaring it does not compile. Its ``metadata``, when
+    not given, has the method's name and no parameters (0.3.1 reads the
+    schema from the JVM).
+
     Attributes:
         func: The function run by ``call`` (not serialized).
         untrusted: Whether the tool's results (and errors) reach a model as
@@ -54,13 +64,17 @@ class FunctionTool(Tool):
         needs_approval: Whether each call a model makes waits for a
             reviewer's approval before it runs (``@tool(needs_approval=True)``;
             docs/callbacks.md, "Approvals"); default False.
+        injected_args: Parameters the framework fills at call time, hidden
+            from the model (``@tool(injected_args=...)`` merged with the ones
+            given here; ``api.tools.tool_parameter_injection``).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    func: Callable[..., Any] = Field(exclude=True)
+    func: Callable[..., Any] | JavaFunction = Field(exclude=True)
     untrusted: bool = False
     needs_approval: bool = False
+    injected_args: Dict[str, InjectedArg] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -69,14 +83,29 @@ class FunctionTool(Tool):
             return data
         data = dict(data)
         func = data["func"]
+        if isinstance(func, JavaFunction):
+            if data.get("metadata") is None:
+                data["metadata"] = ToolMetadata(
+                    name=func.method_name, description=f"Java tool {func.describe()}",
+                    args_schema={"type": "object", "properties": {}},
+                )
+            data["untrusted"] = bool(data.get("untrusted"))
+            data["needs_approval"] = bool(data.get("needs_approval"))
+            return data
         if isinstance(func, PythonFunction):
             func = data["func"] = func.as_callable()
         elif isinstance(func, (staticmethod, classmethod)):
             func = data["func"] = func.__func__
         if not callable(func):
             raise TypeError(f"FunctionTool: func must be callable or a PythonFunction, got a {type(func).__name__}")
+        declared = normalize_injected_args(data.get("injected_args"))
+        marked = getattr(func, TOOL_INJECTED_ARGS_ATTR, None)
+        name = data["metadata"].name if isinstance(data.get("metadata"), ToolMetadata) else None
+        injected = merge_injected_args(marked, declared, tool_name=name or getattr(func, "__name__", "tool"))
+        validate_injected_arg_names(func, injected)
+        data["injected_args"] = injected
         if data.get("metadata") is None:
-            data["metadata"] = metadata_of(func)
+            data["metadata"] = metadata_of(func, injected_args=injected)
         if data.get("untrusted") is None:  # as @tool(untrusted=...) marked the function
             data["untrusted"] = bool(getattr(func, TOOL_UNTRUSTED_ATTR, False))
         if data.get("needs_approval") is None:  # as @tool(needs_approval=...) marked it
@@ -90,7 +119,7 @@ class FunctionTool(Tool):
     @staticmethod
     def from_callable(
         func: Callable[..., Any], name: str | None = None, untrusted: bool | None = None,
-        needs_approval: bool | None = None,
+        needs_approval: bool | None = None, injected_args: Mapping[str, Any] | None = None,
     ) -> "FunctionTool":
         """Build a tool from ``func``.
 
@@ -101,16 +130,23 @@ class FunctionTool(Tool):
                 marked ``func`` (unmarked: False).
             needs_approval: See the class; None: as
                 ``@tool(needs_approval=...)`` marked ``func`` (unmarked: False).
+            injected_args: More injected parameters (beside ``@tool``'s).
 
         Raises:
             TypeError: ``func`` is not callable, or an annotation has no JSON schema.
+            ValueError: An injected name is no parameter, or conflicts with ``@tool``'s.
         """
         if isinstance(func, (staticmethod, classmethod)):
             func = func.__func__
         if not callable(func):
             raise TypeError(f"tool {name or func!r} is not callable")
+        injected = merge_injected_args(
+            getattr(func, TOOL_INJECTED_ARGS_ATTR, None), normalize_injected_args(injected_args),
+            tool_name=name or getattr(func, "__name__", "tool"),
+        )
         return FunctionTool(
-            metadata=metadata_of(func, name), func=func, untrusted=untrusted, needs_approval=needs_approval
+            metadata=metadata_of(func, name, injected), func=func, untrusted=untrusted,
+            needs_approval=needs_approval, injected_args=injected,
         )
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
@@ -121,7 +157,13 @@ class FunctionTool(Tool):
             TypeError: The arguments do not fit the function's parameters
                 (the message names the tool and its parameters); whatever
                 the function raises.
+            RuntimeError: ``func`` is a ``JavaFunction`` (no JVM here).
         """
+        if isinstance(self.func, JavaFunction):
+            raise RuntimeError(
+                f"tool {self.name!r} is the Java method {self.func.describe()}: this runtime is pure Python "
+                "and cannot run Java tools; write the tool in Python"
+            )
         try:
             bound = inspect.signature(self.func).bind(*args, **kwargs)
         except TypeError as exc:

@@ -38,9 +38,11 @@ class ToolMetadata(BaseModel):
         description: What it does (the docstring's summary).
         args_schema: JSON schema (draft 2020-12 subset, as the OpenAI function
             calling API takes it) of the arguments. 0.3.1 keeps a pydantic
-            model class here; one given is turned into its JSON schema
-            (``utils.json_schema_of``), and ``utils.create_model_from_schema``
-            turns the schema back into a model.
+            model class here; one given is turned into its JSON schema as
+            0.3.1 serializes it (``model_json_schema()``, titles kept), and
+            ``utils.create_model_from_schema`` turns the schema back into a
+            model. Tools made from functions (``FunctionTool``) have no
+            titles in theirs.
     """
 
     name: str
@@ -51,7 +53,7 @@ class ToolMetadata(BaseModel):
     @classmethod
     def _schema_of_model(cls, value: Any) -> Any:
         if isinstance(value, type) and issubclass(value, BaseModel):
-            return json_schema_of(value)
+            return json_schema_of(value, titles=True)
         return value
 
     def get_parameters_dict(self) -> Dict[str, Any]:

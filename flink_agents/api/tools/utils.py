@@ -5,14 +5,17 @@ Docstrings are read with the ``docstring-parser`` library, so Google
 (``Args:``), NumPy (``Parameters`` with dashes) and reST (``:param x:``)
 styles all give parameter descriptions.
 
-Left out: 0.3.1's ``create_model_from_java_tool_schema_str`` and
-``create_java_tool_schema_str_from_model`` (schemas of Java tools, run by
-Flink Agents' Java operator; this runtime is pure Python).
+``create_model_from_java_tool_schema_str`` and
+``create_java_tool_schema_str_from_model`` convert to and from the flat
+schema text of 0.3.1's Java tools (``{"properties": {name: {"type",
+"description"}}, "required": [...]}``). They are pure conversions; a Java
+tool itself cannot run here (no JVM: a plan declaring one does not compile).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
@@ -23,6 +26,8 @@ from pydantic.fields import FieldInfo
 __all__ = [
     "CONSTRAINT_MAPPING",
     "TYPE_MAPPING",
+    "create_java_tool_schema_str_from_model",
+    "create_model_from_java_tool_schema_str",
     "create_model_from_schema",
     "create_schema_from_function",
     "docstring_description",
@@ -61,7 +66,9 @@ def docstring_description(func: Callable[..., Any]) -> str:
     return (parse_docstring(inspect.getdoc(func) or "").description or "").strip()
 
 
-def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[BaseModel]:
+def create_schema_from_function(
+    name: str, func: Callable[..., Any], injected_args: Any = None,
+) -> Type[BaseModel]:
     """A pydantic model, named ``name``, of ``func``'s parameters.
 
     As 0.3.1: each parameter becomes a field typed by its annotation
@@ -76,6 +83,8 @@ def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[Bas
     Args:
         name: The model's name (the tool's name).
         func: A function, a bound method or a ``staticmethod``.
+        injected_args: Names of parameters the framework fills
+            (``@tool(injected_args=...)``, Flink Agents HEAD): left out.
 
     Raises:
         TypeError: ``func`` is not callable, or has no inspectable
@@ -95,8 +104,9 @@ def create_schema_from_function(name: str, func: Callable[..., Any]) -> Type[Bas
     documented = {p.arg_name: p.description for p in parse_docstring(inspect.getdoc(func) or "").params}
     hints = _type_hints(func)
     fields: Dict[str, Any] = {}
+    injected = set(injected_args or ())
     for param_name, param in params.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param_name in injected:
             continue
         annotation = hints.get(param_name, param.annotation)
         if annotation is param.empty:
@@ -136,10 +146,11 @@ def _type_hints(func: Callable[..., Any]) -> Dict[str, Any]:
         return {}
 
 
-def json_schema_of(model: Type[BaseModel]) -> Dict[str, Any]:
+def json_schema_of(model: Type[BaseModel], titles: bool = False) -> Dict[str, Any]:
     """``model``'s JSON schema as a chat model is given a tool's
-    parameters: ``model_json_schema()`` without the ``title`` of the model
-    and of its properties.
+    parameters: ``model_json_schema()``, without the ``title`` of the model
+    and of its properties unless ``titles`` (0.3.1's serialized
+    ``ToolMetadata`` keeps them).
 
     Raises:
         TypeError: A field has no JSON schema (the message names the model).
@@ -150,9 +161,10 @@ def json_schema_of(model: Type[BaseModel]) -> Dict[str, Any]:
         schema = model.model_json_schema()
     except (PydanticInvalidForJsonSchema, PydanticSchemaGenerationError) as exc:
         raise TypeError(f"the arguments of {model.__name__!r} have no JSON schema: {exc}") from None
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
+    if not titles:
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
     return schema
 
 
@@ -216,7 +228,7 @@ def create_model_from_schema(name: str, schema: Dict[str, Any]) -> Type[BaseMode
             return resolve({"anyOf": [{**field_schema, "type": k} for k in kind]})
         if kind == "array":
             items = field_schema.get("items")
-            return List[resolve(items)] if isinstance(items, dict) else list  # type: ignore[misc]
+            return list[resolve(items)] if isinstance(items, dict) else list  # type: ignore[misc]
         if kind == "object":
             if "properties" in field_schema:
                 return build(field_schema.get("title", f"{name}_object"), field_schema)
@@ -235,3 +247,86 @@ def create_model_from_schema(name: str, schema: Dict[str, Any]) -> Type[BaseMode
         return create_model(model_name, __doc__=model_schema.get("description", ""), **fields)  # type: ignore[call-overload]
 
     return build(name, schema)
+
+
+def create_model_from_java_tool_schema_str(name: str, schema_str: str) -> Type[BaseModel]:
+    """A pydantic model named ``name`` from a Java tool's input schema text.
+
+    Every property becomes a required field of the Python type
+    ``TYPE_MAPPING`` gives its ``type``, described by its ``description``
+    (``"Parameter: <name>"`` when it has none, as 0.3.1: Java writes no
+    description for a parameter without one).
+
+    Raises:
+        ValueError: The text is not a JSON object with a ``properties``
+            object, or a property's ``type`` is missing or not one of
+            ``TYPE_MAPPING`` (the message names the property).
+    """
+    try:
+        schema = json.loads(schema_str)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"Java tool schema of {name!r} is not JSON: {exc}") from None
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        raise ValueError(f"Java tool schema of {name!r} has no 'properties' object")
+    fields: Dict[str, Any] = {}
+    for param, spec in properties.items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if kind not in TYPE_MAPPING:
+            raise ValueError(
+                f"Java tool schema of {name!r}: property {param!r} has type {kind!r}; "
+                f"expected one of {', '.join(TYPE_MAPPING)}"
+            )
+        description = spec.get("description") or f"Parameter: {param}"
+        fields[param] = (TYPE_MAPPING[kind], FieldInfo(description=description))
+    return create_model(name, **fields)
+
+
+_JSON_TYPE_OF: Dict[Any, str] = {
+    str: "string", int: "integer", float: "number", bool: "boolean",
+    dict: "object", list: "array", tuple: "array", set: "array", type(None): "null",
+}
+
+
+def _java_schema_type(annotation: Any, where: str) -> str:
+    """The JSON ``type`` of a field annotation: ``Optional[X]``/``X | None``
+    as ``X``, generics by their origin (``List[int]`` is an ``array``), a
+    pydantic model as an ``object``."""
+    origin = typing.get_origin(annotation)
+    if origin is Union or (origin is not None and type(annotation).__name__ == "UnionType"):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _java_schema_type(members[0], where)
+        raise TypeError(f"{where}: a union of {members} has no single Java schema type")
+    if origin is typing.Annotated:
+        return _java_schema_type(typing.get_args(annotation)[0], where)
+    if origin is not None:
+        annotation = origin
+    if annotation in _JSON_TYPE_OF:
+        return _JSON_TYPE_OF[annotation]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    raise TypeError(f"{where}: {annotation!r} has no Java tool schema type (string, integer, number, boolean, object, array)")
+
+
+def create_java_tool_schema_str_from_model(model: Type[BaseModel]) -> str:
+    """The Java tool input schema text of ``model``: the inverse of
+    ``create_model_from_java_tool_schema_str`` for names, types and
+    descriptions (``"Parameter: <name>"`` for a field without one), with
+    ``required`` listing the fields without a default (left out when none).
+
+    Raises:
+        TypeError: A field's type has no JSON schema type (the message
+            names the field).
+    """
+    properties: Dict[str, Dict[str, str]] = {}
+    required: List[str] = []
+    for field_name, info in model.model_fields.items():
+        kind = _java_schema_type(info.annotation, f"{model.__name__}.{field_name}")
+        properties[field_name] = {"type": kind, "description": info.description or f"Parameter: {field_name}"}
+        if info.is_required():
+            required.append(field_name)
+    schema: Dict[str, Any] = {"properties": properties}
+    if required:
+        schema["required"] = required
+    return json.dumps(schema, ensure_ascii=False, indent=2)

@@ -5,7 +5,23 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, List, Tuple
 
-__all__ = ["resolve_callable"]
+__all__ = ["resolve_callable", "split_reference"]
+
+
+def split_reference(reference: str) -> Tuple[str, str]:
+    """``(module, qualname)`` of a ``module:qualname`` reference, without
+    importing anything.
+
+    Raises:
+        ValueError: ``reference`` is not of that form.
+    """
+    module_name, _, qualname = reference.partition(":")
+    if not module_name or not qualname or ":" in qualname:
+        raise ValueError(
+            f"{reference!r} must be '<module-or-class>:<qualname>' (e.g. 'my_pkg.actions:process_input', "
+            "'my_pkg.agents:MyAgent.process_input') or a dotted path"
+        )
+    return module_name, qualname
 
 
 def resolve_callable(reference: str) -> Tuple[Callable[..., Any], str, str]:
@@ -19,17 +35,12 @@ def resolve_callable(reference: str) -> Tuple[Callable[..., Any], str, str]:
             message says which.
     """
     if ":" in reference:
-        module_name, _, qualname = reference.partition(":")
-        if not module_name or not qualname or ":" in qualname:
-            raise ValueError(
-                f"{reference!r} must be 'module:qualname' (e.g. 'my_pkg.actions:process_input', "
-                "'my_pkg.agents:MyAgent.process_input') or a dotted path"
-            )
+        module_name, qualname = split_reference(reference)
         module = _import(module_name)
     else:
         parts = reference.split(".")
         if len(parts) < 2 or not all(parts):
-            raise ValueError(f"{reference!r} must be 'module:qualname' or a dotted path 'module.function'")
+            raise ValueError(f"{reference!r} must be '<module-or-class>:<qualname>' or a dotted path 'module.function'")
         module, qualname = None, ""
         for cut in range(len(parts) - 1, 0, -1):
             module_name = ".".join(parts[:cut])

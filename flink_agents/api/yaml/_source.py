@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from flink_agents._suggest import did_you_mean
 from flink_agents.api.yaml.specs import (
     ACTION_MAP_TAG,
     ACTION_REF_TAG,
@@ -170,17 +171,19 @@ def _schema_error(source: Source, error: Dict[str, Any]) -> YamlAgentError:
     if kind == "missing":
         return source.error(where, "missing required key")
     if kind == "extra_forbidden":
-        return source.error(where, f"unknown key (allowed: {_allowed_keys(where[:-1])})")
+        allowed = _allowed_keys(where[:-1])
+        hint = did_you_mean(str(where[-1]), allowed) if where else ""
+        return source.error(where, f"unknown key (allowed: {', '.join(allowed)}){hint}")
     message = error["msg"].removeprefix("Value error, ")
     if kind.endswith("_type") or kind in ("literal_error", "enum", "model_attributes_type"):
         message += f", got {_type_name(error.get('input'))} {error.get('input')!r}"
     return source.error(where, message)
 
 
-def _allowed_keys(loc: Loc) -> str:
-    """The keys the schema allows in the mapping at ``loc``."""
+def _allowed_keys(loc: Loc) -> List[str]:
+    """The keys the schema allows in the mapping at ``loc``, in schema order."""
     model: type[BaseModel] = YamlAgentsDocument
     for part in loc:
         if isinstance(part, str):
             model = _NESTED.get(part, model)
-    return ", ".join(model.model_fields)
+    return list(model.model_fields)

@@ -12,6 +12,11 @@ line and the key, e.g.
 ``agents.yaml:12: agents[0].actions[0].function: module 'x' has no attribute 'y'``.
 Functions and classes are imported at load time, so a typo fails here and
 not when the first record runs.
+
+``type: java`` entries load as 0.3.1 loads them (a ``JavaFunction`` for an
+action or a tool, a descriptor of the Python-side wrapper class with
+``java_clazz`` for a resource); this runtime has no JVM, so compiling a plan
+that uses one fails, naming it (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -22,15 +27,25 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence, Tuple
 
 from pydantic import BaseModel
 
+from flink_agents._suggest import did_you_mean
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.chat_message import ChatMessage
-from flink_agents.api.function import PythonFunction
+from flink_agents.api.function import Function, JavaFunction, PythonFunction
 from flink_agents.api.prompts.prompt import Prompt
 from flink_agents.api.resource import Resource, ResourceDescriptor, ResourceType
 from flink_agents.api.skills import SkillSourceSpec, Skills
-from flink_agents.api.yaml._functions import resolve_callable
+from flink_agents.api.trigger_conditions import TriggerConditionError, classify, compile_condition
+from flink_agents.api.yaml._functions import resolve_callable, split_reference
 from flink_agents.api.yaml._source import Loc, Source, YamlAgentError, parse, validate
-from flink_agents.api.yaml.aliases import CLAZZ_ALIASES, AliasNotAvailable, is_alias, resolve_clazz, resolve_event_type
+from flink_agents.api.tools.function_tool import FunctionTool
+from flink_agents.api.yaml.aliases import (
+    CLAZZ_ALIASES,
+    AliasNotAvailable,
+    JAVA_WRAPPER_CLAZZ,
+    is_alias,
+    resolve_clazz,
+    resolve_event_type,
+)
 from flink_agents.api.yaml.specs import (
     DESCRIPTOR_SECTIONS,
     ActionSpec,
@@ -58,37 +73,80 @@ _SECTION_TYPES: Dict[str, ResourceType] = {
 }
 
 
+def _split_java(reference: str | None) -> Tuple[str, str]:
+    """``(class, method)`` of a Java reference ``pkg.Class:method``."""
+    qualname, _, method_name = (reference or "").rpartition(":")
+    if not qualname or not method_name:
+        raise ValueError(f"a Java 'function' is 'pkg.Class:method', got {reference!r}")
+    return qualname, method_name
+
+
+def _java_function(name: str, function: str | None, parameter_types: List[str] | None) -> JavaFunction:
+    try:
+        qualname, method_name = _split_java(function)
+    except ValueError as exc:
+        raise ValueError(f"{name!r}: {exc}") from None
+    if parameter_types is None:
+        raise ValueError(f"{name!r}: a Java tool needs 'parameter_types' (its method's Java parameter types)")
+    return JavaFunction(qualname=qualname, method_name=method_name, parameter_types=list(parameter_types))
+
+
 def resolve_function(
     *,
     name: str,
     function: str | None,
     language: str | None = None,
     parameter_types: List[str] | None = None,
-) -> PythonFunction:
-    """The ``PythonFunction`` a YAML ``function:`` reference names, with
-    0.3.1's signature. ``function`` is ``module:qualname`` (0.3.1's form) or a
-    dotted path; unlike 0.3.1, the function is imported here, so a bad
-    reference fails now.
+) -> Function:
+    """The function descriptor a YAML ``function:`` reference names, with
+    0.3.1's signature.
+
+    For Python (``language`` None or ``"python"``), a ``PythonFunction``:
+    ``function`` is ``module:qualname`` (0.3.1's form), resolved when it is
+    first called (``as_callable``), as in 0.3.1; or a dotted path, which is
+    imported now to find where the module ends. (``build_agents`` and
+    ``load_yaml`` import every function when the file loads.) For ``"java"``, a ``JavaFunction`` of ``pkg.Class:method`` with
+    ``parameter_types`` (a plan using it does not compile here: no JVM).
 
     Args:
         name: The action's or tool's name (for messages).
         function: The reference.
-        language: ``"python"`` or None; ``"java"`` is refused (no JVM bridge).
-        parameter_types: Java only; must be None.
+        language: ``"python"`` (the default) or ``"java"``.
+        parameter_types: The Java method's parameter types; Java only.
 
     Raises:
-        ValueError: No reference, a malformed or unresolvable one, or a Java
-            function; the message names ``name`` and says which.
+        ValueError: No reference, a malformed one (or a dotted path that
+            does not import),
+            ``parameter_types`` for a Python function or none for a Java one;
+            the message names ``name`` and says which.
     """
-    if language == "java" or parameter_types is not None:
-        raise ValueError(f"{name!r}: Java functions are not supported: this runtime has no JVM bridge")
+    if language == "java":
+        return _java_function(name, function, parameter_types)
+    if parameter_types is not None:
+        raise ValueError(f"{name!r}: only Java functions declare parameter_types")
     if function is None:
         raise ValueError(f"{name!r}: 'function' is required ('module:qualname')")
     try:
-        _, module, qualname = resolve_callable(function)
+        if ":" in function:
+            module, qualname = split_reference(function)
+        else:
+            _, module, qualname = resolve_callable(function)
     except ValueError as exc:
         raise ValueError(f"{name!r}: {exc}") from None
     return PythonFunction(module=module, qualname=qualname)
+
+
+def _build_skills(spec: SkillsSpec) -> Skills:
+    """The ``Skills`` of a YAML ``skills`` entry: its sources in 0.3.1's
+    order (paths, urls, classpath, packages)."""
+    sources = [SkillSourceSpec(scheme="local", params={"path": p}) for p in spec.paths]
+    sources += [SkillSourceSpec(scheme="url", params={"url": u}) for u in spec.urls]
+    sources += [SkillSourceSpec(scheme="classpath", params={"resource": r}) for r in spec.classpath]
+    sources += [
+        SkillSourceSpec(scheme="package", params={"package": p.package, "resource": p.resource})
+        for p in spec.package
+    ]
+    return Skills(sources=sources)
 
 
 class _Builder:
@@ -97,25 +155,38 @@ class _Builder:
     def __init__(self, source: Source) -> None:
         self.source = source
 
-    def function(self, reference: str | None, loc: Loc, language: str | None) -> Callable[..., Any]:
-        self.python_only(language, loc)
+    def function(self, reference: str | None, loc: Loc, language: str | None) -> Any:
+        """A Python function (imported now), or for ``type: java`` the
+        ``JavaFunction`` of an action method (``(Event, RunnerContext)``)."""
         if reference is None:
             raise self.source.error(loc + ("function",), "missing required key")
+        if language == "java":
+            try:
+                return JavaFunction.for_action(*_split_java(reference))
+            except ValueError as exc:
+                raise self.source.error(loc + ("function",), str(exc)) from None
         try:
             return resolve_callable(reference)[0]
         except ValueError as exc:
             raise self.source.error(loc + ("function",), str(exc)) from None
 
-    def python_only(self, language: str | None, loc: Loc) -> None:
-        if language == "java":
+    def java_descriptor(self, spec: DescriptorSpec, resource_type: ResourceType, loc: Loc) -> ResourceDescriptor:
+        """0.3.1's form of a ``type: java`` resource: the Python-side wrapper
+        class, with the Java class (alias resolved) in ``java_clazz``."""
+        wrapper = JAVA_WRAPPER_CLAZZ.get(resource_type)
+        if wrapper is None:
             raise self.source.error(
                 loc + ("type",),
-                "'java' is not supported: this runtime runs Python actions, tools and resources only "
-                "(Flink Agents 0.3.1 reaches Java ones through its JVM operator)",
+                f"'java' is not available for a {resource_type.value} resource (Java forms exist for: "
+                f"{', '.join(sorted(t.value for t in JAVA_WRAPPER_CLAZZ))})",
             )
+        arguments = dict(spec.model_extra or {})
+        arguments["java_clazz"] = resolve_clazz(spec.clazz, resource_type, "java")
+        return ResourceDescriptor(clazz=wrapper, arguments=arguments)
 
     def descriptor(self, spec: DescriptorSpec, resource_type: ResourceType, loc: Loc) -> ResourceDescriptor:
-        self.python_only(spec.type, loc)
+        if spec.type == "java":
+            return self.java_descriptor(spec, resource_type, loc)
         class_name = resolve_clazz(spec.clazz, resource_type)
         if "." not in class_name:
             known = ", ".join(sorted(CLAZZ_ALIASES.get(resource_type, {}).get("python", {}))) or "none"
@@ -168,14 +239,29 @@ class _Builder:
                 if key not in settings:
                     raise self.source.error(
                         loc + (key,),
-                        f"unknown key for {cls.__name__} (its settings: {', '.join(sorted(settings))})",
+                        f"unknown key for {cls.__name__} (its settings: {', '.join(sorted(settings))})"
+                        f"{did_you_mean(key, settings)}",
                     )
 
     def tool(self, spec: ToolSpec, loc: Loc) -> Any:
-        self.python_only(spec.type, loc)
+        if spec.type == "java":
+            if spec.function is None:
+                raise self.source.error(loc + ("function",), "missing required key")
+            try:
+                func = _java_function(spec.name, spec.function, spec.parameter_types)
+            except ValueError as exc:
+                key = "parameter_types" if spec.parameter_types is None else "function"
+                raise self.source.error(loc + (key,), str(exc)) from None
+            return FunctionTool(func=func)
         if spec.parameter_types is not None:
             raise self.source.error(loc + ("parameter_types",), "only Java tools declare parameter_types")
-        return self.function(spec.function, loc, spec.type)
+        func = self.function(spec.function, loc, spec.type)
+        try:  # a FunctionTool, as 0.3.1 loads a tool
+            return FunctionTool.from_callable(func, name=spec.name, injected_args=spec.injected_args or None)
+        except TypeError as exc:
+            raise self.source.error(loc + ("function",), str(exc)) from None
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError: the injected_args
+            raise self.source.error(loc + ("injected_args",), str(exc)) from None
 
     @staticmethod
     def prompt(spec: PromptSpec) -> Prompt:
@@ -185,15 +271,19 @@ class _Builder:
             [ChatMessage(role=message.role, content=message.content) for message in spec.messages or []]
         )
 
-    def skills(self, spec: SkillsSpec, loc: Loc) -> Skills:
-        sources = [SkillSourceSpec(scheme="local", params={"path": p}) for p in spec.paths]
-        sources += [SkillSourceSpec(scheme="url", params={"url": u}) for u in spec.urls]
-        sources += [SkillSourceSpec(scheme="classpath", params={"resource": r}) for r in spec.classpath]
-        sources += [
-            SkillSourceSpec(scheme="package", params={"package": p.package, "resource": p.resource})
-            for p in spec.package
-        ]
-        return Skills(sources=sources)
+    @staticmethod
+    def skills(spec: SkillsSpec, loc: Loc) -> Skills:
+        return _build_skills(spec)
+
+    def check_unique(self, specs: Sequence[Any], loc: Loc, what: str) -> None:
+        """A name repeated in ``specs`` (the entries at ``loc``) is an error
+        at its second entry, naming the line of the first."""
+        seen: Dict[str, int] = {}
+        for index, spec in enumerate(specs):
+            where = loc + (index, "name")
+            if spec.name in seen:
+                raise self.source.error(where, f"Duplicate {what} name {spec.name!r} (first at line {seen[spec.name]})")
+            seen[spec.name] = self.source.line(where)
 
     def resources(self, owner: Any, loc: Loc) -> List[Tuple[str, ResourceType, Any, Loc]]:
         """``(name, type, resource, loc)`` of every resource section of
@@ -202,14 +292,10 @@ class _Builder:
         built: List[Tuple[str, ResourceType, Any, Loc]] = []
 
         def add(section: str, resource_type: ResourceType, specs: Sequence[Any], make: Callable[[Any, Loc], Any]) -> None:
-            seen: Dict[str, int] = {}
+            # Names first: a repeated name is reported even when an entry before it would fail to build.
+            self.check_unique(specs, loc + (section,), "shared resource" if not loc else section[:-1])
             for index, spec in enumerate(specs):
                 where = loc + (section, index)
-                if spec.name in seen:
-                    raise self.source.error(
-                        where + ("name",), f"duplicate {section[:-1]} name {spec.name!r} (first at line {seen[spec.name]})"
-                    )
-                seen[spec.name] = self.source.line(where + ("name",))
                 built.append((spec.name, resource_type, make(spec, where), where))
 
         for section in DESCRIPTOR_SECTIONS:
@@ -224,16 +310,24 @@ class _Builder:
     def action(self, agent: Agent, spec: ActionSpec, loc: Loc) -> None:
         function = self.function(spec.function, loc, spec.type)
         events: List[str] = []
-        for index, name in enumerate(spec.listen_to):
+        for index, name in enumerate(spec.triggers):
             try:
                 events.append(resolve_event_type(name))
-            except AliasNotAvailable as exc:
-                raise self.source.error(loc + ("listen_to", index), str(exc)) from None
+                kind, text = classify(events[-1])
+                if kind == "expression":
+                    compile_condition(text)
+            except (AliasNotAvailable, TriggerConditionError) as exc:
+                raise self.source.error(loc + (spec.triggers_field, index), str(exc)) from None
         if spec.name in agent.actions:
-            raise self.source.error(loc + ("name",), f"duplicate action name {spec.name!r} in this agent")
+            raise self.source.error(loc + ("name",), f"Duplicate action name {spec.name!r} in this agent")
         agent.add_action(spec.name, events, function, **(spec.config or {}))
 
-    def agent(self, spec: AgentSpec, loc: Loc, shared_actions: Dict[str, Tuple[ActionSpec, Loc]]) -> Agent:
+    def agent(
+        self, spec: AgentSpec, loc: Loc, shared_actions: Dict[str, Tuple[ActionSpec, Loc]], with_shared: bool
+    ) -> Agent:
+        """The agent of ``spec``; its references to the file's shared actions
+        are checked, and added only ``with_shared`` (``load_yaml``; 0.3.1's
+        ``build_agents`` leaves them to its caller)."""
         # A class per YAML agent, so plans and errors name the agent
         # ("chat model setup 'm' of review_agent refers to ...").
         agent_class = type(spec.name, (Agent,), {"__module__": __name__, "__doc__": spec.description})
@@ -249,8 +343,10 @@ class _Builder:
                         where, f"no shared action named {item!r} in this file (shared actions: {known})"
                     )
                 shared, shared_loc = shared_actions[item]
+                if not with_shared:
+                    continue
                 if shared.name in agent.actions:
-                    raise self.source.error(where, f"duplicate action name {item!r} in this agent")
+                    raise self.source.error(where, f"Duplicate action name {item!r} in this agent")
                 self.action(agent, shared, shared_loc)
             else:
                 self.action(agent, item, where)
@@ -265,17 +361,15 @@ class _FileContents:
     source: Source
 
 
-def _build_file(path: PathLike) -> _FileContents:
+def _build_file(path: PathLike, with_shared: bool) -> _FileContents:
     source = parse(path)
     doc = validate(source)
     builder = _Builder(source)
     shared = builder.resources(doc, ())
     shared_actions: Dict[str, Tuple[ActionSpec, Loc]] = {}
+    builder.check_unique(doc.actions, ("actions",), "shared action")
     for index, action in enumerate(doc.actions):
         loc: Loc = ("actions", index)
-        if action.name in shared_actions:
-            first = source.line(shared_actions[action.name][1])
-            raise source.error(loc + ("name",), f"duplicate shared action name {action.name!r} (first at line {first})")
         builder.function(action.function, loc, action.type)  # fail here even if no agent uses it
         shared_actions[action.name] = (action, loc)
     agents: Dict[str, Tuple[Agent, Loc]] = {}
@@ -283,8 +377,8 @@ def _build_file(path: PathLike) -> _FileContents:
         loc = ("agents", index)
         if spec.name in agents:
             first = source.line(agents[spec.name][1])
-            raise source.error(loc + ("name",), f"duplicate agent name {spec.name!r} (first at line {first})")
-        agents[spec.name] = (builder.agent(spec, loc, shared_actions), loc)
+            raise source.error(loc + ("name",), f"Duplicate agent name {spec.name!r} (first at line {first})")
+        agents[spec.name] = (builder.agent(spec, loc, shared_actions, with_shared), loc)
     return _FileContents(agents, shared, shared_actions, source)
 
 
@@ -293,6 +387,10 @@ def build_agents(
 ) -> Tuple[Dict[str, Agent], Dict[ResourceType, Dict[str, Any]], Dict[str, ActionSpec]]:
     """Build the agents one file declares, without an environment, as Flink
     Agents 0.3.1's ``build_agents`` does.
+
+    As in 0.3.1, an agent's references to the file's shared actions
+    (``actions: [name]``) are checked but not added to it: ``load_yaml``
+    adds them, or the caller does from ``shared_actions``.
 
     Returns:
         ``(agents, shared_resources, shared_actions)``: agent name ->
@@ -304,7 +402,7 @@ def build_agents(
     Raises:
         YamlAgentError: The file is unreadable or invalid (file, line, key).
     """
-    contents = _build_file(path)
+    contents = _build_file(path, with_shared=False)
     shared: Dict[ResourceType, Dict[str, Any]] = {t: {} for t in ResourceType}
     for name, resource_type, resource, _ in contents.shared:
         shared[resource_type][name] = resource
@@ -332,7 +430,7 @@ def load_yaml(env: "AgentsExecutionEnvironment", paths: PathLike | Sequence[Path
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     for path in paths:
-        contents = _build_file(path)
+        contents = _build_file(path, with_shared=True)
         source = contents.source
         for name, (_, loc) in contents.agents.items():
             if name in env._agents:

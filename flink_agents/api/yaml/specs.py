@@ -95,6 +95,8 @@ class ToolSpec(_Strict):
     function: Optional[str] = None
     type: Optional[Language] = None
     parameter_types: Optional[List[str]] = None
+    # Flink Agents HEAD: {parameter: {"source": config|sensory_memory|short_term_memory, "key": ...}}
+    injected_args: Optional[Dict[str, Dict[str, Any]]] = None
 
 
 class PackageSkillSpec(_Strict):
@@ -122,15 +124,45 @@ class SkillsSpec(_Strict):
 
 
 class ActionSpec(_Strict):
-    """An action: the function ``(event, ctx) -> None`` it runs, the event
-    types (or aliases, ``input``, ``chat_response``, ...) it listens to, and
-    an optional ``config`` map read through ``ctx.action_config``."""
+    """An action: the function ``(event, ctx) -> None`` it runs, what
+    triggers it, and an optional ``config`` map read through
+    ``ctx.action_config``.
+
+    What triggers it is given once, as ``listen_to`` (Flink Agents 0.3.1:
+    event types or aliases, ``input``, ``chat_response``, ...) or as
+    ``trigger_conditions`` (HEAD: the same, or condition expressions such as
+    ``type == EventType.InputEvent && score > 5``, combined with OR).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["listen_to"]}, {"required": ["trigger_conditions"]}]},
+    )
 
     name: str
     function: Optional[str] = None
-    listen_to: List[str] = Field(..., min_length=1)
+    listen_to: Optional[List[str]] = Field(default=None, min_length=1)
+    trigger_conditions: Optional[List[Annotated[str, Field(pattern=r"\S")]]] = Field(default=None, min_length=1)
     config: Optional[Dict[str, Any]] = None
     type: Optional[Language] = None
+
+    @model_validator(mode="after")
+    def _one_trigger_list(self) -> "ActionSpec":
+        if (self.listen_to is None) == (self.trigger_conditions is None):
+            raise ValueError(
+                f"action {self.name!r}: give exactly one of listen_to (0.3.1) and trigger_conditions (HEAD)"
+            )
+        return self
+
+    @property
+    def triggers(self) -> List[str]:
+        """``trigger_conditions`` or ``listen_to``, whichever is given."""
+        return list(self.trigger_conditions if self.trigger_conditions is not None else self.listen_to or [])
+
+    @property
+    def triggers_field(self) -> str:
+        """The name of the field ``triggers`` come from (for error locations)."""
+        return "trigger_conditions" if self.trigger_conditions is not None else "listen_to"
 
 
 def _action_tag(value: Any) -> str:

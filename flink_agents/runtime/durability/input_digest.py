@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Iterable, List
+from typing import Any, Callable, Iterable, List
 
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.errors import NondeterminismError
@@ -58,15 +58,21 @@ def journaled_input(entries: Iterable[JournalEntry]) -> str | None:
     return None
 
 
-def stamp(entries: List[JournalEntry], digest: str) -> None:
+def stamp(entries: List[JournalEntry], digest: str, skip: Callable[[JournalEntry], bool] = lambda _: False) -> bool:
     """Put ``digest`` on one of ``entries`` (a run's first write), in place,
     on an entry written once: the first completion or run end, else the
     first call (never a step's count of failed attempts, which each retry
-    writes again)."""
+    writes again, nor an entry ``skip`` names: a call's started mark, which
+    its outcome replaces). Returns whether it found one."""
     at = next((n for n, entry in enumerate(entries) if entry.ordinal in (COMPLETION, RUN_END)), None)
     if at is None:
-        at = next((n for n, entry in enumerate(entries) if entry.ordinal >= 0), 0)
+        at = next((n for n, entry in enumerate(entries) if entry.ordinal >= 0 and not skip(entry)), None)
+    if at is None:
+        at = next((n for n, entry in enumerate(entries) if not skip(entry)), None)
+    if at is None:
+        return False
     entries[at] = dataclasses.replace(entries[at], args_digest=f"{entries[at].args_digest}{INPUT_MARK}{digest}")
+    return True
 
 
 def mismatch(key: Any, seq: int, journal_id: str, journaled: str, current: str) -> NondeterminismError:

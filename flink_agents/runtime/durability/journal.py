@@ -22,7 +22,9 @@ Every store write of a run is issued here, and only at these commit points
 (other modules ask for them by name; ``tests/unit/test_layers.py`` holds it):
 
 1. ``call`` / ``call_sync``: before a call that is not in the journal starts,
-   if anything is buffered (``_commit_through``);
+   if anything is buffered (``_commit_through``); a call with a reconciler
+   buffers its started mark first (``call_started``), so this write always
+   happens for it;
 2. ``call``: a result that lands while siblings run (group commit, above);
 3. ``prepare_retry``: before a failed step runs again (one write, with the
    step's failed-attempts count);
@@ -42,6 +44,11 @@ and one with a round of N parallel tool calls between four and N + 3 times,
 by how the results land (within 5 ms of each other: 4; each apart: N + 3).
 A framework turn (``integrations.frameworks``) journals its model requests
 and tool calls through ``call`` the same way: the same counts.
+
+A call with a reconciler (Flink Agents 0.3.1's ``reconciler=``) whose
+started mark an earlier process journaled, without an outcome, is not run:
+its reconciler is, and what it returns or raises is journaled as the call's
+outcome (``call_started``; the reconciler is the one the caller passes now).
 
 Positions ``(step, ordinal)`` follow the program's structure, not timing
 (``runtime.durability.call_position``). A replayed call whose function id or argument
@@ -86,7 +93,9 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 
 from pydantic import BaseModel
 
+from flink_agents._pycompat import add_note
 from flink_agents.runtime.durability.call_position import call_body, is_under
+from flink_agents.runtime.durability.call_started import is_started, started_mark
 from flink_agents.runtime.durability.call_threads import CallExecution
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
@@ -257,6 +266,11 @@ class RunJournal:
         self._lock: asyncio.Lock | None = None  # made at the first commit: most runs never commit
         self.calls_executed = 0
         self.calls_replayed = 0
+        self.calls_reconciled = 0
+        # Positions of calls with a reconciler that this process ran (their
+        # started mark written or found): a retry runs such a call again, as
+        # any failed call, instead of asking its reconciler (``_reconciling``).
+        self._ran_here: set[Tuple[str, int]] = set()
 
     @classmethod
     async def open(
@@ -324,8 +338,9 @@ class RunJournal:
     def holds(self, step: str, ordinal: int) -> bool:
         """Whether the call at ``(step, ordinal)`` has an outcome already
         (journaled, or kept from an execution cut off by a timeout): calling
-        it replays, it does not run."""
-        return (step, ordinal) in self._journaled or (step, ordinal) in self._cut_off
+        it replays, it does not run. A started mark is no outcome."""
+        entry = self._journaled.get((step, ordinal))
+        return (entry is not None and not is_started(entry)) or (step, ordinal) in self._cut_off
 
     @property
     def is_finished(self) -> bool:
@@ -368,8 +383,9 @@ class RunJournal:
         self._buffered_errors.clear()
         if self._stamp_input and entries:
             assert self._input_digest is not None  # _stamp_input implies it
-            stamp(entries, self._input_digest())
-            self._stamp_input = False
+            # Not on a started mark (the call's outcome replaces it): a write
+            # of marks only leaves the stamp to the run's next write.
+            self._stamp_input = not stamp(entries, self._input_digest(), skip=is_started)
         return entries
 
     def _landed(self, entries: List[JournalEntry]) -> None:
@@ -489,6 +505,13 @@ class RunJournal:
                 settled.set_result(None)
 
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
+        if not self._store.blocking_io:
+            # A store answering from memory writes in place: a worker thread's
+            # hop (submit, wake, GIL hand-over, the loop's self-pipe) costs
+            # more CPU than the write. ``land`` still runs as a loop callback,
+            # so what waits for ``settled`` sees the same order of events.
+            write()
+            return settled
         try:
             if self._executors is not None:
                 self._executors.io_future(write)
@@ -535,8 +558,52 @@ class RunJournal:
                 f"{entry.function_id} (args {call_digest(entry)[:12]}), the action now calls "
                 f"{function_id} (args {digest[:12]}); the action is not deterministic"
             )
+        if is_started(entry):
+            return None  # the call began and its outcome was not journaled (``_reconciling``)
         self.calls_replayed += 1
         return entry
+
+    def _reconciling(self, step: str, ordinal: int, reconcile: Callable[..., Any] | None) -> bool:
+        """Whether the call at ``(step, ordinal)`` is to be reconciled, not
+        run: it has a reconciler, and an earlier process journaled its
+        started mark and no outcome (``call_started``). A call this process
+        ran itself (it failed, and its step is retried) runs again."""
+        entry = self._journaled.get((step, ordinal))
+        return (reconcile is not None and entry is not None and is_started(entry)
+                and (step, ordinal) not in self._ran_here)
+
+    def _mark_started(
+        self, step: str, ordinal: int, function_id: str, digest: str, reconcile: Callable[..., Any] | None,
+    ) -> None:
+        """Before a call with a reconciler runs: buffer its started mark,
+        for the commit before the call to make durable (unless journaled
+        already: an earlier attempt of this process wrote it)."""
+        if reconcile is None:
+            return
+        self._ran_here.add((step, ordinal))
+        if (step, ordinal) not in self._journaled:
+            self._buffer.append(started_mark(step, ordinal, function_id, digest))
+
+    def _reconciled(
+        self, step: str, ordinal: int, function_id: str, digest: str, started_ns: int,
+        result: Any = None, error: Exception | None = None,
+    ) -> Any:
+        """Buffer a reconciler's outcome as the call's outcome (0.3.1: a
+        replay then returns or raises it without asking again); returns the
+        result, or the exception to raise, noted with the call it stands for.
+
+        Raises:
+            TypeError: The reconciler's result cannot be journaled (names the call).
+        """
+        name = _call_name(function_id, step, ordinal)
+        if error is not None:
+            add_note(error, f"raised by the reconciler of durable call {name}: the call began before a "
+                            "failover and its outcome was not journaled, so its reconciler was asked for it")
+            return self._buffer_error(step, ordinal, function_id, digest, error, started_ns)
+        try:
+            return self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
+        except TypeError as exc:
+            raise TypeError(f"the reconciler of durable call {name}: {exc}") from None
 
     def record(self, step: str, ordinal: int, function_id: str, produce: Callable[[], Any]) -> Any:
         """Replay or journal a value the run takes from its own host (steering
@@ -551,11 +618,39 @@ class RunJournal:
             step, ordinal, function_id, "", timed(encode_outcome(value, call=_call_name(function_id, step, ordinal)), now)))
         return value
 
-    def call_sync(self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any]) -> Any:
-        """Replay or run a synchronous call."""
+    def call_sync(
+        self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Any],
+        reconcile: Callable[[], Any] | None = None,
+    ) -> Any:
+        """Replay or run a synchronous call.
+
+        Args:
+            reconcile: The call's reconciler (Flink Agents 0.3.1's
+                ``reconciler=``, as the action passes it now). Given, the
+                call's started mark is committed before it runs
+                (``call_started``); a replay that finds the mark and no
+                outcome calls ``reconcile()`` instead of ``run()`` and
+                journals what it returns or raises as the call's outcome.
+
+        Raises:
+            BaseException: What ``run`` (or ``reconcile``, noted with the
+                call) raised, as a replay will raise it.
+            NondeterminismError: The journal holds another call here.
+        """
         entry = self._replay(step, ordinal, function_id, digest)
         if entry is not None:
             return decode_outcome(entry.payload)
+        if self._reconciling(step, ordinal, reconcile):
+            assert reconcile is not None  # _reconciling implies it
+            self.calls_reconciled += 1
+            started_ns = time.time_ns()
+            try:
+                with call_body():
+                    result = reconcile()
+            except Exception as exc:
+                raise self._reconciled(step, ordinal, function_id, digest, started_ns, error=exc) from None
+            return self._reconciled(step, ordinal, function_id, digest, started_ns, result)
+        self._mark_started(step, ordinal, function_id, digest, reconcile)
         self._commit()
         self.calls_executed += 1
         started_ns = time.time_ns()
@@ -568,7 +663,7 @@ class RunJournal:
 
     async def call(
         self, step: str, ordinal: int, function_id: str, digest: str, run: Callable[[], Awaitable[Any]],
-        alive: Callable[[], bool] = lambda: True,
+        alive: Callable[[], bool] = lambda: True, reconcile: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         """Replay or run an asynchronous call.
 
@@ -583,6 +678,8 @@ class RunJournal:
                 Cancelled while the body runs on a worker thread, the call
                 raises the cancellation at once and the thread's outcome is
                 kept for the position (``_cut``).
+            reconcile: The call's reconciler, as for ``call_sync``; it runs
+                as the call's body would (a task of its own, in flight).
 
         Raises:
             RuntimeError: The action's attempt has ended.
@@ -596,8 +693,16 @@ class RunJournal:
                 return taken[0]
         if not alive():
             raise RuntimeError(f"call {_call_name(function_id, step, ordinal)} started after its action ended")
-        await self._commit_through(self._buffer[-1] if self._buffer else None)
-        self.calls_executed += 1
+        reconciling = self._reconciling(step, ordinal, reconcile)
+        if reconciling:
+            assert reconcile is not None  # _reconciling implies it
+            run = reconcile  # it reads the outside system: nothing buffered needs to be durable first
+            await self._commit_through(None)
+            self.calls_reconciled += 1
+        else:
+            self._mark_started(step, ordinal, function_id, digest, reconcile)
+            await self._commit_through(self._buffer[-1] if self._buffer else None)
+            self.calls_executed += 1
         self._call_started()
         started_ns = time.time_ns()
         # The body runs as a task of its own, so that one still running on a
@@ -615,6 +720,8 @@ class RunJournal:
             raise
         except Exception as exc:
             self._call_ended()
+            if reconciling and alive():
+                raise self._reconciled(step, ordinal, function_id, digest, started_ns, error=exc) from None
             if alive():
                 raise self._buffer_error(step, ordinal, function_id, digest, exc, started_ns) from None
             raise
@@ -622,7 +729,10 @@ class RunJournal:
             self._call_ended()
             raise
         self._call_ended()
-        value = self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
+        if reconciling:
+            value = self._reconciled(step, ordinal, function_id, digest, started_ns, result)
+        else:
+            value = self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
         if self._in_flight:
             # Siblings still run: make this result durable before it is used,
             # so a crash while they run does not repeat this call. After a

@@ -35,13 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import time
 from collections import deque
-from typing import Any, Awaitable, Deque, Dict, Tuple
+from typing import Any, Awaitable, Deque, Dict, List, Tuple
 
 from flink_agents._pycompat import TIMEOUT_ERRORS, expired, timeout
+from flink_agents.api.core_options import AgentConfigOptions, AgentExecutionOptions, ConditionEvaluationFailureStrategy
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
+from flink_agents.api.trigger_conditions import event_variables
 from flink_agents.plan.agent_plan import ActionSpec
 from flink_agents.runtime.durability.call_position import enter_action, exit_action
 from flink_agents.runtime.execution.context import ActionContext
@@ -55,6 +58,9 @@ from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.execution.memory import SENSORY_LABEL, StagedMemory, apply_diff
 from flink_agents.runtime.execution.run import Run
 from flink_agents.runtime.execution.state import PendingRecord
+from flink_agents.runtime.execution.memory_events import (
+    RUN_BEGIN_STEP, memory_events, run_begin_event, start_recording, switches_for,
+)
 
 __all__ = ["run_record"]
 
@@ -86,6 +92,10 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     # Each event with its encoded form (None: not encoded yet), from which
     # every listener after the first gets a copy of its own.
     queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])
+    begin: Event | None = None  # the run's AgentRunBeginEvent, if the job sends one
+    if run.config.get(AgentExecutionOptions.AGENT_RUN_BEGIN_EVENT):
+        queue.appendleft(_run_begin(run, first))
+        begin = queue[0][0]
     sensory: Dict[str, Any] = {}
     # Commits replace the map rather than mutate it, so this is a snapshot.
     memory_at_start = state.short_term_memory
@@ -97,7 +107,7 @@ async def run_record(run: Run, record: PendingRecord) -> None:
             event, encoded = queue.popleft()
             counters.events += 1
             logged = None if event_log is None else event_log.took(event)
-            actions = run.plan.actions_for(event.get_type())
+            actions = _triggered(run, event)
             if encoded is None and len(actions) + isinstance(event, OutputEvent) > 1:
                 encoded = encode_event(event)  # before any listener can change it
             if isinstance(event, OutputEvent):
@@ -106,7 +116,9 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                 counters.unhandled_events += 1
                 log.debug("no action listens to %s (key %r, record #%d)", event.get_type(), identity.key, identity.seq)
             for index, spec in enumerate(actions):
-                step = f"{spec.name}@{event_index}"
+                # Its listeners' steps are "<action>@begin", so the other
+                # events' indexes (and steps) are the same with it or without.
+                step = f"{spec.name}@{'begin' if event is begin else event_index}"
                 done = journal.completion(step)
                 if done is not None:
                     counters.steps_replayed += 1
@@ -134,7 +146,8 @@ async def run_record(run: Run, record: PendingRecord) -> None:
                     event_log.stepped(logged, spec.name, step, ctx.sent_events, replayed=False)
             if event_log is not None:
                 event_log.processed(logged)
-            event_index += 1
+            if event is not begin:
+                event_index += 1
     except BaseException:
         state.short_term_memory = memory_at_start
         raise
@@ -149,13 +162,16 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
     # not the process's (RunJournal.prepare_retry journals the count).
     attempt = run.journal.failed_attempts(step)
     started = time.perf_counter()
+    switches = switches_for(run.config)
     while True:
         attempt += 1
         ctx = ActionContext(
             run, step, spec,
             StagedMemory(sensory, SENSORY_LABEL),
-            StagedMemory(run.state.short_term_memory, "short_term_memory"),
+            StagedMemory(run.state.short_term_memory, "short_term_memory", run.state.memory_reads),
+            trigger_event_id=event.id,
         )
+        start_recording(switches, ctx, event)
         scope = enter_action(ctx)
         try:
             returned = spec.function.resolve()(event, ctx)
@@ -163,6 +179,9 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
                 returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
+            for observed in memory_events(switches, identity.key, event, ctx.sensory, ctx.short_term,
+                                          ctx.ltm_observations):
+                ctx.send_event(observed)  # after the action's own events, with its lineage
             # Encoded now, as part of the action: an event holding a value
             # the codec refuses is the action's error (terminal), naming it.
             ctx.encoded_events = [encode_event(e) for e in ctx.sent_events]
@@ -201,6 +220,48 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
         finally:
             ctx.active = False
             exit_action(scope)
+
+
+def _triggered(run: Run, event: Event) -> List[ActionSpec]:
+    """The actions ``event`` triggers, in plan order: those listening to its
+    type, then (Flink Agents HEAD) those with a condition expression that
+    holds for it. Expressions see only the event, so a replay picks the same
+    actions. An ``OutputEvent`` is matched by exact type only (HEAD sends it
+    downstream without matching; 0.3 listeners of its type still run)."""
+    plan = run.plan
+    if not plan.has_condition_expressions or isinstance(event, OutputEvent):
+        return plan.actions_for(event.get_type())
+    identity = run.identity
+
+    def failed(spec: ActionSpec, condition: str, error: Exception) -> None:
+        strategy = run.config.get(AgentConfigOptions.CONDITION_EVALUATION_FAILURE_STRATEGY)
+        if strategy is ConditionEvaluationFailureStrategy.FAIL:
+            raise ActionFailed(identity.key, identity.seq, spec.name, error) from error
+        log.warning(
+            "trigger condition %r of action %r failed on a %s event (key %r, record #%d); counted false: %s",
+            condition, spec.name, event.get_type(), identity.key, identity.seq, error,
+        )
+
+    return plan.actions_matching(
+        event.get_type(), lambda: event_variables(event, lambda: json.loads(event.model_dump_json())), failed,
+    )
+
+
+def _run_begin(run: Run, first: InputEvent) -> Tuple[Event, Dict[str, Any]]:
+    """The run's ``AgentRunBeginEvent`` with its encoded form: read from the
+    journal when a run before this one stored it, else made from the key's
+    short-term memory now and journaled (``execution.memory_events``)."""
+    done = run.journal.completion(RUN_BEGIN_STEP)
+    if done is not None:
+        encoded = done["events"][0]
+        return decode_event(encoded), encoded
+    event = run_begin_event(
+        run.identity.key, run.state.short_term_memory, first, run.identity.event_id(RUN_BEGIN_STEP, 0),
+    )
+    encoded = encode_event(event)
+    run.journal.complete(RUN_BEGIN_STEP, {"events": [encoded], "sensory": {"set": {}, "del": []},
+                                          "stm": {"set": {}, "del": []}})
+    return event, encoded
 
 
 # (id of spec) -> (spec, job config, its policy). The entry holds the spec and

@@ -15,7 +15,7 @@ raises its failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from flink_agents.runtime.errors import job_failure
 from flink_agents.runtime.execution.state import KeyState
@@ -47,6 +47,8 @@ class Completion:
         keep_failed: ``[journal seq, record, Unix ms]`` of a record that
             ended on the error stream, kept in ``KeyState.failed`` for a
             retry (run control on).
+        memory_reads: The memory paths the run read, when a memory TTL
+            renewed on reads is set (the host renews them in keyed state).
     """
 
     seq: int
@@ -59,6 +61,7 @@ class Completion:
     budget: Dict[str, Any] | None = None
     parked: BaseException | None = None
     keep_failed: List[Any] | None = None
+    memory_reads: Set[str] | None = None
 
 
 @dataclass
@@ -67,6 +70,7 @@ class Applied:
 
     Attributes:
         emissions: Outputs and error records to emit, in order.
+        seqs: The record (sequence number) of each emission.
         failure: The failure of the first failed record, if any: the host
             stores the state, emits ``emissions``, then raises it (the job
             fails; the failed record and those after it stay pending).
@@ -74,6 +78,7 @@ class Applied:
 
     emissions: List[Emission] = field(default_factory=list)
     failure: BaseException | None = None
+    seqs: List[int] = field(default_factory=list)
 
     def raise_failure(self) -> None:
         """Raise ``failure`` if there is one, as the job's failure: an
@@ -98,14 +103,17 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             (a runtime bug: records of a key finish in order).
     """
     emissions: List[Emission] = []
+    seqs: List[int] = []
     for completion in completions:
         if completion.failure is not None:
-            return Applied(emissions, completion.failure)
+            return Applied(emissions, completion.failure, seqs)
         if not state.pending or state.pending[0].seq != completion.seq:
             head = state.pending[0].seq if state.pending else None
             raise RuntimeError(f"key {key!r}: record #{completion.seq} finished, #{head} was expected")
         state.pending.pop(0)
         state.short_term_memory = completion.short_term_memory
+        if completion.memory_reads:
+            state.memory_reads = (state.memory_reads or set()) | completion.memory_reads
         state.runs_finished += 1
         if completion.usage is not None:
             state.usage = completion.usage
@@ -119,4 +127,5 @@ def apply_completions(key: Any, state: KeyState, completions: Iterable[Completio
             state.failed.append(completion.keep_failed)
         emissions.extend((False, output) for output in completion.outputs)
         emissions.extend((True, error) for error in completion.errors)
-    return Applied(emissions)
+        seqs.extend([completion.seq] * (len(completion.outputs) + len(completion.errors)))
+    return Applied(emissions, seqs=seqs)

@@ -55,8 +55,17 @@ class ActionContext(RunnerContext):
         short_term: The action's staged short-term memory.
     """
 
-    def __init__(self, run: Run, step: str, spec: ActionSpec, sensory: StagedMemory, short_term: StagedMemory) -> None:
+    def __init__(
+        self, run: Run, step: str, spec: ActionSpec, sensory: StagedMemory, short_term: StagedMemory,
+        trigger_event_id: Any = None,
+    ) -> None:
         self.runtime_run = run
+        # Lineage of the events this action sends: the id of the event it runs on.
+        self.trigger_event_id = trigger_event_id
+        # The action's long-term memory operations, when long-term memory
+        # events are on (runtime.execution.memory_events; the long_term_memory
+        # hook wraps the memory to record them); None: not recorded.
+        self.ltm_observations: Any = None
         self._run = run.identity
         self.step = step
         self.action_name = spec.name
@@ -92,7 +101,9 @@ class ActionContext(RunnerContext):
         (``runtime.execution.event_codec``), so a value the codec refuses
         fails this call, in the action, under its error strategy. The event
         is journaled, and reaches its listeners, as it is when the action
-        returns (the action loop encodes it then; a value changed in
+        returns. Its lineage is set here: ``upstream_event_id`` is the id of
+        the event this action runs on, ``upstream_action_name`` this
+        action's name (the action loop encodes it then; a value changed in
         between is checked there, with the same error).
 
         Raises:
@@ -106,6 +117,10 @@ class ActionContext(RunnerContext):
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         event.id = self._run.event_id(self.step, len(self.sent_events))
+        # Lineage (Flink Agents HEAD): framework-owned, so whatever the event
+        # carried is overwritten; journaled with it, so a replay reads it back.
+        event.upstream_event_id = self.trigger_event_id
+        event.upstream_action_name = self.action_name
         check_event(event)  # the loop encodes it when the action returned
         self.sent_events.append(event)
 
@@ -175,12 +190,23 @@ class ActionContext(RunnerContext):
         """Journaled ``func(*args, **kwargs)``: on replay the journaled result is
         returned (or its exception re-raised) without calling ``func``.
 
+        ``reconciler`` (Flink Agents 0.3.1; keyword-only, never passed to
+        ``func``): a zero-argument callable. Given, the call's "started"
+        mark is committed to the run's journal before ``func`` runs (one
+        write at most); if a failover cut the call off after that and
+        before its outcome was journaled, the replay calls ``reconciler()``
+        instead of ``func``: what it returns is the call's result, what it
+        raises the call's failure (noted with the call), journaled and
+        replayed like ``func``'s (``runtime.durability.call_started``). The
+        reconciler asked is the one passed on the replay.
+
         Raises:
-            TypeError: ``func`` is a coroutine function, or its result is not
-                JSON-serializable.
+            TypeError: ``func`` is a coroutine function; ``reconciler`` is not
+                a zero-argument callable, or a coroutine function; or the
+                result cannot be journaled.
             NondeterminismError: On replay, the journal recorded another call here.
         """
-        _refuse_reconciler(reconciler, func)
+        _check_reconciler(reconciler, func, is_async=False)
         if inspect.iscoroutinefunction(func):
             raise TypeError(
                 f"durable_execute got coroutine function {func.__qualname__}; "
@@ -188,7 +214,7 @@ class ActionContext(RunnerContext):
             )
         return self._journal.call_sync(
             *self._next_position(), function_id_of(func), args_digest(*args, **kwargs),
-            lambda: func(*args, **kwargs),
+            lambda: func(*args, **kwargs), reconcile=reconciler,
         )
 
     def durable_execute_async(
@@ -199,18 +225,31 @@ class ActionContext(RunnerContext):
         action is cancelled meanwhile, the thread's outcome is kept for the
         retry). Nothing happens until the returned
         ``AsyncExecutionResult`` is awaited (as in Flink Agents 0.3.1); the
-        journal position is taken then."""
-        _refuse_reconciler(reconciler, func)
+        journal position is taken then. ``reconciler`` as for
+        ``durable_execute``; a coroutine function is awaited, a plain one
+        runs on a worker thread, as ``func``.
+
+        Raises:
+            TypeError: ``reconciler`` is not a zero-argument callable.
+        """
+        _check_reconciler(reconciler, func, is_async=True)
 
         async def run() -> Any:
             if inspect.iscoroutinefunction(func):
                 return await func(*args, **kwargs)
             return await run_in_thread(func, *args, **kwargs)  # outlives a timeout: the retry waits for it
 
+        async def reconcile() -> Any:
+            assert reconciler is not None  # only passed when given
+            if inspect.iscoroutinefunction(reconciler):
+                return await reconciler()
+            return await run_in_thread(reconciler)
+
         async def journaled() -> Any:
             step, ordinal = self._next_position()
             return await self._journal.call(
                 step, ordinal, function_id_of(func), args_digest(*args, **kwargs), run, alive=self._alive,
+                reconcile=None if reconciler is None else reconcile,
             )
 
         return AsyncExecutionResult.deferred(journaled)
@@ -494,17 +533,29 @@ class ActionContext(RunnerContext):
         await self._journal.before_wait()
 
 
-def _refuse_reconciler(reconciler: Callable[[], Any] | None, func: Callable[..., Any]) -> None:
-    """Flink Agents 0.3.1's ``reconciler=`` needs a journaled "call started"
-    mark that this journal does not keep; refuse it rather than pass it to
-    ``func`` or re-run a call the user wanted reconciled.
+def _check_reconciler(reconciler: Callable[[], Any] | None, func: Callable[..., Any], is_async: bool) -> None:
+    """Check a ``reconciler=`` before the call is made (Flink Agents 0.3.1
+    checks the same: callable, no arguments), so a wrong one fails the
+    first run, not the recovery that would need it.
 
     Raises:
-        NotImplementedError: ``reconciler`` is given.
+        TypeError: ``reconciler`` is not callable, needs arguments, or is a
+            coroutine function given to the synchronous ``durable_execute``;
+            names ``func``.
     """
-    if reconciler is not None:
-        raise NotImplementedError(
-            f"durable call of {getattr(func, '__qualname__', func)!r}: reconciler= (Flink Agents 0.3.1) "
-            "is not supported by this runtime; a call whose outcome was not journaled runs again "
-            "after a failover. Make the call idempotent and drop reconciler="
+    if reconciler is None:
+        return
+    name = getattr(func, "__qualname__", repr(func))
+    if not callable(reconciler):
+        raise TypeError(f"durable call of {name!r}: reconciler must be callable, got {type(reconciler).__name__}")
+    try:
+        inspect.signature(reconciler).bind()
+    except TypeError:
+        raise TypeError(f"durable call of {name!r}: reconciler must be a callable that takes no arguments") from None
+    except ValueError:
+        pass  # no signature to inspect (a builtin): it is called as given
+    if not is_async and inspect.iscoroutinefunction(reconciler):
+        raise TypeError(
+            f"durable call of {name!r}: reconciler is a coroutine function; durable_execute calls it "
+            "synchronously, so use 'await ctx.durable_execute_async(..., reconciler=...)' in an async action"
         )

@@ -17,7 +17,7 @@ a value the codec cannot carry is a ``TypeError`` naming its memory path at
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 from flink_agents.api.memory_object import MemoryObject, MemoryType
 from flink_agents.api.memory_reference import MemoryRef
@@ -37,12 +37,18 @@ RESERVED_PREFIX = "_flink_agents"
 class StagedMemory:
     """One action's view of a memory map; see the module docstring."""
 
-    __slots__ = ("_base", "_working", "label")
+    __slots__ = ("_base", "_working", "label", "reads", "ttl_reads")
 
-    def __init__(self, base: Dict[str, Any], label: str) -> None:
+    def __init__(self, base: Dict[str, Any], label: str, ttl_reads: Set[str] | None = None) -> None:
         self._base = base
         self._working: Dict[str, Any] | None = None
         self.label = label
+        # path -> stored value of each read, when a read memory event is on
+        # (runtime.execution.memory_events); None: reads are not recorded.
+        self.reads: Dict[str, Any] | None = None
+        # Paths read (get, is_exist) go here when given: a memory TTL renewed
+        # on reads renews these (runtime.execution.memory_entries).
+        self.ttl_reads = ttl_reads
 
     @property
     def data(self) -> Dict[str, Any]:
@@ -108,12 +114,16 @@ class MemoryNode(MemoryObject):
 
     def get(self, path_or_ref: str | MemoryRef) -> Any:
         full = path_or_ref.path if isinstance(path_or_ref, MemoryRef) else _join(self._prefix, path_or_ref)
+        if self._memory.ttl_reads is not None:
+            self._memory.ttl_reads.add(full)
         data = self._memory.data
         if full not in data:
             return None
         value = data[full]
         if value == OBJECT:
             return MemoryNode(self._memory, full)
+        if self._memory.reads is not None:
+            self._memory.reads[full] = value
         # A fresh object: mutating it cannot bypass set() (and staging).
         try:
             return decode(value)
@@ -150,7 +160,10 @@ class MemoryNode(MemoryObject):
         return MemoryNode(self._memory, full)
 
     def is_exist(self, path: str) -> bool:
-        return _join(self._prefix, path) in self._memory.data
+        full = _join(self._prefix, path)
+        if self._memory.ttl_reads is not None:
+            self._memory.ttl_reads.add(full)
+        return full in self._memory.data
 
     def get_field_names(self) -> List[str]:
         start = f"{self._prefix}." if self._prefix else ""

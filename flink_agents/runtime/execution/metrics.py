@@ -391,6 +391,7 @@ class RunCounters:
     journal_writes: int = 0
     calls_executed: int = 0
     calls_replayed: int = 0
+    calls_reconciled: int = 0  # answered by their reconciler after a failover (durability.call_started)
     steps_replayed: int = 0
     action_retries: int = 0
     records_skipped: int = 0

@@ -17,7 +17,7 @@ from flink_agents.api.resource import Resource, ResourceType
 from flink_agents.api.resource_context import ResourceContext
 from flink_agents.api.tools.tool import FunctionTool, ToolMetadata
 from flink_agents.plan.agent_plan import (
-    NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec,
+    INJECTED_ARGS_TOOL_KEY, NEEDS_APPROVAL_TOOL_KEY, UNTRUSTED_TOOL_KEY, AgentPlan, ResourceKind, ResourceSpec,
 )
 from flink_agents.runtime.execution.extensions import EXTENSIONS, Extensions
 
@@ -218,9 +218,10 @@ class ResourceCache:
             described = dict(spec.value)
             untrusted = bool(described.pop(UNTRUSTED_TOOL_KEY, False))
             needs_approval = bool(described.pop(NEEDS_APPROVAL_TOOL_KEY, False))
+            injected = described.pop(INJECTED_ARGS_TOOL_KEY, None)
             resource = FunctionTool(
                 metadata=ToolMetadata.model_validate(described), func=spec.function.resolve(), untrusted=untrusted,
-                needs_approval=needs_approval,
+                needs_approval=needs_approval, injected_args=injected,
             )
         else:
             assert spec.descriptor is not None  # DESCRIPTOR and SERIALIZED carry one

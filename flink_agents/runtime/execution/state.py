@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
 from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode, round_trip
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
@@ -115,6 +115,9 @@ class KeyState:
     usage: Dict[str, Any] = field(default_factory=dict)
     failed: List[List[Any]] = field(default_factory=list)
     budget: Dict[str, Any] = field(default_factory=dict)
+    # Not state: the runner's copy collects the memory paths a run reads
+    # here when a TTL renewed on reads is set (runtime.execution.memory_entries).
+    memory_reads: Set[str] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self, include_memory: bool = True) -> str:
         """The state as JSON; ``include_memory=False`` leaves short-term memory

@@ -79,7 +79,7 @@ from flink_agents._private_files import check_private_dir, make_private_dirs, op
 from flink_agents.api.configuration import ConfigurationView, convert_value
 from flink_agents.api.core_options import AgentConfigOptions, EventLogLevel, LoggerType
 from flink_agents.api.event_listener import EventContext, EventListener
-from flink_agents.api.events.event import Event, row_to_json
+from flink_agents.api.events.event import EVENT_FIELDS_FLAT, Event, row_to_json
 from flink_agents.runtime.execution.metrics import BuiltinMetrics
 from flink_agents.runtime.features.capability_redaction import redact
 from flink_agents.runtime.features.trace_records import business_key_of, execution_id_of, input_run_id_of
@@ -268,7 +268,10 @@ def _jsonable(event: Event) -> Dict[str, Any]:
     carry as their ``repr``). Logging never fails a run: an event that
     still cannot be serialized is logged as its id and the error."""
     try:
-        return to_jsonable_python(event, fallback=_jsonable_fallback, bytes_mode="base64")
+        # Fields beside id and type, as this log has always written them.
+        return to_jsonable_python(
+            event, fallback=_jsonable_fallback, bytes_mode="base64", context={EVENT_FIELDS_FLAT: True}
+        )
     except Exception as exc:
         return {"id": str(getattr(event, "id", "")), "unloggable": f"{type(exc).__name__}: {exc}"}
 
@@ -462,6 +465,9 @@ class RunEventLog:
         payload = None
         if level is not EventLogLevel.OFF and self._log.logger is not None:
             payload = {"eventType": event_type, **_jsonable(event)}
+            if not self._log.trace_enabled:  # 0.3.1's record: the event's lineage only with traces on
+                payload.pop("upstreamEventId", None)
+                payload.pop("upstreamActionName", None)
         copy = event
         if self._log.listeners:
             try:

@@ -49,7 +49,10 @@ Callback URLs and ids in any field are redacted (``capability_redaction``:
 Kinds: ``run_started``; ``model_reply`` (``model``, ``content``,
 ``tool_calls``: ``[{"id", "name", "arguments"}]``); ``tool_result`` (``tool``,
 ``result`` or ``error``); ``call_result`` (``function``, ``result`` or
-``error``: ``durable_execute``); ``model_reply`` also ``usage``,
+``error``: ``durable_execute``); ``call_started`` (``function``: a
+``durable_execute`` with a reconciler began; a ``call_result`` follows, or,
+after a failover cut it off, the reconciler's answer as its
+``call_result``); ``model_reply`` also ``usage``,
 ``response_model``, ``cost_usd`` (above); ``sub_agent_result`` (``agent``,
 ``result``); ``turn_started`` (``framework``, ``agent``, ``prompt``: an
 agent framework's turn, ``integrations.frameworks``); ``steering_consumed`` (``messages``); ``attempt_failed``
@@ -66,6 +69,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from flink_agents.runtime.durability.call_started import is_started
 from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.runtime.execution.token_usage import sub_agent_tokens
 from flink_agents.runtime.execution.usage import PriceTable, Usage, add_to_totals, model_call_usage, usage_of_reply
@@ -156,6 +160,8 @@ def _records_of(entry: JournalEntry, prices: Optional[PriceTable]) -> List[Recor
             if event["type"] == _OUTPUT_EVENT:
                 records.append({"kind": "output", "step": entry.step, "output": _plain(event["fields"].get("output"))})
         return records
+    if is_started(entry):  # a call with a reconciler began; its outcome replaces this (durability.call_started)
+        return [{"kind": "call_started", "step": entry.step, "function": entry.function_id}]
     kind, _, name = entry.function_id.partition(":")
     fields = _outcome_fields(entry.payload)
     if kind == "chat" and "result" in fields:

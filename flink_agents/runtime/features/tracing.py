@@ -58,6 +58,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
 
+from flink_agents.runtime.durability.call_started import is_started
 from flink_agents.runtime.durability.codec import plain_json
 from flink_agents.runtime.execution.usage import PriceTable, Usage, usage_of_reply
 from flink_agents.api.redaction import redact as redact_secrets
@@ -307,7 +308,8 @@ class RunTrace:
         keeping the run's running figures (start, usage, failed attempts,
         turn ends) for the spans that close later. Calls first, then step
         completions (a step's span closes over its calls), the run end last."""
-        parsed = [(entry, json.loads(entry.payload)) for entry in entries]
+        # A call's started mark is no span: the call's outcome, which replaces it, is.
+        parsed = [(entry, json.loads(entry.payload)) for entry in entries if not is_started(entry)]
         for entry, payload in parsed:
             self._note(entry, payload)
         spans: List[SpanRecord] = []

@@ -8,12 +8,13 @@ service, emissions buffered for the operator to yield. Valid only inside
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Dict, List, Tuple
 
 from pyflink.common import Time, Types
 from pyflink.datastream import OutputTag
-from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
+from pyflink.datastream.state import MapStateDescriptor, StateTtlConfig, ValueStateDescriptor
 
 from flink_agents.api.configuration import ReadableConfiguration
 from flink_agents.api.core_options import (
@@ -22,73 +23,113 @@ from flink_agents.api.core_options import (
     ShortTermMemoryTtlVisibility,
 )
 from flink_agents.runtime.driver import KeyedDriver
+from flink_agents.runtime.execution.memory_entries import entry_writes
 from flink_agents.runtime.execution.state import KeyState
 
-__all__ = ["ERROR_OUTPUT", "FlinkDriver", "KEY_STATE_NAME", "MEMORY_STATE_NAME", "PROGRESS_OUTPUT"]
+__all__ = [
+    "ERROR_OUTPUT", "FlinkDriver", "KEY_STATE_NAME", "LEGACY_MEMORY_STATE_NAME", "MEMORY_STATE_NAME", "PROGRESS_OUTPUT",
+]
 
 KEY_STATE_NAME = "flink_agents.key_state.v1"
-MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
+# Short-term memory, one MapState entry per path (a TTL applies per path, as
+# in 0.3.1). Releases before kept it in one ValueState (LEGACY_MEMORY_STATE_NAME),
+# read once per key and moved over.
+MEMORY_STATE_NAME = "flink_agents.short_term_memory.v2"
+LEGACY_MEMORY_STATE_NAME = "flink_agents.short_term_memory.v1"
 ERROR_OUTPUT = OutputTag("flink_agents_errors", Types.PICKLED_BYTE_ARRAY())
 PROGRESS_OUTPUT = OutputTag("flink_agents_progress", Types.PICKLED_BYTE_ARRAY())
 
 
-def _memory_descriptor(options: ReadableConfiguration) -> ValueStateDescriptor:
-    """The short-term memory state, with Flink state TTL when
+def _memory_ttl(options: ReadableConfiguration) -> StateTtlConfig | None:
+    """Flink state TTL of short-term memory when
     ``short-term-memory.state-ttl.ms`` (or ``short_term_memory.ttl_s``) is
     above 0, its update type and visibility from 0.3.1's options."""
-    descriptor = ValueStateDescriptor(MEMORY_STATE_NAME, Types.STRING())
     ttl_ms = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
-    if ttl_ms:
-        update = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
-        visibility = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY)
-        ttl = (
-            StateTtlConfig.new_builder(Time.milliseconds(ttl_ms))
-            .set_update_type(
-                StateTtlConfig.UpdateType.OnReadAndWrite
-                if update is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
-                else StateTtlConfig.UpdateType.OnCreateAndWrite
-            )
-            .set_state_visibility(
-                StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
-                if visibility is ShortTermMemoryTtlVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
-                else StateTtlConfig.StateVisibility.NeverReturnExpired
-            )
-            .build()
+    if not ttl_ms:
+        return None
+    update = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE)
+    visibility = options.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_VISIBILITY)
+    return (
+        StateTtlConfig.new_builder(Time.milliseconds(ttl_ms))
+        .set_update_type(
+            StateTtlConfig.UpdateType.OnReadAndWrite
+            if update is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
+            else StateTtlConfig.UpdateType.OnCreateAndWrite
         )
+        .set_state_visibility(
+            StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp
+            if visibility is ShortTermMemoryTtlVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
+            else StateTtlConfig.StateVisibility.NeverReturnExpired
+        )
+        .build()
+    )
+
+
+def _memory_descriptor(options: ReadableConfiguration) -> MapStateDescriptor:
+    """The short-term memory state: path -> entry JSON, with the TTL."""
+    descriptor = MapStateDescriptor(MEMORY_STATE_NAME, Types.STRING(), Types.STRING())
+    ttl = _memory_ttl(options)
+    if ttl is not None:
+        descriptor.enable_time_to_live(ttl)
+    return descriptor
+
+
+def _legacy_memory_descriptor(options: ReadableConfiguration) -> ValueStateDescriptor:
+    """The memory state of earlier releases, declared as they did (a
+    restored state's TTL setting must match)."""
+    descriptor = ValueStateDescriptor(LEGACY_MEMORY_STATE_NAME, Types.STRING())
+    ttl = _memory_ttl(options)
+    if ttl is not None:
         descriptor.enable_time_to_live(ttl)
     return descriptor
 
 
 class FlinkDriver(KeyedDriver):
-    """Maps the engine's per-key state onto two ``ValueState[str]`` (JSON):
-    the key's queue and sequence numbers, and its short-term memory, which is
-    separate so that a state TTL can apply to memory alone. Both hold values
-    encoded by the typed codec (``runtime.execution.state``, ``runtime.execution.memory``).
+    """Maps the engine's per-key state onto Flink keyed state: a
+    ``ValueState[str]`` (JSON) with the key's queue and sequence numbers, and
+    a ``MapState[str, str]`` with its short-term memory, one entry per path
+    (``runtime.execution.memory_entries``), separate so that a state TTL
+    applies to memory alone, per path. Both hold values encoded by the typed
+    codec (``runtime.execution.state``, ``runtime.execution.memory``).
 
     The state object is cached between ``load`` and ``store`` within one
     callback; memory is written only when a run changed it (commits replace
-    the map, so identity tells). ``begin`` starts a callback for the current
-    key with its timer service; ``drain`` hands over what to yield: outputs,
-    ``(ERROR_OUTPUT, error record)`` and ``(PROGRESS_OUTPUT, progress record)``.
+    the map, so identity tells), and then only the entries that changed.
+    ``begin`` starts a callback for the current key with its timer service;
+    ``drain`` hands over what to yield: outputs, ``(ERROR_OUTPUT, error
+    record)`` and ``(PROGRESS_OUTPUT, progress record)``.
+
+    Args:
+        key_state: The ``ValueState[str]`` of the key state.
+        memory_state: The ``MapState[str, str]`` of short-term memory.
+        legacy_memory_state: The ``ValueState[str]`` earlier releases kept
+            memory in (read when ``memory_state`` is empty), or None.
     """
 
-    def __init__(self, key_state: Any, memory_state: Any) -> None:
+    def __init__(self, key_state: Any, memory_state: Any, legacy_memory_state: Any = None) -> None:
         self._key_state = key_state
         self._memory_state = memory_state
+        self._legacy_memory_state = legacy_memory_state
         self._current_key: Any = None
         self._timers: Any = None
         self._cached: KeyState | None = None
-        self._stored_memory: Dict[str, Any] | None = None
+        # Per key the runner holds: its memory as last loaded or stored, and
+        # its entries' JSON, until ``forget``. Read once, not per callback:
+        # the key's polls would otherwise read (and, with a TTL renewed on
+        # reads, renew) every entry every poll interval.
+        self._memory_of: Dict[Any, Tuple[Dict[str, Any], Dict[str, str]]] = {}
+        self._legacy_loaded = False
         self._outputs: List[Any] = []
         self._deadlines: Dict[Any, List[Tuple[str, int, int]]] = {}
         self._deadlines_lock = threading.Lock()
 
     @classmethod
     def of(cls, runtime_context: Any, options: ReadableConfiguration) -> "FlinkDriver":
-        """The driver over the operator's two keyed states (``open``)."""
+        """The driver over the operator's keyed states (``open``)."""
         return cls(
             runtime_context.get_state(ValueStateDescriptor(KEY_STATE_NAME, Types.STRING())),
-            runtime_context.get_state(_memory_descriptor(options)),
+            runtime_context.get_map_state(_memory_descriptor(options)),
+            runtime_context.get_state(_legacy_memory_descriptor(options)),
         )
 
     def begin(self, key: Any, timers: Any = None) -> None:
@@ -97,7 +138,7 @@ class FlinkDriver(KeyedDriver):
         self._current_key = key
         self._timers = timers
         self._cached = None
-        self._stored_memory = None
+        self._legacy_loaded = False
 
     def _check(self, key: Any) -> None:
         if key != self._current_key:
@@ -107,23 +148,61 @@ class FlinkDriver(KeyedDriver):
             )
 
     def load(self, key: Any) -> KeyState | None:
+        """The key's state; its memory as last stored while the runner holds
+        the key, else from the memory entries (an expired one is not
+        returned: TTL), or, with none, from the legacy state, moved over at
+        ``store``."""
         self._check(key)
         if self._cached is None:
             text = self._key_state.value()
             if text is None:
                 return None
-            # Memory may be absent alone: expired by its state TTL.
-            self._cached = KeyState.from_json(text, self._memory_state.value() or "{}")
-            self._stored_memory = self._cached.short_term_memory
+            known = self._memory_of.get(key)
+            if known is not None:
+                self._cached = KeyState.from_json(text, "{}")
+                self._cached.short_term_memory = known[0]
+                return self._cached
+            entries = {path: entry for path, entry in self._memory_state.items()}
+            legacy = None
+            if not entries and self._legacy_memory_state is not None:
+                legacy = self._legacy_memory_state.value()
+            if legacy is not None:
+                self._cached = KeyState.from_json(text, legacy)
+                self._legacy_loaded = True
+            else:
+                self._cached = KeyState.from_json(text, "{}")
+                self._cached.short_term_memory = {path: json.loads(entry) for path, entry in entries.items()}
+            self._memory_of[key] = (self._cached.short_term_memory, entries)
         return self._cached
 
     def store(self, key: Any, state: KeyState) -> None:
+        """Write ``state``: the key state, the memory entries a run changed
+        (and, after a run that read memory under a TTL renewed on reads, a
+        read of each path it read, which renews it in Flink's state TTL)."""
         self._check(key)
         self._cached = state
         self._key_state.update(state.to_json(include_memory=False))
-        if state.short_term_memory is not self._stored_memory:
-            self._memory_state.update(state.memory_json())
-            self._stored_memory = state.short_term_memory
+        memory, entries = self._memory_of.get(key) or ({}, {})
+        written: Dict[str, str] = {}
+        if state.short_term_memory is not memory or self._legacy_loaded:
+            written, removed = entry_writes(entries, state.short_term_memory)
+            for path, entry in written.items():  # (PyFlink 2.3's put_all takes pairs, not a dict)
+                self._memory_state.put(path, entry)
+            for path in removed:
+                self._memory_state.remove(path)
+            entries = {**{p: t for p, t in entries.items() if p not in removed}, **written}
+            self._memory_of[key] = (state.short_term_memory, entries)
+            if self._legacy_loaded:
+                self._legacy_memory_state.clear()
+                self._legacy_loaded = False
+        if state.memory_reads:
+            for path in state.memory_reads:
+                if path in entries and path not in written:
+                    self._memory_state.get(path)
+            state.memory_reads = None
+
+    def forget(self, key: Any) -> None:
+        self._memory_of.pop(key, None)
 
     def arm_deadline(self, key: Any, callback_id: str, deadline_ms: int, seq: int) -> None:
         """Queue a callback deadline (from the runs' thread) until the key's

@@ -8,12 +8,14 @@ import uuid
 from typing import Any, Callable, Dict
 
 from pyflink.common import Types
+from pyflink.common.typeinfo import PickledBytesTypeInfo
 from pyflink.datastream import DataStream, KeySelector, KeyedStream, StreamExecutionEnvironment
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.core_options import AgentConfigOptions, RuntimeOptions, validate_options
 from flink_agents.api.execution_environment import AgentBuilder, AgentsExecutionEnvironment
 from flink_agents.plan.agent_plan import AgentPlan
+from flink_agents.runtime.flink.beam_logging import install_beam_gcs_warning_filter
 from flink_agents.runtime.flink.failures import job_failures
 from flink_agents.runtime.flink.journal_placement import check_journal_placement, execution_target
 from flink_agents.runtime.flink.metric_reporters import configure_metric_reporters
@@ -31,6 +33,10 @@ from flink_agents.stores.factory import DEFAULT_SQLITE_PATH
 __all__ = ["FlinkExecutionEnvironment"]
 
 log = logging.getLogger(__name__)
+
+
+# Beam is imported while a job runs; its GCS warning would land in progress output.
+install_beam_gcs_warning_filter()
 
 
 class FlinkAgentBuilder(AgentBuilder):
@@ -99,8 +105,16 @@ class FlinkAgentBuilder(AgentBuilder):
         set_input_uid(keyed, f"flink-agents:{self._agent_name}:key")
         return keyed
 
-    def to_datastream(self, output_type: Any = None, progress: bool = False) -> DataStream:
+    def to_datastream(self, output_type: Any = None, progress: bool = False, typed_outputs: bool = False) -> DataStream:
         """The agent's outputs (``OutputEvent.output``), in order per key.
+
+        By default each output arrives as JSON-like data, as Flink Agents
+        0.3.1 hands it downstream: a pydantic model or dataclass as a dict,
+        a tuple or set as a list, a datetime, UUID or Decimal as a string, a
+        ``Row`` as a ``Row`` (``runtime.flink.output_shape``). An output
+        JSON cannot carry fails the job with ``OutputShapeError`` naming the
+        key. ``typed_outputs=True`` hands the objects as the actions built
+        them (this project's extension).
 
         Every operator made here has a stable uid (``flink-agents:<agent>``
         and ``:key``, ``:input``, ``:steering``, ``:errors``,
@@ -124,6 +138,10 @@ class FlinkAgentBuilder(AgentBuilder):
                 naming the key, the field and the value.
             progress: Also publish the progress stream (``progress_stream()``;
                 same as the option ``progress.enabled``).
+            typed_outputs: Hand downstream the output objects themselves
+                (pickled), not their JSON-like form. With an ``output_type``
+                other than ``PICKLED_BYTE_ARRAY`` the typed objects are
+                always what is converted to it.
 
         Raises:
             RuntimeError: ``apply`` was not called.
@@ -150,8 +168,8 @@ class FlinkAgentBuilder(AgentBuilder):
         _single_element_bundles(self._env.env)
         configure_python_workers(self._env.env)
         configure_metric_reporters(self._env.env._j_stream_execution_environment)
-        if output_type is None:
-            function = AgentOperatorFunction(self._plan, config, job_id)
+        if output_type is None or isinstance(output_type, PickledBytesTypeInfo):
+            function = AgentOperatorFunction(self._plan, config, job_id, typed_outputs=typed_outputs)
         else:  # each output converted to the type, misfits named (runtime.flink.table)
             function = ConvertingOperatorFunction(self._plan, config, job_id, OutputConverter(output_type))
         processed = (

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
-from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 
 from flink_agents.api.core_options import RuntimeOptions, validate_options
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
+from flink_agents.runtime.flink.output_shape import json_like
 from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names re-exported)
     ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
 )
@@ -55,6 +56,11 @@ INPUT_TAG = "i"  # with steering, main records arrive as (INPUT_TAG, record)
 STEERING_TAG = "s"  # and steering messages as (STEERING_TAG, message)
 
 
+def _is_side_output(item: Any) -> bool:
+    """``(OutputTag, record)``: an error or progress record, not an output."""
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], OutputTag)
+
+
 class AgentOperatorFunction(KeyedProcessFunction):
     """Runs an ``AgentPlan`` over a keyed stream; yields the agent's outputs.
 
@@ -62,14 +68,18 @@ class AgentOperatorFunction(KeyedProcessFunction):
         plan: The compiled agent (shipped to workers with the function).
         config: The agent configuration (``ctx.config``), flat keys.
         job_id: Journal namespace for keys first seen by this job.
+        typed_outputs: Yield each output as the action built it; False (the
+            default of ``to_datastream``): as JSON-like data, as Flink Agents
+            0.3.1 does (``runtime.flink.output_shape.json_like``).
 
     Raises:
         ValueError: A declared option in ``config`` has a bad value (naming
             the key), raised here on the client before the job starts.
     """
 
-    def __init__(self, plan: AgentPlan, config: Dict[str, Any], job_id: str) -> None:
+    def __init__(self, plan: AgentPlan, config: Dict[str, Any], job_id: str, typed_outputs: bool = False) -> None:
         self._plan = plan
+        self._typed_outputs = typed_outputs
         self._config = dict(config)
         validate_options(self._config)
         self._job_id = job_id
@@ -141,9 +151,16 @@ class AgentOperatorFunction(KeyedProcessFunction):
 
     def _emitted(self, key: Any) -> Iterable[Any]:
         """What the callback of ``key`` emitted, in order: outputs, and
-        ``(ERROR_OUTPUT, record)``, ``(PROGRESS_OUTPUT, record)``."""
+        ``(ERROR_OUTPUT, record)``, ``(PROGRESS_OUTPUT, record)``.
+
+        Raises:
+            OutputShapeError: An output JSON cannot carry (not ``typed_outputs``).
+        """
         assert self._driver is not None
-        return self._driver.drain()
+        emitted = self._driver.drain()
+        if self._typed_outputs:
+            return emitted
+        return [item if _is_side_output(item) else json_like(key, item) for item in emitted]
 
     def _report_metrics(self) -> None:
         assert self._engine is not None

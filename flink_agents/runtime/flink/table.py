@@ -41,7 +41,9 @@ class ConvertingOperatorFunction(AgentOperatorFunction):
     """
 
     def __init__(self, plan: AgentPlan, config: Dict[str, Any], job_id: str, convert: OutputConverter) -> None:
-        super().__init__(plan, config, job_id)
+        # The converter takes the outputs as the actions built them (a
+        # datetime stays one for a TIMESTAMP field; docs/compatibility.md).
+        super().__init__(plan, config, job_id, typed_outputs=True)
         self._convert_output = convert
 
     def _emitted(self, key: Any) -> Iterable[Any]:

@@ -53,6 +53,17 @@ def _split_record(index: int, record: Any) -> tuple[Any, Any]:
     return f"_auto_key_{index}", value
 
 
+def _in_input_order(driver: LocalDriver, accepted: List[tuple[Any, int]]) -> List[Dict[Any, Any]]:
+    """The outputs grouped by input record, in input order, each record's in
+    the order its run emitted them: Flink Agents 0.3.1's local runner runs
+    one record at a time, so its list is in that order; records of different
+    keys run concurrently here and finish in any order."""
+    position = {record: i for i, record in enumerate(accepted)}
+    ranks = [position.get((next(iter(output)), seq), len(position))
+             for output, seq in zip(driver.outputs, driver.output_seqs)]
+    return [driver.outputs[i] for i in sorted(range(len(ranks)), key=ranks.__getitem__)]
+
+
 class LocalAgentBuilder(AgentBuilder):
     def __init__(self, env: "LocalExecutionEnvironment", records: List[Dict[str, Any]]) -> None:
         # The caller's list itself: read at execute() (see from_list).
@@ -144,8 +155,11 @@ class LocalAgentBuilder(AgentBuilder):
         host = LocalHost(engine, driver, runner)
         for key, message in self._steering:
             host.steer(key, message)  # a full queue: an error record
+        accepted: List[tuple[Any, int]] = []  # (key, seq) of each record, in input order
         try:
             for key, value in [_split_record(i, r) for i, r in enumerate(self._records)]:
+                known = driver.states.get(key)
+                accepted.append((key, known.next_seq if known is not None else 0))
                 host.accept(key, value)
             host.drain()
             for key, state in driver.states.items():  # paused or parked by run control: say so, drop nothing
@@ -159,7 +173,7 @@ class LocalAgentBuilder(AgentBuilder):
         finally:
             runner.close()
             engine.close()
-            self._outputs.extend(driver.outputs)
+            self._outputs.extend(_in_input_order(driver, accepted))
             for key, state in driver.states.items():
                 for _, message in state.steering:  # nothing silently dropped
                     driver.emit_error(key, steering_error(key, message, RuntimeError(

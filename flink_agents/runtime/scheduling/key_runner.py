@@ -44,9 +44,11 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Tuple
 
 from flink_agents._pycompat import uncancel
+from flink_agents.api.core_options import AgentExecutionOptions, ShortTermMemoryTtlUpdate
 from flink_agents.runtime.durability.ids import key_text
 from flink_agents.runtime.errors import RunCancelled
 from flink_agents.runtime.execution.completion import Completion
+from flink_agents.runtime.execution.memory_entries import MemoryLifetimes
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.stores.controls import APPLIED, IGNORED, ControlRequest
 from flink_agents.runtime.scheduling.run_slots import RunSlots
@@ -63,10 +65,11 @@ class _Worker:
     """The runner's view of one key: records to run, its state copy, results."""
 
     __slots__ = ("state", "queue", "completions", "progress", "busy", "submitted_through", "running", "cancels",
-                 "parked", "key_text")
+                 "parked", "key_text", "lifetimes")
 
-    def __init__(self, state: KeyState) -> None:
+    def __init__(self, state: KeyState, lifetimes: MemoryLifetimes | None = None) -> None:
         self.state = state
+        self.lifetimes = lifetimes  # the memory TTL between the key's runs, if one is set
         self.queue: Deque[PendingRecord] = deque()
         self.completions: Deque[Completion] = deque()
         self.progress: List[Dict[str, Any]] = []  # published, not yet emitted
@@ -128,6 +131,10 @@ class KeyRunner:
         self._tasks: set[asyncio.Task[None]] = set()  # the keys' work in progress (on the loop)
         self._held: Dict[Any, _Worker] = {}  # keys paused by run control, with records waiting
         self._control = engine.run_control  # runtime.features.run_control, or None
+        ttl_ms = engine.config.get(AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_MS)
+        self._memory_ttl_s = ttl_ms / 1000.0 if ttl_ms else None
+        self._memory_ttl_renewed_on_read = engine.config.get(
+            AgentExecutionOptions.SHORT_TERM_MEMORY_STATE_TTL_UPDATE_TYPE) is ShortTermMemoryTtlUpdate.ON_READ_AND_WRITE
         if self._control is not None:
             self._control.attach(self)
             self._control.prime()  # pauses written before this subtask started hold its first records
@@ -162,7 +169,9 @@ class KeyRunner:
                 self._engine.note_journal(state.journal_id)  # run control reads its requests
                 copy = KeyState(journal_id=state.journal_id, short_term_memory=state.short_term_memory,
                                 usage=state.usage, budget=state.budget)
-                worker = self._workers[key] = _Worker(copy)
+                lifetimes = (None if self._memory_ttl_s is None
+                             else MemoryLifetimes(self._memory_ttl_s, self._memory_ttl_renewed_on_read))
+                worker = self._workers[key] = _Worker(copy, lifetimes)
             new = [r for r in state.pending if r.seq > worker.submitted_through]
             if not new:
                 return
@@ -470,9 +479,17 @@ class KeyRunner:
         pending in the host's state."""
         current = asyncio.current_task()
         worker.running = (record.seq, current)
+        lifetimes = worker.lifetimes
+        if lifetimes is not None:  # entries past their TTL are gone before the record starts
+            worker.state.short_term_memory = lifetimes.start(worker.state.short_term_memory)
+            worker.state.memory_reads = set() if lifetimes.renewed_on_read else None
         try:
-            return await self._engine.run_to_completion(
+            completion = await self._engine.run_to_completion(
                 key, worker.state, record, self._progress_sink(key, worker) if self._engine.progress_enabled else None)
+            if lifetimes is not None:
+                lifetimes.finish(worker.state.short_term_memory, worker.state.memory_reads or ())
+                completion.memory_reads, worker.state.memory_reads = worker.state.memory_reads, None
+            return completion
         except asyncio.CancelledError:
             cancel = worker.cancels.pop(record.seq, None)
             if cancel is None or current is None or uncancel(current) > 0:

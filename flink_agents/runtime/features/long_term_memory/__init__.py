@@ -21,6 +21,7 @@ from flink_agents.api.core_options import AgentConfigOptions
 from flink_agents.api.memory.long_term_memory import BaseLongTermMemory, LongTermMemoryOptions
 from flink_agents.api.resource import ResourceType
 from flink_agents.api.vector_stores.vector_store import BaseVectorStore
+from flink_agents.runtime.features.long_term_memory.observed import ObservedLongTermMemory
 from flink_agents.runtime.features.long_term_memory.vector_store_memory import (
     VectorStoreLongTermMemory,
     collection_of,
@@ -38,6 +39,15 @@ _MEM0_OPTIONS = (
 
 
 def long_term_memory_of(ctx: Any) -> BaseLongTermMemory:
+    """See ``_backend``; wrapped to record the action's operations when
+    long-term memory events are on (``ctx.ltm_observations`` set;
+    ``observed.ObservedLongTermMemory``)."""
+    memory = _backend(ctx)
+    seen = getattr(ctx, "ltm_observations", None)
+    return memory if seen is None else ObservedLongTermMemory(inner=memory, seen=seen)
+
+
+def _backend(ctx: Any) -> BaseLongTermMemory:
     """The long-term memory of ``ctx``'s key, bound to ``ctx``'s invocation.
 
     Args:
