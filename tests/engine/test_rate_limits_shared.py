@@ -141,9 +141,11 @@ def test_two_subtasks_never_exceed_the_job_limit_together(kind: str, tmp_path: P
     assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW  # the whole limit, never more
     # Achieved: each window is reopened a call's latency, a claim and a little
     # jitter after it closes, tens of ms, which costs 7-10 % of a 1 s window
-    # here (measured 9.0-9.3 per window) and a tenth of that of a real 10 s
-    # window; the bound leaves room for a loaded machine.
-    assert _rate_per_window(answered) >= 0.85 * PER_WINDOW
+    # here (measured 9.0-9.3 per window quiet, 7.7-8.5 at a load average of
+    # 15) and a tenth of that of a real 10 s window. Split per subtask, the
+    # busy subtask's 30 calls at half the limit would take 6 windows: 6.7
+    # per window at best; the bound tells the two apart with room for load.
+    assert _rate_per_window(answered) >= 0.75 * PER_WINDOW
     waits = [engine.counters.metrics.snapshot().get("connection.conn.rateLimitWaits", 0) for engine in engines]
     assert sum(waits) >= 40 - PER_WINDOW - 2  # the shared waits are counted
 
