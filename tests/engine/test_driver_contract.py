@@ -130,7 +130,9 @@ def _run_flink(tmp_path: Path, agent: Agent, records: List[Dict[str, Any]], **co
     # from the (non-parallel) source, so a key's records arrive in input order.
     source = env.from_collection(values)
     builder = agents_env.from_datastream(source, _by_k).apply(agent)
-    outputs = builder.to_datastream().map(_tap(str(tapped)), output_type=Types.PICKLED_BYTE_ARRAY())
+    # The contract compares the values the runtime carries: the objects the
+    # actions sent, not their JSON-like form (``to_datastream()``'s default).
+    outputs = builder.to_datastream(typed_outputs=True).map(_tap(str(tapped)), output_type=Types.PICKLED_BYTE_ARRAY())
     errors = builder.error_stream().map(lambda e: ("error", e), output_type=Types.PICKLED_BYTE_ARRAY())
     result = Result()
     collected: List[Any] = []
