@@ -94,6 +94,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Tuple
 from pydantic import BaseModel
 
 from flink_agents._pycompat import add_note
+from flink_agents.api.events.event import EVENT_FIELDS_FLAT, Event
 from flink_agents.runtime.durability.call_position import call_body, is_under
 from flink_agents.runtime.durability.call_started import is_started, started_mark
 from flink_agents.runtime.durability.call_threads import CallExecution
@@ -119,6 +120,8 @@ STEP_ERROR_CHARS = 2000
 
 log = logging.getLogger(__name__)
 
+_LINEAGE_WIRE_NAMES = ("upstreamEventId", "upstreamActionName")
+
 
 def timed(payload: str, started_ns: int, ended_ns: int | None = None) -> str:
     """``payload`` (a JSON object's text) with ``"t": [start, duration]``
@@ -134,6 +137,14 @@ def _canonical(value: Any) -> Any:
     type only (their identity would make the digest differ on every replay)."""
     if isinstance(value, (str, int, float, bool, type(None))):
         return value
+    if isinstance(value, Event):
+        # The flat form this digest had before events took 0.3.1's nested
+        # JSON form and HEAD's lineage: a run journaled by an earlier
+        # release still replays after an upgrade.
+        data = value.model_dump(mode="json", context={EVENT_FIELDS_FLAT: True})
+        for name in _LINEAGE_WIRE_NAMES:
+            data.pop(name, None)
+        return data
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
