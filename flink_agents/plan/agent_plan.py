@@ -171,9 +171,13 @@ class AgentPlan(BaseModel):
     def has_condition_expressions(self) -> bool:
         """Whether an action has a condition expression (then events are
         matched with ``actions_matching``)."""
-        if self._has_expressions is None:
-            self._has_expressions = any(spec.trigger_conditions for spec in self.actions.values())
-        return self._has_expressions
+        # Read per event: the private slot directly, not through pydantic's
+        # ``__getattr__`` (which costs more than the rest of this check).
+        private = self.__pydantic_private__
+        cached = private.get("_has_expressions")
+        if cached is None:
+            cached = private["_has_expressions"] = any(spec.trigger_conditions for spec in self.actions.values())
+        return cached
 
     def actions_matching(
         self, event_type: str, variables: Callable[[], Dict[str, Any]],
