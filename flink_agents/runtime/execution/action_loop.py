@@ -42,7 +42,7 @@ from collections import deque
 from typing import Any, Awaitable, Deque, Dict, List, Tuple
 
 from flink_agents._pycompat import TIMEOUT_ERRORS, expired, timeout
-from flink_agents.api.core_options import AgentConfigOptions, AgentExecutionOptions, ConditionEvaluationFailureStrategy
+from flink_agents.api.core_options import AgentConfigOptions, ConditionEvaluationFailureStrategy
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.api.trigger_conditions import event_variables
 from flink_agents.plan.agent_plan import ActionSpec
@@ -93,7 +93,7 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     # every listener after the first gets a copy of its own.
     queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])
     begin: Event | None = None  # the run's AgentRunBeginEvent, if the job sends one
-    if run.config.get(AgentExecutionOptions.AGENT_RUN_BEGIN_EVENT):
+    if switches_for(run.config).run_begin:
         queue.appendleft(_run_begin(run, first))
         begin = queue[0][0]
     sensory: Dict[str, Any] = {}

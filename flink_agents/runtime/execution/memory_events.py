@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Tuple
 
 from pydantic import BaseModel
 
-from flink_agents.api.core_options import MemoryEventOptions
+from flink_agents.api.core_options import AgentExecutionOptions, MemoryEventOptions
 from flink_agents.api.events.event import Event
 from flink_agents.api.events.memory_event import (
     LongTermGetEvent, LongTermSearchEvent, LongTermUpdateEvent, MemoryEvent, SensoryReadEvent, SensoryWriteEvent,
@@ -83,6 +83,9 @@ class MemoryEventSwitches:
     long_term_update: bool = False
     long_term_get: bool = False
     long_term_search: bool = False
+    # ``agent-run.begin-event``: each run first sends the key's short-term
+    # memory as an ``AgentRunBeginEvent`` (read here so a run reads no option).
+    run_begin: bool = False
 
     @property
     def long_term(self) -> bool:
@@ -110,6 +113,7 @@ class MemoryEventSwitches:
             long_term_update=on(MemoryEventOptions.LONG_TERM_UPDATE),
             long_term_get=on(MemoryEventOptions.LONG_TERM_GET),
             long_term_search=on(MemoryEventOptions.LONG_TERM_SEARCH),
+            run_begin=bool(config.get(AgentExecutionOptions.AGENT_RUN_BEGIN_EVENT)),
         )
 
 
