@@ -26,8 +26,8 @@
 #
 # Submit a job (client and workers use the venv's Python, set in config.yaml):
 #   FLINK_CONF_DIR=out/cluster/conf .venv/lib/python3.11/site-packages/pyflink/bin/flink \
-#       run -py flink_agents/jobs/review_analysis.py -- --parallelism 2
-# or: tools/cluster.sh flink -- run -py flink_agents/jobs/review_analysis.py
+#       run -py jobs/review_analysis.py -- --parallelism 2
+# or: tools/cluster.sh flink -- run -py jobs/review_analysis.py
 #   FLINK_CLUSTER_JM_MEMORY, FLINK_CLUSTER_TM_MEMORY  override the process
 #   sizes (default 1024m and 1280m); FLINK_CLUSTER_START_TIMEOUT_S the wait
 #   for all slots to register (default 90); FLINK_CLUSTER_CONF a JSON object

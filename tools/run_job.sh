@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the review-analysis job.
-# Without arguments it reads the bundled flink_agents/jobs/data/sample_reviews.jsonl and
+# Without arguments it reads the bundled jobs/data/sample_reviews.jsonl and
 # writes out/review_analysis.jsonl. Extra arguments go to the job unchanged.
 set -euo pipefail
 

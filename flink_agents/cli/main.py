@@ -64,11 +64,11 @@ def compile_spec(spec: str) -> AgentPlan:
 
 
 def _plans_dir() -> Path:
-    """``plans/`` of the checkout this package runs from (the jobs' snapshots
-    live beside the jobs, not in the current directory)."""
-    import flink_agents.jobs
+    """``plans/`` of the checkout this package runs from (beside
+    ``flink_agents/`` and ``jobs/``, not in the current directory)."""
+    import flink_agents
 
-    return Path(flink_agents.jobs.__file__).resolve().parents[2] / "plans"
+    return Path(flink_agents.__file__).resolve().parents[1] / "plans"
 
 
 def _plan_write(check: bool) -> int:

@@ -474,7 +474,7 @@ def _check_traces(spans: List[ReceivedSpan], products: Counter) -> None:
 
 def _reviews_of(products: List[str], per_product: int, first_ts: int) -> List[Dict[str, Any]]:
     """Reviews of ``products`` taking turns, texts from the bundled sample."""
-    texts = [json.loads(line)["review"] for line in (REPO_ROOT / "flink_agents/jobs/data/sample_reviews.jsonl").read_text().splitlines()]
+    texts = [json.loads(line)["review"] for line in (REPO_ROOT / "jobs/data/sample_reviews.jsonl").read_text().splitlines()]
     reviews = []
     for n in range(per_product * len(products)):
         ts = first_ts + n

@@ -26,7 +26,7 @@ from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, product_id_of
 from tests.support.flink_jobs import child_environment, free_port, mini_cluster_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 GOOD = {"id": "B0GOOD0001", "review": "Works as described.", "ts": 1}
 
 

@@ -25,7 +25,7 @@ from tests.support.flink_jobs import child_environment  # noqa: E402
 from tests.support.scripted_openai_server import OpenAIScriptedServer  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 DAMAGE = re.compile(r"\b(broken|crushed|dented|damaged|cracked|smashed|soaked)\b", re.IGNORECASE)
 
 

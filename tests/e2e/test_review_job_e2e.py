@@ -22,7 +22,7 @@ from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.scripted_reviews import expected_review_outputs, scripted_review_reply
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 
 
 def _check_outputs(reviews: list[dict], outputs: list[dict]) -> None:

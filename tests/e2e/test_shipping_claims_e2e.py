@@ -18,7 +18,7 @@ from flink_agents.jobs.shipping_claims import ClaimsSetup, run_job
 from tests.support.flink_jobs import child_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 HELD_PRODUCT = "B0FF3Q1Y9D"  # three damage reviews in the sample
 
 

@@ -131,7 +131,7 @@ def test_flink_run_py_in_thread_mode_matches_the_local_runner(cluster, local_out
     test's receiver."""
     spans_before = len(trace_receiver.spans)
     output = tmp_path / "thread.jsonl"
-    elapsed, done = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py"),
+    elapsed, done = _submit(cluster, "-py", str(REPO_ROOT / "jobs" / "review_analysis.py"),
                       "--output", str(output), "--parallelism", "2", "--restart-attempts", "0")
     print(f"\n[cluster] flink run -py (thread, parallelism 2, 60 reviews): {elapsed:.1f} s")
     # tools/cluster.sh sets the cluster up for thread mode, and the job saw it.
@@ -169,15 +169,17 @@ def test_the_other_bundled_jobs_run_under_flink_run_py(cluster, tmp_path, job) -
     import importlib
 
     module = importlib.import_module(f"flink_agents.jobs.{job}")
+    # product_qa defaults to ../shared/data when checked out beside the repo.
+    sample = ["--reviews", str(module.SAMPLE_REVIEWS), "--questions", str(module.SAMPLE_QUESTIONS)] if job == "product_qa" else []
     local, submitted = tmp_path / "local.jsonl", tmp_path / "cluster.jsonl"
     here = os.getcwd()
     os.chdir(tmp_path)  # the local runner's default journal lands here
     try:
-        assert module.main(["--runner", "local", "--output", str(local)]) == 0
+        assert module.main(["--runner", "local", "--output", str(local), *sample]) == 0
     finally:
         os.chdir(here)
-    elapsed, _ = _submit(cluster, "-py", str(REPO_ROOT / "flink_agents" / "jobs" / f"{job}.py"),
-                         "--output", str(submitted))
+    elapsed, _ = _submit(cluster, "-py", str(REPO_ROOT / "jobs" / f"{job}.py"),
+                         "--output", str(submitted), *sample)
     print(f"\n[cluster] flink run -py {job} (thread): {elapsed:.1f} s")
 
     def read(path: Path) -> List[str]:
@@ -375,7 +377,7 @@ def test_a_stock_session_cluster_runs_one_review_job_after_another(local_outputs
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     stock = StandaloneCluster.start(tmp_path / "stock", taskmanagers=1, slots=2, env={"PATH": path}, stock=True)
     print(f"\n[stock cluster] up at {stock.rest_url} in {stock.start_s:.1f} s")
-    job = str(REPO_ROOT / "flink_agents" / "jobs" / "review_analysis.py")
+    job = str(REPO_ROOT / "jobs" / "review_analysis.py")
     try:
         started = time.monotonic()
         runs = []

@@ -50,7 +50,7 @@ from tests.support.flink_jobs import child_environment
 from tests.support.journal_stores import FakeClock, MakeStore, entry, postgres_schema, run_end, store_factory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 ENGINE_LOG = "flink_agents.runtime.durability.shared_store"
 
 CALLS: List[Any] = []

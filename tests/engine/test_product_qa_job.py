@@ -178,13 +178,13 @@ def test_bad_questions_are_refused_naming_the_line(tmp_path: Path) -> None:
                     '{"product_id": "B1", "question": "b?", "question_id": "x"}\n')
     with pytest.raises(ValueError, match=r"q.jsonl:2: question_id 'x' repeats line 1"):
         read_questions(path)
-    assert read_questions(REPO_ROOT / "flink_agents" / "jobs" / "data" / "product_questions_sample.jsonl")[0]["question_id"] == "kettle-1"
+    assert read_questions(REPO_ROOT / "jobs" / "data" / "product_questions_sample.jsonl")[0]["question_id"] == "kettle-1"
 
 
 def test_the_bundled_question_files_name_products_of_their_reviews() -> None:
     from flink_agents.jobs.review_records import read_reviews
 
-    sample = {r["id"] for r in read_reviews(REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl").reviews}
+    sample = {r["id"] for r in read_reviews(REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl").reviews}
     assert {q["product_id"] for q in read_questions(product_qa.SAMPLE_QUESTIONS)} == sample
     shared = {q["product_id"] for q in read_questions(product_qa.SHARED_QUESTIONS)}
     assert len(shared) >= 10

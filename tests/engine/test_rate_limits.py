@@ -168,7 +168,7 @@ def test_the_review_command_holds_its_connection_to_requests_per_minute_job_wide
     from tests.support.rate_limited_server import RateLimitedChatServer
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    sample = Path(__file__).resolve().parents[2] / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+    sample = Path(__file__).resolve().parents[2] / "jobs" / "data" / "sample_reviews.jsonl"
     reviews = tmp_path / "reviews.jsonl"
     reviews.write_text("".join(sample.read_text(encoding="utf-8").splitlines(keepends=True)[:24]), encoding="utf-8")
     output = tmp_path / "out.jsonl"

@@ -26,7 +26,7 @@ from flink_agents.jobs.review_records import read_reviews
 from flink_agents.jobs.shipping_claims import INBOX_OPTION, ShippingClaimsAgent, carrier_answer
 from tests.support import host_runs
 
-SAMPLE = Path(__file__).resolve().parents[2] / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "jobs" / "data" / "sample_reviews.jsonl"
 
 
 def _claim(text: str, claim_id: str = "0123456789abcdef", product_id: str = "P1") -> Dict[str, Any]:

@@ -26,9 +26,9 @@ from flink_agents.api.yaml.specs import YamlAgentsDocument, export
 from flink_agents.jobs.review_analysis import ReviewAnalysisAgent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = REPO_ROOT / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+SAMPLE = REPO_ROOT / "jobs" / "data" / "sample_reviews.jsonl"
 
-# The review-analysis agent of flink_agents/jobs/review_analysis.py, declared in YAML the
+# The review-analysis agent of jobs/review_analysis.py, declared in YAML the
 # way 0.3.1's quickstart (yaml_review_analysis_agent.yaml) declares its own:
 # the actions and the tool are the class's static methods; the prompt, the
 # tool list and the chat model are wired here. The connection is shared (a

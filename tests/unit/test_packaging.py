@@ -1,22 +1,27 @@
 """The wheel pyproject.toml builds: what it installs and what it declares.
 
-- It holds the flink_agents package only: the bundled jobs are
+- It holds the flink_agents package only: the bundled jobs (in the checkout,
+  top-level ``jobs/``, which ``flink_agents/jobs`` links to) are
   ``flink_agents.jobs`` with their sample data, the web inspector's page and
   ``py.typed`` ship, and nothing is installed as a generic top-level module (a
   ``jobs`` in site-packages would shadow, or be shadowed by, any other
   project's).
+- Installed, ``flink-agents run`` runs a bundled job from the wheel's own
+  files (its default input is the sample data shipped beside the job).
 - Its distribution name is our own, not Apache's ``flink-agents`` (both own
   ``flink_agents``), its version is ``flink_agents.__version__``, and it
   declares the Pythons tested (3.10 to 3.12).
 - Libraries whose internals the runtime reaches into are bounded above, and
   Python 3.10 gets the standard library backports it needs.
 
-The wheel is built once, from a copy of the sources (no ``build/`` in the
-clone), with the build backend pyproject.toml names, in-process: no network.
+The wheel is built once, from a copy of the sources as checked out (the
+``flink_agents/jobs`` symlink kept; no ``build/`` in the clone), with the build
+backend pyproject.toml names: no network.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -43,7 +48,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO_ROOT / name, src / name)
-    shutil.copytree(REPO_ROOT / "flink_agents", src / "flink_agents", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for tree in ("flink_agents", "jobs"):
+        shutil.copytree(REPO_ROOT / tree, src / tree, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
         [sys.executable, "-c", "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))", str(out)],
@@ -85,6 +91,8 @@ def test_the_wheel_holds_flink_agents_only_with_its_data_and_type_marker(wheel: 
         "flink_agents/_pycompat.py",
     ):
         assert shipped in names, shipped
+    jobs = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "jobs").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert jobs and sorted(n for n in names if n.startswith("flink_agents/jobs/")) == ["flink_agents/" + j for j in jobs]
     assert "flink-agents = flink_agents.cli.main:main" in _dist_info(wheel, "entry_points.txt")
 
 
@@ -147,3 +155,30 @@ def test_frameworks_needing_python_311_are_left_out_of_the_aggregate_extras_on_3
                if r.marker is not None and r.marker.evaluate({"python_version": "3.11", "extra": extra})
                and r.name != DISTRIBUTION]
         assert own and all(r.marker.evaluate({"python_version": "3.10", "extra": extra}) for r in own)
+
+
+def test_the_checkouts_jobs_are_the_packages_jobs() -> None:
+    """``flink run -py jobs/review_analysis.py`` and ``import flink_agents.jobs``
+    read the same files: flink_agents/jobs links to the top-level jobs/."""
+    link = REPO_ROOT / "flink_agents" / "jobs"
+    assert link.is_symlink() and Path(os.readlink(link)) == Path("..") / "jobs"
+    import flink_agents.jobs.review_analysis as job
+
+    assert Path(job.__file__).resolve() == REPO_ROOT / "jobs" / "review_analysis.py"
+
+
+def test_flink_agents_run_runs_a_bundled_job_from_the_installed_wheel(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    wheel.extractall(site)  # a pure-Python wheel installs by unpacking into purelib
+    output = tmp_path / "out.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); import flink_agents.jobs.review_analysis as job; "
+         "print(job.__file__, job.SAMPLE_INPUT); from flink_agents.cli.main import main; sys.exit(main())",
+         str(site), "run", "review-analysis", "--runner", "local", "--output", str(output)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    module, sample = run.stdout.split()
+    assert Path(module) == site / "flink_agents" / "jobs" / "review_analysis.py"
+    assert Path(sample) == site / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+    assert len(output.read_text().splitlines()) == 60 == len(Path(sample).read_text().splitlines())

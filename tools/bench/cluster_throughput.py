@@ -1,7 +1,7 @@
 """The review job on a standalone cluster against the mini-cluster: wall
 time and records per second at parallelism 1, 2 and 4.
 
-The review-analysis job (``flink_agents/jobs/review_analysis.py``, thread mode, SQLite
+The review-analysis job (``jobs/review_analysis.py``, thread mode, SQLite
 journal beside the output) over the 2,700 shared reviews
 (``../shared/data/product_reviews.jsonl``, 31 products, the busiest with 331
 reviews), its model a scripted OpenAI-compatible server on 127.0.0.1
@@ -120,7 +120,7 @@ def main() -> int:
         try:
             for p in parallelisms:
                 output = work / f"cluster-{p}.jsonl"
-                command = cluster.flink_command("run", "-py", str(REPO / "flink_agents" / "jobs" / "review_analysis.py"), *common,
+                command = cluster.flink_command("run", "-py", str(REPO / "jobs" / "review_analysis.py"), *common,
                                                 "--parallelism", str(p), "--output", str(output))
                 result = _run(command, latency_s, len(reviews), cluster.env, output)
                 print(f"  cluster p={p}: {result['wall_s']:.1f} s wall", flush=True)

@@ -46,7 +46,7 @@ def _answer(request: Dict[str, Any], index: int) -> Dict[str, Any]:
 
 def _reviews(keys: int, per_key: int) -> List[dict]:
     shared = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
-    source = shared if shared.exists() else REPO / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+    source = shared if shared.exists() else REPO / "jobs" / "data" / "sample_reviews.jsonl"
     texts = [r["review"] for r in read_reviews(source).reviews]
     return [
         {"id": f"P{k:03d}", "review": texts[(n * keys + k) % len(texts)], "ts": n * keys + k}

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _reviews(count: int) -> list[dict]:
     shared = REPO.parent / "shared" / "data" / "product_reviews.jsonl"
-    source = shared if shared.exists() else REPO / "flink_agents" / "jobs" / "data" / "sample_reviews.jsonl"
+    source = shared if shared.exists() else REPO / "jobs" / "data" / "sample_reviews.jsonl"
     base = read_reviews(source).reviews
     return [dict(base[i % len(base)], ts=i) for i in range(count)]
 

@@ -1,7 +1,7 @@
 """The review job against a provider that enforces 600 requests per minute:
 without limits, and with ``requests_per_minute=600`` on its connection.
 
-The review-analysis job (``flink_agents/jobs/review_analysis.py``, thread
+The review-analysis job (``jobs/review_analysis.py``, thread
 mode, mini-cluster, SQLite journal) over the first N of the 2,700 shared
 reviews (``../shared/data/product_reviews.jsonl``, in file order: the real
 skew of 31 products), its model a rate-limited OpenAI-compatible server

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
+import flink_agents
 from flink_agents._private_files import make_private_dirs, open_private
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import (
@@ -71,7 +72,9 @@ __all__ = [
     "claims_services", "file_claim", "main", "run_job", "run_locally", "run_on_flink", "summarize",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The carrier process starts in the directory holding this flink_agents (the
+# checkout, or site-packages), so `python -m` imports the same code as the job.
+PACKAGE_ROOT = Path(flink_agents.__file__).resolve().parents[1]
 INBOX_OPTION = "shipping_claims.inbox"
 TIMEOUT_OPTION = "shipping_claims.claim_timeout_s"
 DEFAULT_CLAIM_TIMEOUT_S = 30.0
@@ -238,7 +241,7 @@ def claims_services(setup: ClaimsSetup, carrier_stop_timeout_s: float = 30.0) ->
                 carrier = subprocess.Popen(
                     [sys.executable, "-m", "flink_agents.jobs.carrier_claims", "--inbox", str(setup.inbox_path.resolve()),
                      "--stop-file", str(stop_file), *setup.carrier_args],
-                    cwd=REPO_ROOT, stdout=carrier_log, stderr=subprocess.STDOUT,
+                    cwd=PACKAGE_ROOT, stdout=carrier_log, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1", AUTH_TOKEN_ENV: token},
                 )
                 try:

@@ -268,8 +268,8 @@ def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Name
                         help="JSONL of {id, review, ts} (default: ../shared/data/product_reviews.jsonl, else the "
                              "bundled sample)")
     parser.add_argument("--questions", type=Path, default=None,
-                        help="JSONL of {product_id, question} (default: flink_agents/jobs/data/product_questions.jsonl for the "
-                             "shared reviews, flink_agents/jobs/data/product_questions_sample.jsonl for the sample)")
+                        help="JSONL of {product_id, question} (default: jobs/data/product_questions.jsonl for the "
+                             "shared reviews, jobs/data/product_questions_sample.jsonl for the sample)")
     parser.add_argument("--output", type=Path, default=Path("out/product_qa.jsonl"),
                         help="one JSON line per question, replaced only when the job succeeds (default: %(default)s)")
     parser.add_argument("--index-dir", type=Path, default=None,
