@@ -63,7 +63,9 @@ from flink_agents.api.resource import ResourceDescriptor, ResourceName, Resource
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.cli.job_help import job_parser
 from flink_agents.runtime.features.untrusted import UNTRUSTED_NOTICE, wrap_untrusted
-from flink_agents.jobs.review_analysis import MODEL_FORMS, PROVIDERS, connection_arguments, positive_int
+from flink_agents.jobs.review_analysis import (
+    MODEL_FORMS, PROVIDERS, connection_arguments, non_negative_int, positive_int, positive_seconds,
+)
 from flink_agents.jobs.product_questions import ProductQuestion, read_questions
 from flink_agents.jobs.review_index import COLLECTION, extractive_answer
 
@@ -281,8 +283,8 @@ def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Name
     parser.add_argument("--model", default="local", help=f"{MODEL_FORMS}; 'local' (the default) answers extractively, offline")
     parser.add_argument("--base-url", default=None, help="the provider's endpoint")
     parser.add_argument("--api-version", default=None, help="Azure OpenAI API version (azure: models)")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models in seconds (default: %(default)s)")
-    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed model request (default: %(default)s)")
+    parser.add_argument("--timeout-s", type=positive_seconds, default=60.0, help="per-request timeout of provider models in seconds (default: %(default)s)")
+    parser.add_argument("--max-retries", type=non_negative_int, default=2, help="retries of a failed model request (default: %(default)s)")
     parser.add_argument("--runner", choices=["flink", "local"], default="flink",
                         help="Flink mini-cluster or the embedded local runner (default: %(default)s)")
     parser.add_argument("--parallelism", type=positive_int, default=2, help="Flink parallelism (default: %(default)s)")

@@ -399,6 +399,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A duration in seconds above 0 (a finite float)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
+
+
 EXECUTION_MODE_HELP = (
     "PyFlink's python.execution-mode. thread: CPython embedded in the TaskManager's JVM (fastest; "
     "docs/performance.md). process: Python worker processes beside the JVM, on the mini-cluster too, so a "
@@ -458,8 +466,9 @@ def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Name
                         help="the provider's endpoint (azure: the Azure OpenAI resource endpoint); "
                              "default the provider SDK's")
     parser.add_argument("--api-version", default=None, help="Azure OpenAI API version (azure: models)")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout of provider models")
-    parser.add_argument("--max-retries", type=int, default=2,
+    parser.add_argument("--timeout-s", type=positive_seconds, default=60.0,
+                        help="per-request timeout of provider models, in seconds")
+    parser.add_argument("--max-retries", type=non_negative_int, default=2,
                         help="retries of a failed request (openai:, anthropic:, azure:)")
     parser.add_argument("--requests-per-minute", type=positive_int, default=None,
                         help="the model connection's request limit, held across the job's subtasks "

@@ -34,7 +34,9 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.runner_context import RunnerContext
 from flink_agents.cli.job_help import job_parser
-from flink_agents.jobs.review_analysis import SAMPLE_INPUT, add_run_arguments, non_negative_int, run_review_job
+from flink_agents.jobs.review_analysis import (
+    SAMPLE_INPUT, add_run_arguments, non_negative_int, positive_seconds, run_review_job,
+)
 from flink_agents.jobs.review_records import ProductReview, ReviewAnalysis, analysis_output, read_reviews
 
 __all__ = ["INSTRUCTIONS", "ReviewAnalysisPydanticAIAgent", "analyze_review", "main", "review_agent"]
@@ -162,7 +164,7 @@ def _arguments(argv: List[str] | None, prog: str | None = None) -> argparse.Name
     parser.add_argument("--model", default="openai:gpt-4o-mini", help="'openai:NAME': a chat-completions model")
     parser.add_argument("--base-url", default=None,
                         help="the OpenAI-compatible server, e.g. http://localhost:8000/v1; default OpenAI's")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout")
+    parser.add_argument("--timeout-s", type=positive_seconds, default=60.0, help="per-request timeout, in seconds")
     parser.add_argument("--max-retries", type=non_negative_int, default=2, help="retries of a failed request")
     add_run_arguments(parser)
     return parser.parse_args(argv)

@@ -117,7 +117,9 @@ def _decode(raw: bytes, first_line: bool) -> tuple[dict | None, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
     try:
-        data = json.loads(line)
+        # Without its line break: an error at the line's end is reported at
+        # its column, not at column 1 of a next line.
+        data = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
     except RecursionError:

@@ -157,3 +157,31 @@ def test_a_lone_surrogate_anywhere_is_named_as_such(tmp_path: Path, bad_line: by
     with pytest.raises(BadRecordError) as failure:
         read_reviews(path)
     assert str(failure.value).startswith(f"{path}:2: bad review record: {reason}")
+
+
+def test_a_line_cut_short_is_named_at_the_column_where_it_ends(tmp_path: Path) -> None:
+    cut = b'{"id": "B0BAD00004", "review": "cut short", "ts": 3'
+    path = _file_with(tmp_path, cut)
+    with pytest.raises(BadRecordError) as failure:
+        read_reviews(path)
+    # The column of the line's end, not column 1 of the line break after it.
+    assert str(failure.value) == (
+        f"{path}:2: bad review record: not valid JSON (Expecting ',' delimiter at column {len(cut) + 1})")
+
+
+@pytest.mark.parametrize("option, value, reason", [
+    ("--timeout-s", "-5", "must be a number of seconds above 0, not -5"),
+    ("--timeout-s", "nan", "must be a number of seconds above 0, not nan"),
+    ("--max-retries", "-2", "must be at least 0, not -2"),
+])
+def test_a_negative_timeout_or_retry_count_is_refused_before_the_job_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture, option: str, value: str, reason: str
+) -> None:
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in GOOD))
+    with pytest.raises(SystemExit) as exit_:
+        review_analysis.main(["--runner", "local", "--input", str(path), "--output", str(tmp_path / "out.jsonl"),
+                              option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: {reason}" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
