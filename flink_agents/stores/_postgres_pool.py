@@ -20,9 +20,9 @@ What the pool is told:
 - Connections are opened by ``PostgresDialect.connect`` (its whole-connect
   deadline, the schema check, ``autocommit``) through ``connection_class``.
 - ``reconnect_timeout=0``: a connect that fails is not retried in the
-  background for minutes. Its error is recorded; every caller waiting since
-  before it failed raises it (``JournalUnavailableError`` naming the server,
-  or ``JournalSchemaError``), and the store's ``StoreRetry`` decides whether
+  background for minutes. Its error is recorded; every caller that was
+  already waiting when that connect began raises it
+  (``JournalUnavailableError`` naming the server, or ``JournalSchemaError``), and the store's ``StoreRetry`` decides whether
   to try again, as with a single connection. The next caller makes the pool
   grow, and so connect, again.
 
@@ -102,18 +102,25 @@ class PoolSize:
 
 
 class _ConnectFailures:
-    """The last connect failure of one pool, with when it happened."""
+    """The last connect failure of one pool, with when that connect began.
+
+    A caller raises only a failure of a connect that began after it started
+    waiting: one begun before (a background grow that a terminated backend
+    or a restart cut short) says nothing about the server now, and the
+    caller's own wait makes the pool connect again (``borrow``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: Optional[Tuple[float, BaseException]] = None
 
-    def record(self, error: BaseException) -> None:
+    def record(self, error: BaseException, began: float) -> None:
+        """Note ``error`` of a connect that began at ``began`` (``time.monotonic``)."""
         with self._lock:
-            self._last = (time.monotonic(), error)
+            self._last = (began, error)
 
     def since(self, started: float) -> Optional[BaseException]:
-        """The failure recorded at or after ``started`` (``time.monotonic``), if any."""
+        """The failure of a connect begun at or after ``started``
+        (``time.monotonic``), if any."""
         with self._lock:
             last = self._last
         return last[1] if last is not None and last[0] >= started else None
@@ -254,10 +261,11 @@ def _open_pool(key: _Key, connect: Callable[[Any], Any], name: str) -> _Entry:
 
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:  # type: ignore[override]
+            began = time.monotonic()
             try:
                 return connect(cls._attempt)
             except Exception as error:
-                failures.record(error)
+                failures.record(error, began)
                 raise
 
         @classmethod

@@ -266,6 +266,40 @@ def test_the_next_write_after_every_backend_was_terminated_succeeds_without_a_re
         store.close()
 
 
+def test_a_background_connect_cut_short_before_a_caller_waited_is_not_that_callers_error(pg_dsn: str) -> None:
+    """A grow begun before a caller waited, and cut short (a terminated
+    backend), is not raised to that caller: the pool connects again for it.
+    (A CI run once saw such a grow's AdminShutdown reach a store's retry loop.)"""
+    import psycopg
+
+    from flink_agents.stores._postgres_pool import ProcessPools
+
+    began = threading.Event()
+    release = threading.Event()
+    attempts: List[str] = []
+
+    def connect(attempt: Callable[[str], Any]) -> Any:
+        attempts.append("connect")
+        if len(attempts) == 1:  # the pool's first, background connect
+            began.set()
+            release.wait(10)
+            raise psycopg.OperationalError("terminating connection due to administrator command")
+        return attempt(pg_dsn)
+
+    pools = ProcessPools()
+    # At most one connection: the caller has to wait for that grow.
+    key = pools.acquire((f"{pg_dsn} application_name=fa_pool_{uuid.uuid4().hex[:10]}", 5, 1, 1), connect, "test pool")
+    try:
+        assert began.wait(10)  # the grow is under way before the caller waits
+        threading.Timer(0.2, release.set).start()
+        with pools.borrow(key) as connection:
+            assert connection.execute("SELECT 1").fetchone() == (1,)
+        assert len(attempts) >= 2
+    finally:
+        release.set()
+        pools.release(key)
+
+
 def _two_step_agent(between: Callable[[], None]) -> Agent:
     """An agent whose action makes two durable calls; ``between`` runs inside
     the first, so the second's journal write comes after it."""
