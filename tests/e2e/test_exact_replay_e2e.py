@@ -145,26 +145,29 @@ def _journaled_calls(journal: str) -> Counter:
     return Counter({json.loads(key): count for key, count in rows})
 
 
-def _quiet(run: Dict[str, Any], arrived: Dict[str, str]) -> bool:
-    """Whether nothing runs in this worker but the crash calls of the keys
-    that arrived, and every call that ended here has its result in the
-    journal (committed, so a kill now cannot make it run again)."""
+def _not_quiet(run: Dict[str, Any], arrived: Dict[str, str]) -> List[str]:
+    """What keeps this worker from being quiet (empty: quiet): a call running
+    that is not the crash call of a key that arrived, or a key with calls
+    that ended here and results not all in the journal (committed, so a
+    kill now cannot make them run again)."""
     in_flight: Counter = Counter()
     ended: Counter = Counter()
     for line in _here(run["calls"]):
         in_flight[(line["key"], line["call"])] += 1 if line["event"] == "start" else -1
         ended[line["key"]] += line["event"] == "end"
-    if not set(+in_flight) <= set(arrived.items()):
-        return False
+    running = sorted(f"{key} {call} running" for key, call in set(+in_flight) - set(arrived.items()))
+    if running:
+        return running
     journaled = _journaled_calls(run["journal"])
-    return all(journaled[key] == count for key, count in ended.items())
+    return sorted(f"{key}: {count} ended, {journaled[key]} journaled"
+                  for key, count in ended.items() if journaled[key] != count)
 
 
 def _arrive(run: Dict[str, Any], call: str, give_up: bool) -> None:
     """This call is its key's crash point: note the arrival; the checker
     key (one of them: the others only wait, so the checks do not crowd out
     the calls still to finish) kills the worker once every crash key
-    arrived and the worker is quiet (``_quiet``), or if ``give_up`` (the
+    arrived and the worker is quiet (``_not_quiet``), or if ``give_up`` (the
     barrier timed out: the test then fails). The check and the kill happen
     under the calls file's lock, so the worker is still quiet when it dies."""
     markers = Path(run["markers"])
@@ -175,15 +178,23 @@ def _arrive(run: Dict[str, Any], call: str, give_up: bool) -> None:
         return
     with _notes_locked(run):
         arrived = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8") for p in markers.glob("arrived.*")}
-        if give_up or (len(arrived) >= run["crash_keys"] and _quiet(run, arrived)):
-            _kill(run)
+        if len(arrived) < run["crash_keys"]:
+            if give_up:
+                _kill(run, [f"{run['crash_keys'] - len(arrived)} crash keys never arrived"])
+            return
+        not_quiet = _not_quiet(run, arrived)
+        if give_up or not not_quiet:
+            _kill(run, not_quiet)
 
 
-def _kill(run: Dict[str, Any]) -> None:
+def _kill(run: Dict[str, Any], not_quiet: List[str]) -> None:
+    """Kill this worker; the marker says when, by which key, and (if the
+    barrier timed out) what was still not quiet: ``Sweep.killed`` fails on it."""
     if os.getpid() == run["test_pid"]:
         raise RuntimeError("the worker runs in the test process (loopback mode): refusing to os._exit")
     marker = Path(run["markers"]) / KILLED
-    marker.write_text(json.dumps({"pid": os.getpid(), "t": time.time(), "by": run["key"]}), encoding="utf-8")
+    marker.write_text(json.dumps({"pid": os.getpid(), "t": time.time(), "by": run["key"], "not_quiet": not_quiet}),
+                      encoding="utf-8")
     os._exit(1)
 
 
@@ -433,7 +444,9 @@ class Sweep:
         assert marker.is_file(), f"the worker was never killed (job error: {self.error!r})"
         arrived = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8") for p in self.markers.glob("arrived.*")}
         assert arrived == {k: r["crash"] for k, r in self.records.items() if r["crash"]}
-        return json.loads(marker.read_text(encoding="utf-8"))
+        killed = json.loads(marker.read_text(encoding="utf-8"))
+        assert not killed["not_quiet"], f"the worker was killed when the barrier timed out: {killed['not_quiet']}"
+        return killed
 
     def output_of(self, key: str) -> Dict[str, Any]:
         """The key's only output (fails naming the job's error if it has none)."""

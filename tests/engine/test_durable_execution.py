@@ -439,3 +439,75 @@ def test_a_read_renews_only_the_path_it_read_when_reads_renew(update_type: str, 
     env.execute()
 
     assert [o["k"] for o in outputs] == ["a|EXISTING", "b|EXISTING", "a|EXISTING", expected_last, "b|NEW"]
+
+
+
+class _SlowWriteStore(InMemoryJournalStore):
+    """A store whose writes wait for I/O (they run on the io pool), so the
+    event loop goes on while one is held in ``before_append``."""
+
+    blocking_io = True
+
+
+def test_a_result_landing_while_a_sibling_waits_to_start_is_committed_before_that_sibling_runs():
+    """Branch c's result is being written (a group commit, held here);
+    branch a's call waits for that write before it starts; branch b's call
+    lands meanwhile, with no call counted in flight. b's result must not wait
+    for the run's next write: a crash inside a's call would run b's again.
+    (Seen in the exact-replay e2e under load: a sibling's completed ticket
+    ran twice after the worker was killed inside another branch's call.)"""
+    import threading
+
+    store = _SlowWriteStore()
+    holding, release = threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def hold_the_write_of_c(entries):
+        if any(entry.step.endswith("/2") for entry in entries) and not holding.is_set():
+            holding.set()
+            release.wait(5)
+
+    store.before_append = hold_the_write_of_c
+
+    async def until_holding() -> None:
+        while not holding.is_set():
+            await asyncio.sleep(0.001)
+
+    async def a() -> str:
+        CALLS["a"] += 1
+        if CALLS["a"] == 1:
+            await asyncio.sleep(0.3)  # long against the 5 ms group commit
+            seen["b durable when a crashed"] = any(
+                entry.step.endswith("/1") for entry in store.load_run("job", '"key"', 0).values())
+            raise Crash("the worker dies inside a")
+        return "a"
+
+    async def b() -> str:
+        CALLS["b"] += 1
+        await until_holding()
+        await asyncio.sleep(0.02)  # a waits for the held write by now
+        threading.Timer(0.1, release.set).start()  # after b's result landed
+        return "b"
+
+    async def c() -> str:
+        CALLS["c"] += 1
+        return "c"  # lands while b runs: committed after 5 ms (held)
+
+    async def act(event: InputEvent, ctx: Any) -> None:
+        async def branch_a() -> str:
+            await until_holding()
+            return await ctx.durable_execute_async(a)
+
+        branches = [branch_a(), ctx.durable_execute_async(b), ctx.durable_execute_async(c)]
+        ctx.send_event(OutputEvent(output=await asyncio.gather(*branches)))
+
+    agent = Agent()
+    agent.add_action("act", [InputEvent], act)
+    with pytest.raises(Crash):
+        _process(store, agent)
+    assert holding.is_set(), "c's write was never held: the test did not set the scene"
+    assert seen == {"b durable when a crashed": True}
+    store.before_append = None
+    _, driver = _process(store, agent)  # the restarted worker
+    assert driver.outputs == [{"key": ["a", "b", "c"]}]
+    assert CALLS == Counter(a=2, b=1, c=1)

@@ -8,8 +8,9 @@ committed in as few writes as correctness allows:
 - before a call that is not in the journal starts, everything buffered is
   committed, so no call runs on a result that a crash could still lose;
 - when a call's result lands while other calls of the run are still in
-  flight, before the call returns it, so a completed call is never repeated
-  because a slower sibling was in flight at a crash. Group commit: that
+  flight (or waiting for the write before they start), before the call
+  returns it, so a completed call is never repeated because a slower
+  sibling was in flight at a crash. Group commit: that
   write waits ``GROUP_COMMIT_DELAY_S`` (5 ms) first, and results landing
   meanwhile share it (a crash inside those 5 ms repeats those calls), or,
   if none runs any more by then, the run's next write takes them; a result that lands with nothing
@@ -267,6 +268,7 @@ class RunJournal:
         self._buffer: List[JournalEntry] = []
         self._buffered_errors: set[Tuple[str, int]] = set()  # positions in the buffer holding an exception
         self._in_flight = 0  # calls of this run running now (cut-off executions included)
+        self._starting = 0  # calls of this run waiting for the write before they start
         # Executions whose awaiting task was cancelled while they ran (a timeout),
         # by position: running on (a worker thread), or ended and not yet taken.
         self._cut_off: Dict[Tuple[str, int], Tuple["asyncio.Task[Any]", str, str, int]] = {}
@@ -705,15 +707,23 @@ class RunJournal:
         if not alive():
             raise RuntimeError(f"call {_call_name(function_id, step, ordinal)} started after its action ended")
         reconciling = self._reconciling(step, ordinal, reconcile)
-        if reconciling:
-            assert reconcile is not None  # _reconciling implies it
-            run = reconcile  # it reads the outside system: nothing buffered needs to be durable first
-            await self._commit_through(None)
-            self.calls_reconciled += 1
-        else:
-            self._mark_started(step, ordinal, function_id, digest, reconcile)
-            await self._commit_through(self._buffer[-1] if self._buffer else None)
-            self.calls_executed += 1
+        # From here this call counts as starting: a sibling's result landing
+        # while it waits for the write before it is committed at once
+        # (below), not left for the run's next write, which would come only
+        # after this call ran (a crash inside it would repeat the sibling's).
+        self._starting += 1
+        try:
+            if reconciling:
+                assert reconcile is not None  # _reconciling implies it
+                run = reconcile  # it reads the outside system: nothing buffered needs to be durable first
+                await self._commit_through(None)
+                self.calls_reconciled += 1
+            else:
+                self._mark_started(step, ordinal, function_id, digest, reconcile)
+                await self._commit_through(self._buffer[-1] if self._buffer else None)
+                self.calls_executed += 1
+        finally:
+            self._starting -= 1
         self._call_started()
         started_ns = time.time_ns()
         # The body runs as a task of its own, so that one still running on a
@@ -744,7 +754,7 @@ class RunJournal:
             value = self._reconciled(step, ordinal, function_id, digest, started_ns, result)
         else:
             value = self._buffer_result(step, ordinal, function_id, digest, result, started_ns)
-        if self._in_flight:
+        if self._in_flight or self._starting:
             # Siblings still run: make this result durable before it is used,
             # so a crash while they run does not repeat this call. After a
             # short delay: siblings landing meanwhile (a parallel round of
@@ -753,7 +763,7 @@ class RunJournal:
             # by then no sibling runs, the run's next write takes them all,
             # as for a result landing alone.
             await asyncio.sleep(GROUP_COMMIT_DELAY_S)
-            if self._in_flight:
+            if self._in_flight or self._starting:
                 await self._commit_async()
         return value
 
