@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import contextvars
 import sys
+import weakref
 from typing import Any, Callable, Dict, Iterator, Tuple
 
 __all__ = [
@@ -57,10 +58,14 @@ class TaskScope:
         path: ``""`` for the action's own task, else dotted child indexes.
     """
 
-    __slots__ = ("owner", "path", "_counters", "_children")
+    __slots__ = ("_owner", "path", "_counters", "_children")
 
     def __init__(self, owner: Any, path: str = "") -> None:
-        self.owner = owner
+        # A weak reference: the owner holds its root scope, and a strong one
+        # back would make every action invocation a reference cycle, freed
+        # only by the garbage collector (with the run, journal and events it
+        # holds: ~40 objects a record, most of the collector's work per record).
+        self._owner = owner if isinstance(owner, weakref.ref) else weakref.ref(owner)
         self.path = path
         self._counters: Dict[str, int] = {}
         self._children = 0
@@ -76,7 +81,12 @@ class TaskScope:
         """The scope of the next task this scope's task creates."""
         index = self._children
         self._children += 1
-        return TaskScope(self.owner, f"{self.path}.{index}" if self.path else str(index))
+        return TaskScope(self._owner, f"{self.path}.{index}" if self.path else str(index))
+
+    @property
+    def owner(self) -> Any:
+        """The action invocation the scope belongs to (None once it is gone)."""
+        return self._owner()
 
 
 def branch_step(step: str, path: str) -> str:
@@ -96,7 +106,7 @@ def current_scope(owner: Any) -> TaskScope:
     did not see created) counts in ``owner``'s root scope.
     """
     scope = _SCOPE.get()
-    if scope is None or scope.owner is not owner:
+    if scope is None or scope._owner() is not owner:
         return owner.root_scope
     return scope
 
