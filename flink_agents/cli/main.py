@@ -201,7 +201,9 @@ def main(argv: List[str] | None = None) -> int:
     write.add_argument("--check", action="store_true", help="only report stale snapshots (exit 1)")
     run = commands.add_parser("run", help="run a bundled job")
     run.add_argument("job", choices=sorted(JOBS))
-    run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments of the job (see its --help)")
+    job_args = run.add_argument("job_args", nargs=argparse.REMAINDER, metavar="...",
+                                help="arguments of the job (see its --help)")
+    job_args.required = False  # argparse marks a REMAINDER positional required: "required: job, job_args"
     callbacks = commands.add_parser("callbacks", help="durable callbacks").add_subparsers(
         dest="callbacks_command", required=True
     )

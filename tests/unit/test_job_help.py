@@ -67,3 +67,12 @@ def test_describe_joins_the_first_paragraph_of_a_docstring():
     """
     assert describe(doc) == "The review-triage job: a parent agent hands negative reviews to two sub-agents."
     assert describe(None) == ""
+
+
+def test_run_without_a_job_asks_for_the_job_only(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["run"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("flink-agents run: error: the following arguments are required: job"), err
+    assert "job_args" not in err
