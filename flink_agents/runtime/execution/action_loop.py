@@ -54,6 +54,7 @@ from flink_agents.runtime.errors import (
     classify,
 )
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
+from flink_agents.runtime.execution.input_event import input_event
 from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.execution.memory import SENSORY_LABEL, StagedMemory, apply_diff
 from flink_agents.runtime.execution.run import Run
@@ -88,7 +89,7 @@ async def run_record(run: Run, record: PendingRecord) -> None:
     except NondeterminismError as exc:  # the replay of the input's first listener would diverge
         listeners = run.plan.actions_for(InputEvent.EVENT_TYPE)
         raise ActionFailed(identity.key, identity.seq, listeners[0].name if listeners else INPUT_STEP, exc) from exc
-    first = InputEvent(input=record.value, id=identity.event_id(INPUT_STEP, 0))
+    first = input_event(record.value, identity.event_id(INPUT_STEP, 0))
     # Each event with its encoded form (None: not encoded yet), from which
     # every listener after the first gets a copy of its own.
     queue: Deque[Tuple[Event, Dict[str, Any] | None]] = deque([(first, None)])
