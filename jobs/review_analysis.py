@@ -571,7 +571,7 @@ def run_review_job(
     elapsed = time.monotonic() - started
     print(
         f"{len(read.reviews)} reviews -> {args.output} in {elapsed:.1f} s "
-        f"({args.runner} runner; {len(read.bad_lines)} bad record(s) skipped)",
+        f"({args.runner} runner; {read.skipped()})",
         file=sys.stderr,
     )
     return 0

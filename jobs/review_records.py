@@ -72,10 +72,19 @@ class ReadResult:
         reviews: The valid reviews, in file order, as ``ProductReview`` dicts.
         bad_lines: One ``"FILE:LINE: bad review record: reason"`` per
             skipped line, in file order.
+        blank_lines: Lines holding only whitespace (no record: ignored, counted).
     """
 
     reviews: List[dict] = field(default_factory=list)
     bad_lines: List[str] = field(default_factory=list)
+    blank_lines: int = 0
+
+    def skipped(self) -> str:
+        """What was not read as a review, for the job's report:
+        ``"2 bad record(s) skipped, 1 blank line(s) ignored"`` (blank lines
+        only when there were some)."""
+        text = f"{len(self.bad_lines)} bad record(s) skipped"
+        return text + (f", {self.blank_lines} blank line(s) ignored" if self.blank_lines else "")
 
 
 def _unencodable(data: Any) -> str | None:
@@ -142,7 +151,7 @@ def _decode(raw: bytes, first_line: bool) -> tuple[dict | None, str | None]:
 
 def read_reviews(path: Path, skip_bad_records: bool = False) -> ReadResult:
     """Decode a JSONL file of reviews (``ProductReview``, one per line, UTF-8);
-    blank lines are ignored.
+    blank lines are ignored and counted (``ReadResult.blank_lines``).
 
     The file is read as bytes and each line decoded on its own, so a line
     that is not UTF-8, not JSON (nesting too deep included), not a review,
@@ -163,6 +172,7 @@ def read_reviews(path: Path, skip_bad_records: bool = False) -> ReadResult:
     with open(path, "rb") as lines:
         for line_no, raw in enumerate(lines, start=1):
             if not raw.strip():
+                result.blank_lines += 1
                 continue
             review, problem = _decode(raw, first_line=line_no == 1)
             if review is not None:

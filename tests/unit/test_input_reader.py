@@ -185,3 +185,12 @@ def test_a_negative_timeout_or_retry_count_is_refused_before_the_job_runs(
     assert exit_.value.code == 2
     assert f"argument {option}: {reason}" in capsys.readouterr().err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_blank_lines_are_ignored_and_counted_in_the_jobs_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "reviews.jsonl"
+    path.write_bytes(b"\n" + json.dumps(GOOD[0]).encode() + b"\n  \r\n\n" + json.dumps(GOOD[1]).encode() + b"\n")
+    read = read_reviews(path)
+    assert read.reviews == GOOD and read.blank_lines == 3 and read.bad_lines == []
+    assert read.skipped() == "0 bad record(s) skipped, 3 blank line(s) ignored"
+    assert read_reviews(_file_with(tmp_path, json.dumps(GOOD[0]).encode())).skipped() == "0 bad record(s) skipped"
