@@ -720,7 +720,10 @@ def misspelt_keys(keys: Iterable[str]) -> Dict[str, List[str]]:
     under a ``dict`` option (``rate_limits.openai.tokens_per_minute``) is
     known; one whose head is close to such an option
     (``rate_limit.openai.tokens_per_minute``) is suggested with the head
-    corrected. Keys close to nothing (a job's own keys) are not reported.
+    corrected. A key written with the config file's ``agent.`` section
+    prefix or in another case (``agent.max-retries``, ``MAX-RETRIES``: what
+    code sets is used as given) is suggested without them. Keys close to
+    nothing (a job's own keys) are not reported.
     """
     known, prefixes = _known_keys()
     found: Dict[str, List[str]] = {}
@@ -728,8 +731,15 @@ def misspelt_keys(keys: Iterable[str]) -> Dict[str, List[str]]:
         key = str(key)
         if key in known or any(_is_sub_key(key, prefix) for prefix in prefixes):
             continue
-        corrected = [fixed for fixed in (_under_prefix(key, prefix) for prefix in prefixes) if fixed]
-        matches = corrected[:1] or close_matches(key, known, n=2, cutoff=_KEY_CUTOFF)
+        # Keys are case-sensitive and written without the YAML section's
+        # ``agent.`` prefix: ``agent.max-retries`` or ``MAX-RETRIES`` given in
+        # code is the option ``max-retries`` (left at its default).
+        plain = key[len("agent."):] if key.startswith("agent.") else key
+        meant = next((form for form in (plain, plain.lower()) if form in known or any(
+            _is_sub_key(form, prefix) for prefix in prefixes)), None)
+        corrected = [meant] if meant is not None else [
+            fixed for fixed in (_under_prefix(plain, prefix) for prefix in prefixes) if fixed]
+        matches = corrected[:1] or close_matches(plain, known, n=2, cutoff=_KEY_CUTOFF)
         if matches:
             found[key] = matches
     return found

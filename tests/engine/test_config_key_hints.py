@@ -78,6 +78,11 @@ def test_declared_keys_and_the_jobs_own_keys_do_not_warn():
     ("rate_limits.scop", "rate_limits.scope"),
     ("usage.price.gpt-4.1.input", "usage.prices.gpt-4.1.input"),
     ("long-term-memory.vector-stor", "long-term-memory.vector-store"),
+    ("agent.max-retries", "max-retries"),  # the YAML section's prefix, given in code
+    ("MAX-RETRIES", "max-retries"),
+    ("agent.Error_Strategy", "error_strategy"),
+    ("agent.rate_limits.openai.requests_per_minute", "rate_limits.openai.requests_per_minute"),
+    ("agent.max-retrys", "max-retries"),
 ])
 def test_misspelt_keys_names_the_option_meant_first(key, meant):
     assert misspelt_keys([key])[key][0] == meant
