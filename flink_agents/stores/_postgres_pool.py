@@ -22,9 +22,12 @@ What the pool is told:
 - ``reconnect_timeout=0``: a connect that fails is not retried in the
   background for minutes. Its error is recorded; every caller that was
   already waiting when that connect began raises it
-  (``JournalUnavailableError`` naming the server, or ``JournalSchemaError``), and the store's ``StoreRetry`` decides whether
+  (``JournalUnavailableError`` naming the server, or
+  ``JournalSchemaError``), and the store's ``StoreRetry`` decides whether
   to try again, as with a single connection. The next caller makes the pool
-  grow, and so connect, again.
+  grow, and so connect, again. A caller that runs out of time raises the
+  last connect failure seen while it waited, if any, rather than a bare
+  timeout.
 
 Lifetimes: a pool is created on the first read or write of the first store
 that needs it, released by each store's ``close`` (the engine closes its
@@ -111,19 +114,26 @@ class _ConnectFailures:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: Optional[Tuple[float, BaseException]] = None
+        # (when the connect began, when it failed, its error)
+        self._last: Optional[Tuple[float, float, BaseException]] = None
 
     def record(self, error: BaseException, began: float) -> None:
         """Note ``error`` of a connect that began at ``began`` (``time.monotonic``)."""
         with self._lock:
-            self._last = (began, error)
+            self._last = (began, time.monotonic(), error)
 
     def since(self, started: float) -> Optional[BaseException]:
         """The failure of a connect begun at or after ``started``
         (``time.monotonic``), if any."""
         with self._lock:
             last = self._last
-        return last[1] if last is not None and last[0] >= started else None
+        return last[2] if last is not None and last[0] >= started else None
+
+    def seen_since(self, started: float) -> Optional[BaseException]:
+        """The failure of any connect that failed at or after ``started``, if any."""
+        with self._lock:
+            last = self._last
+        return last[2] if last is not None and last[1] >= started else None
 
 
 @dataclass
@@ -211,6 +221,9 @@ class ProcessPools:
                 if failure is not None:
                     raise _copy(failure) from None
                 if left_s <= _POLL_S:
+                    seen = entry.failures.seen_since(started)
+                    if seen is not None:  # the server's own words beat a bare timeout
+                        raise _copy(seen) from None
                     raise JournalUnavailableError(
                         f"no connection of the PostgreSQL journal pool {entry.pool.name!r} came free "
                         f"within {wait_s} s (journal.postgres.pool.max_size = {key[3]})"

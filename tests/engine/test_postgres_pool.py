@@ -300,6 +300,42 @@ def test_a_background_connect_cut_short_before_a_caller_waited_is_not_that_calle
         pools.release(key)
 
 
+def test_a_caller_out_of_time_raises_the_connect_failure_it_saw_not_a_bare_timeout(pg_dsn: str) -> None:
+    """The failure of a connect begun before the caller waited is not raised
+    at once (above), but when the caller's time runs out with no connection
+    (the next connect hangs) it is what the caller raises: the server's
+    words, not "no connection came free"."""
+    import psycopg
+
+    from flink_agents.stores._postgres_pool import ProcessPools
+
+    began, release, hang = threading.Event(), threading.Event(), threading.Event()
+    attempts: List[str] = []
+
+    def connect(attempt: Callable[[str], Any]) -> Any:
+        attempts.append("connect")
+        if len(attempts) == 1:
+            began.set()
+            release.wait(10)
+            raise psycopg.OperationalError("connection to server at 10.255.0.1 port 5432 failed: timeout expired")
+        hang.wait(10)  # a server that does not answer, past the caller's deadline
+        raise psycopg.OperationalError("the second connect")
+
+    pools = ProcessPools()
+    # Connect timeout 0: the caller waits 3 s (timeout + 3) at most.
+    key = pools.acquire((f"{pg_dsn} application_name=fa_pool_{uuid.uuid4().hex[:10]}", 0, 1, 1), connect, "test pool")
+    try:
+        assert began.wait(10)
+        threading.Timer(0.2, release.set).start()
+        with pytest.raises(psycopg.OperationalError, match="10.255.0.1 port 5432 failed: timeout expired"):
+            with pools.borrow(key):
+                pass
+    finally:
+        release.set()
+        hang.set()
+        pools.release(key)
+
+
 def _two_step_agent(between: Callable[[], None]) -> Agent:
     """An agent whose action makes two durable calls; ``between`` runs inside
     the first, so the second's journal write comes after it."""
