@@ -54,18 +54,22 @@ class TaskScope:
     """One task's place in an action: its path and its own counters.
 
     Attributes:
-        owner: The action invocation (``ActionContext``) the scope belongs to.
         path: ``""`` for the action's own task, else dotted child indexes.
     """
 
     __slots__ = ("_owner", "path", "_counters", "_children")
 
-    def __init__(self, owner: Any, path: str = "") -> None:
-        # A weak reference: the owner holds its root scope, and a strong one
-        # back would make every action invocation a reference cycle, freed
-        # only by the garbage collector (with the run, journal and events it
-        # holds: ~40 objects a record, most of the collector's work per record).
-        self._owner = owner if isinstance(owner, weakref.ref) else weakref.ref(owner)
+    def __init__(self, owner: "weakref.ref[Any]", path: str = "") -> None:
+        """
+        Args:
+            owner: A weak reference to the action invocation
+                (``ActionContext``) the scope belongs to. Weak: the owner
+                holds its root scope, and a strong reference back would make
+                every action invocation a cycle that only the garbage
+                collector frees, with the run, journal and events it holds.
+            path: See the class.
+        """
+        self._owner = owner
         self.path = path
         self._counters: Dict[str, int] = {}
         self._children = 0
@@ -83,10 +87,9 @@ class TaskScope:
         self._children += 1
         return TaskScope(self._owner, f"{self.path}.{index}" if self.path else str(index))
 
-    @property
-    def owner(self) -> Any:
-        """The action invocation the scope belongs to (None once it is gone)."""
-        return self._owner()
+    def belongs_to(self, owner: Any) -> bool:
+        """Whether ``owner`` is the action invocation of this scope."""
+        return self._owner() is owner
 
 
 def branch_step(step: str, path: str) -> str:
@@ -106,7 +109,7 @@ def current_scope(owner: Any) -> TaskScope:
     did not see created) counts in ``owner``'s root scope.
     """
     scope = _SCOPE.get()
-    if scope is None or scope._owner() is not owner:
+    if scope is None or not scope.belongs_to(owner):
         return owner.root_scope
     return scope
 

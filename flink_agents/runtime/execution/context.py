@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from typing import Any, Awaitable, Callable, Dict, List
 
 from flink_agents.api.callbacks import Callback
@@ -75,7 +76,7 @@ class ActionContext(RunnerContext):
         self._resources = run.resources
         self._job_config = run.config
         self._journal = run.journal
-        self.root_scope = TaskScope(self)  # the action's own task (runtime.durability.call_position)
+        self.root_scope = TaskScope(weakref.ref(self))  # the action's own task (runtime.durability.call_position)
         self._is_async = spec.function.is_async
         self._sub_agents = run.services.sub_agents
         self._callbacks = run.services.callbacks
