@@ -131,6 +131,16 @@ class RunCancelled(Exception):
         self.requested_by = requested_by
 
 
+class HostCancelled(RuntimeError):
+    """Flink cancelled the subtask while its operator waited on the runner
+    (back-pressure, a watermark waiting for runs in flight): the wait ends at
+    once instead of when those runs end (a model call may take its whole
+    timeout), the runner stops, and its runs in progress are abandoned.
+    Their records are still pending in keyed state: the restored subtask
+    runs them again, replaying what their journals hold. Raised into the
+    cancelled task, where Flink ignores it."""
+
+
 class BudgetExceeded(RuntimeError):
     """A model call was refused: the record, its key's window or the job
     reached a budget (``runtime.features.budgets``). Terminal (a retry

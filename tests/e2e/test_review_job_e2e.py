@@ -48,9 +48,10 @@ def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path:
     reviews = read_reviews(shared_reviews_path).reviews
     assert len(reviews) == 2700
 
+    # The mode the job command picks (auto: thread on the mini-cluster).
     on_flink = run_on_flink(
         reviews, ReviewAnalysisAgent(), parallelism=2, checkpoint_interval_ms=2_000,
-        journal_path=tmp_path / "journal.db",
+        journal_path=tmp_path / "journal.db", execution_mode=None,
     )
     _check_outputs(reviews, on_flink)
     assert len({r["id"] for r in reviews}) == 31

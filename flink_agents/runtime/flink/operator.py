@@ -43,6 +43,7 @@ from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names r
     ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
 )
 from flink_agents.runtime.flink.metrics import FlinkMetricMirror, parallelism_of, task_identity
+from flink_agents.runtime.flink.task_cancellation import task_cancellation_check
 from flink_agents.runtime.keyed_host import END_OF_TIME_MS, KeyedHost  # noqa: F401 (re-exported)
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
 
@@ -110,6 +111,8 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._runner = KeyRunner(
             engine, max_runs, engine.config.get(RuntimeOptions.MAX_BACKLOG) or 16 * max_runs,
             host_silence_s=silence_s,
+            # Thread mode: a cancelled task's waits on the runner end at once.
+            host_cancelled=task_cancellation_check(),
         )
         self._host = KeyedHost(
             engine, self._driver, self._runner, inline_wait_s=options.get(RuntimeOptions.INLINE_WAIT_MS) / 1000.0,

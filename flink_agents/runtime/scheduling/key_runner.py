@@ -46,7 +46,7 @@ from typing import Any, Callable, Deque, Dict, List, Tuple
 from flink_agents._pycompat import uncancel
 from flink_agents.api.core_options import AgentExecutionOptions, ShortTermMemoryTtlUpdate
 from flink_agents.runtime.durability.ids import key_text
-from flink_agents.runtime.errors import RunCancelled
+from flink_agents.runtime.errors import HostCancelled, RunCancelled
 from flink_agents.runtime.execution.completion import Completion
 from flink_agents.runtime.execution.memory_entries import MemoryLifetimes
 from flink_agents.runtime.engine import AgentEngine
@@ -59,6 +59,8 @@ __all__ = ["Completion", "KeyRunner"]
 _UNWIND_S = 5.0  # how long cancelled runs may take to unwind when the runner closes
 
 log = logging.getLogger(__name__)
+
+CANCEL_CHECK_S = 0.1  # how often a waiting host asks whether its task was cancelled (KeyRunner: host_cancelled)
 
 
 class _Worker:
@@ -98,6 +100,10 @@ class KeyRunner:
         host_silence_s: Start no new record while the host has not called
             for this long, seconds (see the module docstring); None: never
             pause (a host that cannot vanish).
+        host_cancelled: Whether the host's task was cancelled, asked on the
+            host's thread every ``CANCEL_CHECK_S`` while it waits on the
+            runner; once true the runner closes and the wait raises
+            ``HostCancelled``. None: the waits are not cut short.
         loop: With ``loop_thread=False``, a running loop of the host's own
             to run on (an async host: it waits with ``changed`` and never
             calls the blocking waits; the runner does not close it); None:
@@ -107,6 +113,7 @@ class KeyRunner:
     def __init__(
         self, engine: AgentEngine, max_concurrent_runs: int = 64, max_backlog: int = 1024, *, loop_thread: bool = True,
         host_silence_s: float | None = None, loop: asyncio.AbstractEventLoop | None = None,
+        host_cancelled: Callable[[], bool] | None = None,
     ) -> None:
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be >= 1, not {max_concurrent_runs}")
@@ -127,6 +134,8 @@ class KeyRunner:
         self._host_silence_s = host_silence_s
         self._host_seen = time.monotonic()
         self._host_blocked = 0  # host calls waiting in _block_until (present, if silent)
+        self._host_cancelled = host_cancelled
+        self._cancel_checked_at = time.monotonic()
         self._paused: Dict[Any, _Worker] = {}  # keys whose next record waits for the host
         self._tasks: set[asyncio.Task[None]] = set()  # the keys' work in progress (on the loop)
         self._held: Dict[Any, _Worker] = {}  # keys paused by run control, with records waiting
@@ -310,14 +319,29 @@ class KeyRunner:
         it did within ``timeout_s``. Without a loop thread, the loop runs
         here meanwhile."""
         if self._thread is not None:
-            with self._changed:
-                self._host_here()
-                self._host_blocked += 1
-                try:
-                    return self._changed.wait_for(condition, timeout=timeout_s)
-                finally:
-                    self._host_blocked -= 1
-                    self._host_here()
+            if self._host_cancelled is None:
+                return self._wait_on_loop_thread(condition, timeout_s)
+            # In slices: between them, ask (outside the lock, at most every
+            # CANCEL_CHECK_S over calls: a host may wait in short slices of
+            # its own) whether the host's task was cancelled.
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if self._wait_on_loop_thread(condition, CANCEL_CHECK_S if left is None else min(CANCEL_CHECK_S, left)):
+                    return True
+                now = time.monotonic()
+                if now - self._cancel_checked_at >= CANCEL_CHECK_S:
+                    self._cancel_checked_at = now
+                    if self._host_cancelled():
+                        with self._changed:
+                            running = sum(1 for worker in self._workers.values() if worker.busy)
+                        log.warning("the task was cancelled while it waited on the runner: the runner stops, "
+                                    "abandoning %d run(s) in progress; their records run again after the restore",
+                                    running)
+                        self.close()
+                        raise HostCancelled("the task was cancelled while waiting for runs in progress")
+                if deadline is not None and now >= deadline:
+                    return False
         loop = self._loop
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
@@ -336,6 +360,16 @@ class KeyRunner:
                 self._wake = None
                 if timer is not None:
                     timer.cancel()
+
+    def _wait_on_loop_thread(self, condition: Callable[[], bool], timeout_s: float | None) -> bool:
+        with self._changed:
+            self._host_here()
+            self._host_blocked += 1
+            try:
+                return self._changed.wait_for(condition, timeout=timeout_s)
+            finally:
+                self._host_blocked -= 1
+                self._host_here()
 
     def _host_here(self) -> None:
         """The host called (under the lock): it is present; resume the keys
