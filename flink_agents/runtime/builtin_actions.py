@@ -218,7 +218,7 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: 
             )
         if schema is not None:
             reply = reply.model_copy(update={"extra_args": {**reply.extra_args, STRUCTURED_OUTPUT: structured}})
-        ctx.send_event(ChatResponseEvent(request_id=conversation["request_id"], response=reply))
+        _send_made(ctx, ChatResponseEvent(request_id=conversation["request_id"], response=reply))
         return
     # ``round`` tool rounds ran already; refuse one more before running its tools.
     if conversation["round"] >= max_rounds:
@@ -238,8 +238,15 @@ async def _call_model(conversation: Dict[str, Any], ctx: RunnerContext, schema: 
     # The tools offered travel with the request: the tool action runs only
     # these, and a replay decides on the same list.
     request = ToolRequestEvent(model=model, tool_calls=calls, offered_tools=list(setup.tools))
-    ctx.send_event(request)  # assigns request.id
+    _send_made(ctx, request)  # assigns request.id
     ctx.sensory_memory.set(f"{_CONTEXT_PATH}.{request.id.hex}", conversation)
+
+
+def _send_made(ctx: RunnerContext, event: Any) -> None:
+    """Send an event this module made; unchecked where the context allows
+    (``ActionContext.send_runtime_event``: the loop encodes it anyway)."""
+    send = getattr(ctx, "send_runtime_event", None)
+    (send or ctx.send_event)(event)
 
 
 async def _ask(
@@ -542,8 +549,6 @@ async def tool_call_action(event: Event, ctx: RunnerContext) -> None:
             responses[call_id] = f"Error: {text}"
         else:
             responses[call_id] = outcome  # as journaled: typed (the chat action shows it as JSON)
-    ctx.send_event(
-        ToolResponseEvent(request_id=request.id, responses=responses, external_ids=external, errors=errors)
-    )
+    _send_made(ctx, ToolResponseEvent(request_id=request.id, responses=responses, external_ids=external, errors=errors))
 
 

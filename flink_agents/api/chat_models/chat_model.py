@@ -189,9 +189,12 @@ class BaseChatModelSetup(Resource):
     def _prepare(
         self, messages: Sequence[ChatMessage], prompt_args: Mapping[str, Any] | None
     ) -> List[ChatMessage]:
-        if not self._opened:
+        # Read per call: private attributes from their slot, not through
+        # pydantic's ``__getattr__`` (several microseconds each).
+        private = self.__pydantic_private__
+        if not private["_opened"]:
             self.open()
-        if self._resolved_connection is None:
+        if private["_resolved_connection"] is None:
             if self.get_resource is None:
                 raise RuntimeError(
                     f"{type(self).__name__} was created outside a runtime: its connection "
@@ -201,9 +204,10 @@ class BaseChatModelSetup(Resource):
             self._resolved_connection = self.get_resource(
                 self.connection, ResourceType.CHAT_MODEL_CONNECTION
             )
-        if self._prompt is None:
+        prompt = private["_prompt"]
+        if prompt is None:
             return self._with_skills(list(messages))
-        prepared = self._prompt.fill_messages(prompt_args or {})
+        prepared = prompt.fill_messages(prompt_args or {})
         # Drop empty user/system messages (the prompt carries the text); keep
         # every assistant and tool message: a tool call needs its answer.
         prepared.extend(
@@ -232,9 +236,10 @@ class BaseChatModelSetup(Resource):
     def _with_skills(self, messages: List[ChatMessage]) -> List[ChatMessage]:
         """Insert the skills' system message after the first system message
         (first if there is none), as Flink Agents 0.3.1 does."""
-        if not self._skills_prompt:
+        skills_prompt = self.__pydantic_private__["_skills_prompt"]
+        if not skills_prompt:
             return messages
-        return with_system_message(messages, self._skills_prompt)
+        return with_system_message(messages, skills_prompt)
 
     def _schema_arguments(
         self, prepared: List[ChatMessage], kwargs: Dict[str, Any]
@@ -248,7 +253,7 @@ class BaseChatModelSetup(Resource):
         arguments = {**self.model_kwargs, **kwargs}
         if schema is None:
             return prepared, arguments
-        if getattr(type(self._resolved_connection), "supports_output_schema", False):
+        if getattr(type(self.__pydantic_private__["_resolved_connection"]), "supports_output_schema", False):
             arguments["output_schema"] = schema
             return prepared, arguments
         return with_system_message(prepared, output_schema_instruction(schema)), arguments
@@ -290,15 +295,18 @@ class BaseChatModelSetup(Resource):
             return await asyncio.to_thread(
                 functools.partial(self.chat, messages, prompt_args=prompt_args, **kwargs)
             )
-        if self._prompt is None or isinstance(self._prompt, LocalPrompt):
+        private = self.__pydantic_private__
+        prompt = private["_prompt"]
+        if prompt is None or isinstance(prompt, LocalPrompt):
             prepared = self._prepare(messages, prompt_args)
         else:
             # Another prompt may do I/O to fill itself (an MCP prompt asks its
             # server): off the event loop, which runs other keys meanwhile.
             prepared = await asyncio.to_thread(self._prepare, messages, prompt_args)
-        assert self._resolved_connection is not None  # set by _prepare
+        connection = private["_resolved_connection"]
+        assert connection is not None  # set by _prepare
         prepared, arguments = self._schema_arguments(prepared, dict(kwargs))
-        return await self._resolved_connection.achat(prepared, tools=self._tools, **arguments)
+        return await connection.achat(prepared, tools=private["_tools"], **arguments)
 
 
 def output_schema_instruction(schema: OutputSchema) -> str:

@@ -229,7 +229,7 @@ def encode_outcome(result: Any = None, error: BaseException | None = None, *, ca
     """
     if error is None:
         try:
-            return json.dumps({"c": CODEC_VERSION, "ok": codec.encode(result, "result")}, separators=(",", ":"))
+            return codec.json_text({"c": CODEC_VERSION, "ok": codec.encode(result, "result")})
         except TypeError as exc:
             raise TypeError(f"call {call} returned a value the journal cannot keep with its type: {exc}") from None
     try:
@@ -239,7 +239,7 @@ def encode_outcome(result: Any = None, error: BaseException | None = None, *, ca
             f"call {call} raised {type(error).__qualname__}: {error}; it cannot be journaled so that a "
             f"replay raises it again: {exc}"
         ) from error
-    return json.dumps({"c": CODEC_VERSION, "error": data["$exception"]}, separators=(",", ":"))
+    return codec.json_text({"c": CODEC_VERSION, "error": data["$exception"]})
 
 
 def decode_outcome(payload: str) -> Any:

@@ -342,7 +342,7 @@ class RunJournal:
                 if not keep:
                     del self._unencoded[id(entry)]
                 _, completion, started_ns, ended_ns = pending
-                payload = json.dumps(completion)
+                payload = codec.json_text(completion)
                 entry = JournalEntry(entry.step, COMPLETION, "", "",
                                      payload if started_ns is None else timed(payload, started_ns, ended_ns))
             out.append(entry)
@@ -503,7 +503,7 @@ class RunJournal:
             else:
                 written.set_result(None)
 
-        def land(done: "asyncio.Future[None]") -> None:  # on the event loop
+        def land(done: "asyncio.Future[None] | concurrent.futures.Future[None]") -> None:  # on the event loop
             try:
                 done.result()
             except BaseException as exc:
@@ -517,14 +517,17 @@ class RunJournal:
             else:
                 settled.set_result(None)
 
-        asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         if not self._store.blocking_io:
             # A store answering from memory writes in place: a worker thread's
             # hop (submit, wake, GIL hand-over, the loop's self-pipe) costs
             # more CPU than the write. ``land`` still runs as a loop callback,
-            # so what waits for ``settled`` sees the same order of events.
+            # so what waits for ``settled`` sees the same order of events;
+            # scheduled with ``call_soon``, as ``wrap_future`` would only
+            # reach the loop through its self-pipe (a syscall per commit).
             write()
+            loop.call_soon(land, written)
             return settled
+        asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         try:
             if self._executors is not None:
                 self._executors.io_future(write)

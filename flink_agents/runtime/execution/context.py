@@ -117,13 +117,25 @@ class ActionContext(RunnerContext):
             raise TypeError(
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
+        self._stage(event)
+        check_event(event)  # the loop encodes it when the action returned
+        self.sent_events.append(event)
+
+    def send_runtime_event(self, event: Event) -> None:
+        """``send_event`` for an event a built-in action made (a model's
+        reply): staged without the codec check, which only moves where a
+        refused value raises into the action, for user code that would catch
+        it. The loop encodes the event when the action returns, and a value
+        it refuses fails the action there, with the same error."""
+        self._stage(event)
+        self.sent_events.append(event)
+
+    def _stage(self, event: Event) -> None:
         event.id = self._run.event_id(self.step, len(self.sent_events))
         # Lineage (Flink Agents HEAD): framework-owned, so whatever the event
         # carried is overwritten; journaled with it, so a replay reads it back.
         event.upstream_event_id = self.trigger_event_id
         event.upstream_action_name = self.action_name
-        check_event(event)  # the loop encodes it when the action returned
-        self.sent_events.append(event)
 
     @property
     def sensory_memory(self) -> MemoryObject:
