@@ -518,14 +518,13 @@ class RunJournal:
                 settled.set_result(None)
 
         if not self._store.blocking_io:
-            # A store answering from memory writes in place: a worker thread's
-            # hop (submit, wake, GIL hand-over, the loop's self-pipe) costs
-            # more CPU than the write. ``land`` still runs as a loop callback,
-            # so what waits for ``settled`` sees the same order of events;
-            # scheduled with ``call_soon``, as ``wrap_future`` would only
-            # reach the loop through its self-pipe (a syscall per commit).
+            # A store answering from memory writes in place, and lands at
+            # once: a worker thread's hop (submit, wake, GIL hand-over, the
+            # loop's self-pipe) and a loop round cost more CPU than the write.
+            # The commit then has no suspension point: no cancellation can
+            # arrive between the write and its bookkeeping.
             write()
-            loop.call_soon(land, written)
+            land(written)
             return settled
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         try:
@@ -541,6 +540,9 @@ class RunJournal:
         """Await ``settled``; a cancellation of the caller meanwhile is held
         back until it is done, then re-raised. (A write that failed meanwhile
         is recorded as the write failure: the run's next call raises it.)"""
+        if settled.done():  # written in place (a store answering from memory)
+            settled.result()
+            return
         cancelled: asyncio.CancelledError | None = None
         while not settled.done():
             try:
