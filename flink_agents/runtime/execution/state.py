@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Set
 
-from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode, round_trip
+from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode, json_text, round_trip
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.durability.values import decode_value as decode_v1
@@ -154,7 +154,8 @@ class KeyState:
 
     def memory_json(self) -> str:
         """Short-term memory alone, as JSON (read back by ``from_json``)."""
-        return json.dumps(self.short_term_memory, separators=(",", ":"), ensure_ascii=False)
+        # Values as the codec encoded them (memory.set): JSON values only.
+        return json_text(self.short_term_memory, ensure_ascii=False)
 
     @staticmethod
     def from_json(text: str, memory_json: str | None = None) -> "KeyState":
