@@ -604,3 +604,18 @@ def test_an_exception_class_renamed_for_display_is_journaled_under_its_module_na
     assert "_DisplayNamedError" in payload
     with pytest.raises(_DisplayNamedError, match="boom"):
         decode_outcome(payload)
+
+
+
+@pytest.mark.parametrize("value", [
+    {"review": "Très bien, 5★ \u0000 \"quoted\"", "n": [1, -2.5, True, None]},
+    {"big": 2**70, "small": -(2**63)},  # beyond 64 bits: orjson refuses, json.dumps writes it
+    {"lone": "\ud800 surrogate"},  # orjson refuses a lone surrogate; json.dumps escapes it
+    {"inf": float("inf"), "t": (1, 2)},  # tagged by the codec, never written as null
+])
+def test_journal_text_reads_back_as_the_same_value_and_is_storable_utf8(value: Any) -> None:
+    from flink_agents.runtime.durability.codec import json_text
+
+    text = json_text(encode(value))
+    assert decode(json.loads(text)) == value
+    text.encode("utf-8")  # SQLite and PostgreSQL take it: no lone surrogate left raw
