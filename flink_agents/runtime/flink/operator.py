@@ -43,6 +43,7 @@ from flink_agents.runtime.flink.driver import (  # noqa: F401 (the state names r
     ERROR_OUTPUT, KEY_STATE_NAME, MEMORY_STATE_NAME, PROGRESS_OUTPUT, FlinkDriver,
 )
 from flink_agents.runtime.flink.metrics import FlinkMetricMirror, parallelism_of, task_identity
+from flink_agents.runtime.flink.embedded_logging import match_flink_log_level
 from flink_agents.runtime.flink.task_cancellation import task_cancellation_check
 from flink_agents.runtime.keyed_host import END_OF_TIME_MS, KeyedHost  # noqa: F401 (re-exported)
 from flink_agents.runtime.scheduling.key_runner import KeyRunner
@@ -93,6 +94,7 @@ class AgentOperatorFunction(KeyedProcessFunction):
         self._mirror: FlinkMetricMirror | None = None  # user and built-in metrics (runtime.flink.metrics)
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        match_flink_log_level()  # thread mode: no DEBUG records made only for the JVM to drop
         options = validate_options(self._config)
         self._driver = FlinkDriver.of(runtime_context, options)
         self._engine = engine = AgentEngine(
