@@ -42,11 +42,16 @@ def _pemja_handler() -> logging.Handler:
 @pytest.fixture
 def root() -> Iterator[logging.Logger]:
     logger = logging.getLogger()
-    level, handlers = logger.level, list(logger.handlers)
+    level, handlers = logger.level, [h for h in logger.handlers if not _is_pytests(h)]
     yield logger
     logger.setLevel(level)
-    logger.handlers[:] = handlers
+    # The tests replace the handler list; pytest's handlers of this phase are its own business.
+    logger.handlers[:] = handlers + [h for h in logger.handlers if _is_pytests(h)]
     sys.modules.pop("_pemja", None)
+
+
+def _is_pytests(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("_pytest")
 
 
 def _jvm_logging_at(lowest: str) -> None:
@@ -61,7 +66,7 @@ def _jvm_logging_at(lowest: str) -> None:
 ])
 def test_pemjas_debug_root_follows_the_taskmanagers_level(root, java_level, python_level) -> None:
     root.setLevel(logging.DEBUG)
-    root.addHandler(_pemja_handler())
+    root.handlers[:] = [_pemja_handler()]  # as on a TaskManager (pytest's capture handlers out)
     _jvm_logging_at(java_level)
     assert match_flink_log_level() == python_level
     assert root.level == python_level
@@ -70,7 +75,7 @@ def test_pemjas_debug_root_follows_the_taskmanagers_level(root, java_level, pyth
 
 def test_a_taskmanager_logging_debug_keeps_python_at_debug(root) -> None:
     root.setLevel(logging.DEBUG)
-    root.addHandler(_pemja_handler())
+    root.handlers[:] = [_pemja_handler()]
     _jvm_logging_at("debug")
     assert match_flink_log_level() is None
     assert root.level == logging.DEBUG
@@ -79,17 +84,22 @@ def test_a_taskmanager_logging_debug_keeps_python_at_debug(root) -> None:
 def test_a_root_logger_the_job_configured_is_left_alone(root) -> None:
     _jvm_logging_at("info")
     root.setLevel(logging.DEBUG)  # DEBUG, but no pemja handler: the job's own setting
+    root.handlers[:] = [logging.NullHandler()]
     assert match_flink_log_level() is None
     assert root.level == logging.DEBUG
-    root.addHandler(_pemja_handler())
+    root.handlers[:] = [_pemja_handler()]
     root.setLevel(logging.WARNING)  # pemja's handler, another level: set by the job
     assert match_flink_log_level() is None
     assert root.level == logging.WARNING
+    root.setLevel(logging.DEBUG)
+    root.addHandler(logging.NullHandler())  # a handler of the job's own beside pemja's: DEBUG is wanted
+    assert match_flink_log_level() is None
+    assert root.level == logging.DEBUG
 
 
 def test_outside_a_taskmanager_nothing_changes(root) -> None:
     root.setLevel(logging.DEBUG)
-    root.addHandler(_pemja_handler())
+    root.handlers[:] = [_pemja_handler()]
     assert "_pemja" not in sys.modules
     assert match_flink_log_level() is None
     assert root.level == logging.DEBUG

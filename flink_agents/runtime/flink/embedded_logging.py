@@ -12,8 +12,8 @@ samples (py-spy) were in ``Logger._log`` and that handler.
 
 ``match_flink_log_level`` raises the root logger to the lowest level SLF4J's
 root logger has enabled, so such records are not even made. It leaves alone
-a root logger that is not pemja's setting (another level, or no pemja
-handler): the job's own logging configuration wins.
+a root logger that is not pemja's setting alone (another level, or a
+handler besides pemja's): the job's own logging configuration wins.
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ def match_flink_log_level() -> Optional[int]:
     Returns:
         The level set (``logging.INFO`` with Flink's default configuration),
         or None: not inside a TaskManager's embedded interpreter, the root
-        logger was configured otherwise, or the JVM's level could not be read.
+        logger was configured otherwise (a level other than DEBUG, a handler
+        other than pemja's), Flink logs DEBUG, or its level could not be read.
     """
     root = logging.getLogger()
-    if root.level != logging.DEBUG or not any(_is_pemja_handler(h) for h in root.handlers):
-        return None
+    if root.level != logging.DEBUG or not root.handlers or not all(_is_pemja_handler(h) for h in root.handlers):
+        return None  # not pemja's setting alone: the job configured logging
     try:
         from _pemja import findClass  # only inside the JVM: pemja registers it
     except ImportError:
