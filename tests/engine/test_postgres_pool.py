@@ -415,7 +415,11 @@ class OwnServer:
                 command = [runuser, "-u", "postgres", "--", *command]
             else:
                 command = ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(shlex.quote(part) for part in command)]
-        subprocess.run(command, check=True, capture_output=True, timeout=60)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            log = self.data / "server.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            raise RuntimeError(f"pg_ctl {' '.join(args)} exited {done.returncode}: {done.stderr[-500:]}\n{tail}")
 
     def stop(self) -> None:
         self.pg_ctl("-m", "fast", "-w", "stop")
@@ -426,7 +430,7 @@ class OwnServer:
     def remove(self) -> None:
         try:
             self.stop()
-        except (subprocess.SubprocessError, OSError):
+        except (subprocess.SubprocessError, OSError, RuntimeError):
             # pg_ctl could not stop it: end the postmaster itself, so no
             # server outlives the test (its pid is the first line of postmaster.pid).
             try:
@@ -470,10 +474,19 @@ def test_a_record_rides_out_a_server_down_for_a_second_between_two_calls(own_ser
     lands on a new connection; the action sees nothing."""
     dsn, _ = _named(own_server.dsn)
     store = PostgresJournalStore(dsn)
+    restarts: List[threading.Thread] = []
+    start_failures: List[BaseException] = []
+
+    def start() -> None:
+        try:
+            own_server.start()
+        except BaseException as error:  # reported by the test, not as a stray thread exception
+            start_failures.append(error)
 
     def restart_later() -> None:
         own_server.stop()
-        threading.Timer(1.0, own_server.start).start()
+        restarts.append(threading.Timer(1.0, start))
+        restarts[-1].start()
 
     try:
         started = time.monotonic()
@@ -481,6 +494,11 @@ def test_a_record_rides_out_a_server_down_for_a_second_between_two_calls(own_ser
         assert driver.outputs == [{"key": "HI!"}] and driver.errors == []
         assert CALLS == Counter(first=1, second=1)
         assert time.monotonic() - started < 10
+        # The store can reconnect before pg_ctl's own readiness poll returns:
+        # the server is stopped (teardown) only once that start returned.
+        for restart in restarts:
+            restart.join(timeout=60)
+        assert start_failures == []
     finally:
         store.close()
 
