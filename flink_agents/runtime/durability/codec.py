@@ -58,13 +58,12 @@ import json
 import math
 import sys
 import uuid
-
-import orjson
 from decimal import Decimal
 from enum import Enum
 from typing import Any, Callable, Dict, List
 from zoneinfo import ZoneInfo
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from flink_agents.runtime.durability.codec_classes import (

@@ -47,14 +47,8 @@ def match_flink_log_level() -> Optional[int]:
         java_root = findClass("org.slf4j.LoggerFactory").getLogger("ROOT")
         if java_root.isDebugEnabled():
             return None  # Flink logs DEBUG: so does Python, as pemja set it
-        level = next(
-            (python_level for enabled, python_level in (
-                (java_root.isInfoEnabled, logging.INFO),
-                (java_root.isWarnEnabled, logging.WARNING),
-                (java_root.isErrorEnabled, logging.ERROR),
-            ) if enabled()),
-            logging.CRITICAL,
-        )
+        level = (logging.INFO if java_root.isInfoEnabled() else logging.WARNING if java_root.isWarnEnabled()
+                 else logging.ERROR if java_root.isErrorEnabled() else logging.CRITICAL)
     except Exception as error:  # a JVM without SLF4J's API here: keep pemja's level, say why
         log.warning("could not read the TaskManager's log level (%r); Python logs at DEBUG, as pemja set it", error)
         return None
