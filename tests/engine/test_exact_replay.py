@@ -702,6 +702,46 @@ def test_a_listener_changing_its_event_does_not_change_what_another_listener_get
     assert CALLS == Counter({("price_tags", ("a",)): 1, ("final", None): 1})
 
 
+class Note(Event):
+    text: str = ""
+
+
+def send_note_and_early_output(event: Event, ctx: Any) -> None:
+    CALLS[("send_note", None)] += 1
+    ctx.send_event(OutputEvent(output="early"))  # no listener: encoded only if the run writes a journal
+    ctx.send_event(Note(text="original"))
+
+
+def rewrite_note(event: Note, ctx: Any) -> None:
+    seen = event.text
+    event.text = "rewritten"  # changes the event it was given
+    ctx.durable_execute(final, [seen])
+    ctx.send_event(OutputEvent(output=seen))
+
+
+def test_an_event_of_plain_values_journals_as_its_listener_got_it_and_an_output_as_it_was_sent() -> None:
+    agent = Agent().add_action("send", [InputEvent], send_note_and_early_output).add_action("rewrite", [Note], rewrite_note)
+    store = InMemoryJournalStore()
+    CRASH["final"] = True
+    with pytest.raises(Crash):
+        _run_agent(agent, store)
+    assert _run_agent(agent, store).outputs == [{"k": "early"}, {"k": "original"}]
+    assert CALLS == Counter({("send_note", None): 1, ("final", None): 1})  # "send" replayed from its completion
+
+
+def test_a_run_that_writes_no_journal_encodes_no_output_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flink_agents.runtime.execution import action_loop, event_codec
+
+    def refuse(event: Event) -> None:
+        raise AssertionError(f"encoded {event!r}")
+
+    monkeypatch.setattr(event_codec, "encode_event", refuse)
+    monkeypatch.setattr(action_loop, "encode_event", refuse)
+    store = InMemoryJournalStore()
+    driver = _process(lambda event, ctx: ctx.send_event(OutputEvent(output=7)), store)
+    assert driver.outputs == [{"k": 7}] and store.count_entries() == 0
+
+
 def emits_bytearray(event: Event, ctx: Any) -> None:
     ctx.send_event(OutputEvent(output={"x": [bytearray(b"a")]}))
 

@@ -1,14 +1,18 @@
-"""``send_event``'s check refuses exactly what encoding the event would."""
+"""``send_event``'s check refuses exactly what encoding the event would; an
+action's sent events are encoded when it returns, or, holding only plain
+values, when first read (``encode_sent``)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
-from flink_agents.api.events.event import OutputEvent
+from flink_agents.api.events.event import Event, OutputEvent
+from flink_agents.runtime.durability.codec import json_text
 from flink_agents.runtime.execution import event_codec
-from flink_agents.runtime.execution.event_codec import check_event, encode_event
+from flink_agents.runtime.execution.event_codec import DeferredEvent, check_event, encode_event, encode_sent
 
 
 @pytest.mark.parametrize("output", [1, -2**62, 1.5, "text", None, True, uuid.uuid4(), {}, []])
@@ -34,3 +38,33 @@ def test_a_value_the_codec_refuses_fails_the_check_as_encoding_does(output) -> N
 @pytest.mark.parametrize("output", [float("nan"), 2**70, {"a": 1}, [1, 2], (1, 2)])
 def test_values_that_need_encoding_are_encoded_by_the_check(output) -> None:
     check_event(OutputEvent(output=output))  # encodable: no error
+
+
+def test_a_plain_sent_event_is_encoded_once_when_first_read_and_journals_as_encoding_gives(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    event = OutputEvent(output="a", id=uuid.uuid4())
+    sent = encode_sent(event)
+    assert isinstance(sent, DeferredEvent)
+    expected = encode_event(event)
+    encoded = []
+    real = event_codec.encode_event
+    monkeypatch.setattr(event_codec, "encode_event", lambda e: encoded.append(e) or real(e))
+    completion = {"events": [sent], "stm": {"set": {}, "del": []}}
+    assert json.loads(json_text(completion)) == {"events": [expected], "stm": {"set": {}, "del": []}}
+    assert sent.get() == expected and len(encoded) == 1  # once, however often read
+
+
+def test_an_event_of_values_that_need_encoding_is_encoded_when_sent() -> None:
+    sent = encode_sent(OutputEvent(output={"a": (1, 2)}))
+    assert isinstance(sent, dict) and sent["fields"]["output"] == {"a": {"$tuple": [1, 2]}}
+
+
+def test_an_event_class_that_cannot_be_found_by_name_fails_when_sent_even_if_plain() -> None:
+    def make() -> Event:
+        class Local(Event):
+            tag: str = ""
+
+        return Local(tag="x")
+
+    with pytest.raises(TypeError, match="Local"):
+        encode_sent(make())

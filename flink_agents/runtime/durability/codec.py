@@ -71,7 +71,7 @@ from flink_agents.runtime.durability.codec_classes import (
 )
 
 __all__ = [
-    "ClassNotAllowed", "DecodeError", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -166,19 +166,49 @@ def dumps(value: Any, path: str = "value") -> str:
 def json_text(data: Any, ensure_ascii: bool = True) -> str:
     """Compact JSON text of ``data``, which holds JSON values only, as
     ``encode`` returns them (no NaN or infinity: orjson would write them as
-    ``null``). Written by orjson (ten times faster than ``json.dumps`` on a
-    step completion; non-ASCII as UTF-8); where orjson refuses (an int
-    beyond 64 bits, a str with a lone surrogate), by ``json.dumps``, with
-    non-ASCII escaped unless ``ensure_ascii`` is False. Both read back with
+    ``null``), or ``Deferred`` parts, written as what their ``get`` returns.
+    Written by orjson (ten times faster than ``json.dumps`` on a step
+    completion; non-ASCII as UTF-8); where orjson refuses (an int beyond 64
+    bits, a str with a lone surrogate), by ``json.dumps``, with non-ASCII
+    escaped unless ``ensure_ascii`` is False. Both read back with
     ``json.loads`` as the same data; texts are not compared, only values.
 
     Raises:
         TypeError: ``data`` holds a value that is not JSON (as ``json.dumps``).
     """
     try:
-        return orjson.dumps(data).decode()
+        return orjson.dumps(data, default=_deferred_part).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=False)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=False,
+                          default=_deferred_part)
+
+
+class Deferred:
+    """A part of a journal payload encoded only when the payload is written
+    (``json_text``) or read (``get``), and then once: a step completion's
+    event that no listener reads is never encoded by a run that writes no
+    journal. Subclasses give ``_encode``; what it returns is JSON data, as
+    ``encode`` returns it."""
+
+    __slots__ = ("_encoded",)
+
+    def __init__(self) -> None:
+        self._encoded: Any = None
+
+    def get(self) -> Any:
+        """The encoded part (made on the first call)."""
+        if self._encoded is None:
+            self._encoded = self._encode()
+        return self._encoded
+
+    def _encode(self) -> Any:
+        raise NotImplementedError
+
+
+def _deferred_part(value: Any) -> Any:
+    if isinstance(value, Deferred):
+        return value.get()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def loads(text: str) -> Any:

@@ -53,7 +53,7 @@ from flink_agents.runtime.errors import (
     INTERNAL, RETRYABLE, ActionFailed, ActionReturnedValue, JournalUnavailable, NondeterminismError, RecordParked, RecordSkipped,
     classify,
 )
-from flink_agents.runtime.execution.event_codec import decode_event, encode_event
+from flink_agents.runtime.execution.event_codec import DeferredEvent, decode_event, encode_event, encode_sent
 from flink_agents.runtime.execution.input_event import input_event
 from flink_agents.runtime.durability.ids import RunIdentity
 from flink_agents.runtime.execution.memory import SENSORY_LABEL, StagedMemory, apply_diff
@@ -109,6 +109,10 @@ async def run_record(run: Run, record: PendingRecord) -> None:
             counters.events += 1
             logged = None if event_log is None else event_log.took(event)
             actions = _triggered(run, event)
+            if type(encoded) is DeferredEvent:
+                # Journaled as its listeners get it; with none, as the run
+                # ends with it (encode_sent), if the run writes a journal.
+                encoded = encoded.get() if actions else None
             if encoded is None and len(actions) + isinstance(event, OutputEvent) > 1:
                 encoded = encode_event(event)  # before any listener can change it
             if isinstance(event, OutputEvent):
@@ -183,9 +187,10 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             for observed in memory_events(switches, identity.key, event, ctx.sensory, ctx.short_term,
                                           ctx.ltm_observations):
                 ctx.send_event(observed)  # after the action's own events, with its lineage
-            # Encoded now, as part of the action: an event holding a value
-            # the codec refuses is the action's error (terminal), naming it.
-            ctx.encoded_events = [encode_event(e) for e in ctx.sent_events]
+            # Encoded (or checked, and encoded when read) now, as part of
+            # the action: an event holding a value the codec refuses is the
+            # action's error (terminal), naming it.
+            ctx.encoded_events = [encode_sent(e) for e in ctx.sent_events]
             run.counters.actions += 1
             # Built-in metrics: an executed step (never a replayed one), its
             # time from the first attempt's start, retries included.

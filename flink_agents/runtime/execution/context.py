@@ -84,7 +84,8 @@ class ActionContext(RunnerContext):
         self._session_turns: Dict[str, asyncio.Lock] = {}  # explicit session id -> one call at a time
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
-        self.encoded_events: List[Dict[str, Any]] = []  # filled by the action loop when the action returned
+        # Filled by the action loop when the action returned: each event encoded, or deferred (encode_sent).
+        self.encoded_events: List[Any] = []
 
     @property
     def key(self) -> Any:

@@ -19,11 +19,11 @@ from typing import Any, Dict, Tuple
 from uuid import UUID
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.durability.codec import decode, encode, rebuild_model
+from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
-__all__ = ["check_event", "decode_event", "encode_event"]
+__all__ = ["DeferredEvent", "check_event", "decode_event", "encode_event", "encode_sent"]
 
 _CODEC_VERSION = 2
 
@@ -37,12 +37,7 @@ def encode_event(event: Event) -> Dict[str, Any]:
             name where the journal is read.
     """
     cls = type(event)
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        # Per class, once: pydantic's ``model_fields`` is a property that
-        # costs more than encoding a small event's fields.
-        shape = _SHAPES[cls] = (tuple(cls.model_fields), class_name(cls, EVENT), f"event {cls.__qualname__}")
-    names, type_name, where = shape
+    names, type_name, where = _SHAPES.get(cls) or _shape(cls)
     state = event.__dict__
     # One encode for all declared fields: a refused value's path is still
     # "event Class.field.part" (the codec appends ".field" to ``where``).
@@ -62,16 +57,70 @@ def encode_event(event: Event) -> Dict[str, Any]:
 _SHAPES: Dict[type, Tuple[Tuple[str, ...], str, str]] = {}
 
 
+def _shape(cls: type) -> Tuple[Tuple[str, ...], str, str]:
+    """Per class, once: pydantic's ``model_fields`` is a property that
+    costs more than encoding a small event's fields.
+
+    Raises:
+        TypeError: The class cannot be found by name (``class_name``).
+    """
+    shape = _SHAPES[cls] = (tuple(cls.model_fields), class_name(cls, EVENT), f"event {cls.__qualname__}")
+    return shape
+
+
 def check_event(event: Event) -> None:
     """Raise what ``encode_event(event)`` would raise, skipping the encoding
-    when every field holds a value no encoding can refuse (a str, bool,
-    None, UUID, small int, finite float, or an empty dict or list): the
-    check ``send_event`` makes on every event, which the action loop then
-    encodes anyway when the action returns.
+    when every field holds a value no encoding can refuse (``_is_plain``):
+    the check ``send_event`` makes on every event, which the action loop
+    then encodes when the action returns.
 
     Raises:
         TypeError: As ``encode_event``.
     """
+    if not _is_plain(event):
+        encode_event(event)
+
+
+def encode_sent(event: Event) -> Dict[str, Any] | "DeferredEvent":
+    """A sent event's encoding as its step completion holds it, when its
+    action returned: a ``DeferredEvent`` when every field holds a value no
+    encoding can refuse (``_is_plain``), else ``encode_event(event)`` now.
+
+    A deferred event is encoded when a listener is about to run on it (the
+    action loop asks, so what is journaled is what the listener was given)
+    or when the journal writes the completion, whichever comes first; a run
+    that writes no journal never encodes an event no action listens to (an
+    ``OutputEvent``). Nothing but its listeners can reach a sent event
+    before then: its action returned, its outputs are held until the run
+    finished.
+
+    Raises:
+        TypeError: As ``encode_event`` (a value refused, or an event class
+            that cannot be found by name where the journal is read).
+    """
+    if type(event) not in _SHAPES:
+        _shape(type(event))  # the class must be nameable, whenever it is encoded
+    return DeferredEvent(event) if _is_plain(event) else encode_event(event)
+
+
+class DeferredEvent(Deferred):
+    """A sent event whose encoding (``encode_event``) waits for a reader
+    (``encode_sent``)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def _encode(self) -> Dict[str, Any]:
+        return encode_event(self.event)
+
+
+def _is_plain(event: Event) -> bool:
+    """Whether every field of ``event`` holds a value no encoding can
+    refuse: a str, bool, None, UUID, small int, finite float, or an empty
+    dict or list."""
     state = event.__dict__
     extra = event.__pydantic_extra__
     for values in (state.values(), extra.values() if extra else ()):
@@ -80,8 +129,8 @@ def check_event(event: Event) -> None:
             if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
                     kind is float and value - value == 0.0) or ((kind is dict or kind is list) and not value):
                 continue
-            encode_event(event)
-            return
+            return False
+    return True
 
 
 _PLAIN = frozenset({str, bool, type(None), UUID})
