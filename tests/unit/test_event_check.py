@@ -15,7 +15,8 @@ from flink_agents.runtime.execution import event_codec
 from flink_agents.runtime.execution.event_codec import DeferredEvent, check_event, encode_event, encode_sent
 
 
-@pytest.mark.parametrize("output", [1, -2**62, 1.5, "text", None, True, uuid.uuid4(), {}, []])
+@pytest.mark.parametrize("output", [1, -2**62, 1.5, "text", None, True, uuid.uuid4(), {}, [],
+                                    {"a": [1, "x", {"b": None}]}, [[2.5]]])
 def test_an_event_of_plain_values_is_checked_without_encoding(output, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(event):  # noqa: ANN001, ANN202
         raise AssertionError("encoded")
@@ -35,7 +36,7 @@ def test_a_value_the_codec_refuses_fails_the_check_as_encoding_does(output) -> N
     assert "event OutputEvent.output" in str(checking.value)
 
 
-@pytest.mark.parametrize("output", [float("nan"), 2**70, {"a": 1}, [1, 2], (1, 2)])
+@pytest.mark.parametrize("output", [float("nan"), 2**70, {"a": (1,)}, [1, {"$b": 2}], (1, 2), {1: "a"}])
 def test_values_that_need_encoding_are_encoded_by_the_check(output) -> None:
     check_event(OutputEvent(output=output))  # encodable: no error
 
@@ -54,9 +55,12 @@ def test_a_plain_sent_event_is_encoded_once_when_first_read_and_journals_as_enco
     assert sent.get() == expected and len(encoded) == 1  # once, however often read
 
 
-def test_an_event_of_values_that_need_encoding_is_encoded_when_sent() -> None:
-    sent = encode_sent(OutputEvent(output={"a": (1, 2)}))
-    assert isinstance(sent, dict) and sent["fields"]["output"] == {"a": {"$tuple": [1, 2]}}
+@pytest.mark.parametrize("output", [{"a": (1, 2)}, {"a": [float("inf")]}, {"$a": 1}, [2**64], [[[1]]]])
+def test_an_event_of_values_that_need_encoding_is_encoded_when_sent(output, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_codec, "_PLAIN_DEPTH", 2)  # [[[1]]]: deeper than that
+    event = OutputEvent(output=output)
+    sent = encode_sent(event)
+    assert isinstance(sent, dict) and sent == encode_event(event)
 
 
 def test_an_event_class_that_cannot_be_found_by_name_fails_when_sent_even_if_plain() -> None:

@@ -90,9 +90,9 @@ def encode_sent(event: Event) -> Dict[str, Any] | "DeferredEvent":
     action loop asks, so what is journaled is what the listener was given)
     or when the journal writes the completion, whichever comes first; a run
     that writes no journal never encodes an event no action listens to (an
-    ``OutputEvent``). Nothing but its listeners can reach a sent event
-    before then: its action returned, its outputs are held until the run
-    finished.
+    ``OutputEvent``). Until then only runtime code holds it: its action
+    returned, memory holds copies (``MemoryNode``), and the run's outputs
+    are held until it finished, so an output is journaled as it is emitted.
 
     Raises:
         TypeError: As ``encode_event`` (a value refused, or an event class
@@ -118,23 +118,50 @@ class DeferredEvent(Deferred):
 
 
 def _is_plain(event: Event) -> bool:
-    """Whether every field of ``event`` holds a value no encoding can
-    refuse: a str, bool, None, UUID, small int, finite float, or an empty
-    dict or list."""
+    """Whether every field of ``event`` holds plain JSON data, which no
+    encoding can refuse and which encodes as itself: a str, bool, None,
+    UUID, int within 64 bits, finite float, or a dict (str keys not starting
+    with ``$``) or list of such, nested at most ``_PLAIN_DEPTH`` deep."""
     state = event.__dict__
     extra = event.__pydantic_extra__
     for values in (state.values(), extra.values() if extra else ()):
         for value in values:
             kind = type(value)
             if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
-                    kind is float and value - value == 0.0) or ((kind is dict or kind is list) and not value):
+                    kind is float and value - value == 0.0):
+                continue
+            if (kind is dict or kind is list) and _is_plain_json(value, _PLAIN_DEPTH):
                 continue
             return False
     return True
 
 
+def _is_plain_json(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -_SMALL_INT < value < _SMALL_INT
+    if kind is float:
+        return value - value == 0.0  # finite
+    if depth == 0:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or key[:1] == "$" or not _is_plain_json(item, depth - 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _is_plain_json(item, depth - 1):
+                return False
+        return True
+    return False
+
+
 _PLAIN = frozenset({str, bool, type(None), UUID})
 _SMALL_INT = 2**63
+_PLAIN_DEPTH = 32  # deeper data is encoded when sent, as any other
 
 
 def decode_event(data: Dict[str, Any]) -> Event:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from typing import AsyncIterator, Optional
+from contextvars import ContextVar, Token
+from typing import Any, AsyncIterator, Optional
 
 __all__ = ["RunSlots", "parked"]
 
@@ -45,20 +45,37 @@ class RunSlots:
             raise ValueError(f"max_concurrent_runs must be >= 1, not {limit}")
         self._semaphore = asyncio.Semaphore(limit)
 
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """Hold a slot for the run inside the block (waits for a free one)."""
-        slot = _Slot(self._semaphore)
-        await self._semaphore.acquire()
+    def hold(self) -> "_Hold":
+        """``async with slots.hold():`` holds a slot for the run inside the
+        block (waits for a free one)."""
+        return _Hold(_Slot(self._semaphore))
+
+
+class _Hold:
+    """``RunSlots.hold``'s block: a class, not a generator context manager,
+    as it is entered once per run. Cancelled while it waits for a slot, it
+    holds none and the block does not run."""
+
+    __slots__ = ("_slot", "_token")
+
+    def __init__(self, slot: _Slot) -> None:
+        self._slot = slot
+        self._token: Token[Optional[_Slot]] | None = None
+
+    async def __aenter__(self) -> None:
+        slot = self._slot
+        await slot.semaphore.acquire()
         slot.held = True
-        token = _current.set(slot)
-        try:
-            yield
-        finally:
-            _current.reset(token)
-            if slot.held:
-                slot.held = False
-                self._semaphore.release()
+        self._token = _current.set(slot)
+
+    async def __aexit__(self, *exc_info: Any) -> bool:
+        assert self._token is not None  # set by __aenter__
+        _current.reset(self._token)
+        slot = self._slot
+        if slot.held:
+            slot.held = False
+            slot.semaphore.release()
+        return False
 
 
 @asynccontextmanager
