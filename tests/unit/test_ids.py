@@ -52,3 +52,30 @@ def test_event_ids_are_the_uuid5_ids_journals_already_hold() -> None:
         assert (made.version, made.variant, made.is_safe, hash(made), repr(made)) == (
             5, uuid.RFC_4122, uuid.SafeUUID.unknown, hash(event_id(other, step, ordinal)),
             repr(event_id(other, step, ordinal)))
+
+
+def test_an_event_id_is_hashed_when_first_read_and_travels_as_a_plain_uuid() -> None:
+    """A run's event ids are made for every event but read for few
+    (``derived_uuid``): none is hashed until read; once read, it pickles,
+    encodes and compares as the ``uuid.UUID`` it stands for."""
+    import pickle
+
+    from flink_agents.runtime.durability.codec import decode, encode
+
+    class CountingRun(RunIdentity):
+        __slots__ = ("prefixes",)
+
+        def event_prefix(self):  # noqa: ANN202
+            self.prefixes += 1
+            return super().event_prefix()
+
+    run = CountingRun("job-1", "k", 3)
+    run.prefixes = 0
+    made = [run.event_id("act@0", i) for i in range(3)]
+    assert run.prefixes == 0  # nothing read, nothing hashed
+    assert str(made[2]) == str(event_id(run, "act@0", 2)) and run.prefixes == 1
+    assert made[2].int == event_id(run, "act@0", 2).int and run.prefixes == 1  # once per id
+    for value in (pickle.loads(pickle.dumps(made[0])), decode(encode(made[1]))):
+        assert type(value) is uuid.UUID
+    assert pickle.loads(pickle.dumps(made[0])) == event_id(run, "act@0", 0)
+    assert encode(made[1]) == {"$uuid": str(event_id(run, "act@0", 1))}

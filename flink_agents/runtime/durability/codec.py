@@ -69,6 +69,7 @@ from pydantic import BaseModel, ValidationError
 from flink_agents.runtime.durability.codec_classes import (
     DATACLASS, ENUM, EXCEPTION, MODEL, ROW, ClassNotAllowed, DecodeError, Kind, class_name, resolve_class,
 )
+from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 
 __all__ = [
     "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
@@ -450,6 +451,7 @@ _ENCODERS: Dict[type, Callable[[Any], Any]] = {
     dt.timedelta: lambda v: {"$timedelta": [v.days, v.seconds, v.microseconds]},
     Decimal: lambda v: {"$decimal": str(v)},
     uuid.UUID: lambda v: {"$uuid": str(v)},
+    DerivedUUID: lambda v: {"$uuid": str(v)},  # an event id: read back as the uuid.UUID it is
 }
 
 

@@ -23,6 +23,7 @@ import json
 import uuid
 from typing import Any
 
+from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.callbacks import CallbackRef
 
@@ -67,15 +68,18 @@ class RunIdentity:
         self._event_prefix: Any = None  # SHA-1 of the namespace and this run's part of the name, made once
 
     def event_id(self, step: str, ordinal: int) -> uuid.UUID:
-        """See ``event_id``; the same value, hashing the run's part of the
-        name once per run rather than once per event."""
+        """See ``event_id``; the same value, hashed when first read
+        (``DerivedUUID``), the run's part of the name once per run."""
+        return DerivedUUID(self, step, ordinal)
+
+    def event_prefix(self) -> Any:
+        """The SHA-1 state of the event namespace and this run's part of an
+        event id's name (``event_id``), made once; callers copy it."""
         prefix = self._event_prefix
         if prefix is None:
             prefix = self._event_prefix = hashlib.sha1(
                 _EVENT_NAMESPACE.bytes + f"{self.journal_id}/{self.key_text}/{self.seq}/".encode())
-        digest = prefix.copy()
-        digest.update(f"{step}/{ordinal}".encode())
-        return uuid_from_sha1(digest.digest())
+        return prefix
 
     def __repr__(self) -> str:
         return f"RunIdentity({self.journal_id!r}, {self.key_text}, #{self.seq})"
@@ -85,23 +89,6 @@ def event_id(run: RunIdentity, step: str, ordinal: int) -> uuid.UUID:
     """The id of the ``ordinal``-th event ``step`` sent (UUIDv5, RFC 9562
     section 5.5: ``uuid5(_EVENT_NAMESPACE, "journal/key/seq/step/ordinal")``)."""
     return uuid.uuid5(_EVENT_NAMESPACE, f"{run.journal_id}/{run.key_text}/{run.seq}/{step}/{ordinal}")
-
-
-_UUID_SLOTS_INT = uuid.UUID.__dict__["int"]  # the slot descriptor UUID.__init__ fills
-_UUID_SLOTS_SAFE = uuid.UUID.__dict__["is_safe"]
-_V5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_V5_SET = (5 << 76) | (0x8000 << 48)
-
-
-def uuid_from_sha1(digest: bytes) -> uuid.UUID:
-    """``uuid.uuid5``'s result for a SHA-1 ``digest`` of namespace + name,
-    built without ``UUID.__init__``'s argument checks (a per-event cost):
-    the first 16 bytes, version 5 and the RFC 4122 variant set."""
-    value = (int.from_bytes(digest[:16], "big") & _V5_CLEAR) | _V5_SET
-    made = object.__new__(uuid.UUID)
-    _UUID_SLOTS_INT.__set__(made, value)
-    _UUID_SLOTS_SAFE.__set__(made, uuid.SafeUUID.unknown)
-    return made
 
 
 def sub_agent_call_id(run: RunIdentity, step: str, name: str, ordinal: int) -> str:

@@ -21,6 +21,7 @@ from uuid import UUID
 from flink_agents.api.events.event import Event
 from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
+from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["DeferredEvent", "check_event", "decode_event", "encode_event", "encode_sent"]
@@ -159,7 +160,7 @@ def _is_plain_json(value: Any, depth: int) -> bool:
     return False
 
 
-_PLAIN = frozenset({str, bool, type(None), UUID})
+_PLAIN = frozenset({str, bool, type(None), UUID, DerivedUUID})
 _SMALL_INT = 2**63
 _PLAIN_DEPTH = 32  # deeper data is encoded when sent, as any other
 
