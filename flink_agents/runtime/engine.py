@@ -370,7 +370,7 @@ class AgentEngine:
             raise
         else:
             count_replayed(completed)  # the tokens of steps replayed from their completion
-            await journal.finish_async("ok", force=await self._close_callbacks(run))
+            await journal.finish_async("ok", force=self.callbacks is not None and await self._close_callbacks(run))
             if run_log is not None:
                 run_log.finished()
             if progress is not None and progress.commits == 0 and not journal.is_replay:
@@ -388,7 +388,8 @@ class AgentEngine:
             self.counters.calls_replayed += journal.calls_replayed
             self.counters.calls_reconciled += journal.calls_reconciled
         self.counters.records += 1
-        await self._maybe_prune()
+        if self.clock.now() - self._last_prune >= self._prune_interval_s:  # checked here: no coroutine per record
+            await self._maybe_prune()
 
     def _text_of(self, key: Any) -> str:
         """``key_text(key)``, kept for str keys (the common case; its JSON

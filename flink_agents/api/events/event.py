@@ -67,12 +67,13 @@ def _unsent_event_id() -> UUID:
     version 4, variant 10), without its argument checks."""
     made = object.__new__(UUID)
     _UUID_INT.__set__(made, (random.getrandbits(128) & _V4_CLEAR) | _V4_SET)
-    _UUID_SAFE.__set__(made, SafeUUID.unknown)
+    _UUID_SAFE.__set__(made, _SAFE_UNKNOWN)
     return made
 
 
 _UUID_INT = UUID.__dict__["int"]  # the slots UUID.__init__ fills
 _UUID_SAFE = UUID.__dict__["is_safe"]
+_SAFE_UNKNOWN = SafeUUID.unknown  # read once: an enum member read through its class is a descriptor call
 _V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _V4_SET = (4 << 76) | (0x8000 << 48)
 

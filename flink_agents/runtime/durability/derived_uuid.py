@@ -23,6 +23,7 @@ __all__ = ["DerivedUUID"]
 
 _INT = uuid.UUID.__dict__["int"]  # the slots uuid.UUID.__init__ fills, set directly
 _IS_SAFE = uuid.UUID.__dict__["is_safe"]
+_UNKNOWN = uuid.SafeUUID.unknown  # read once: an enum member read through its class is a descriptor call
 _V5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _V5_SET = (5 << 76) | (0x8000 << 48)
 
@@ -44,7 +45,7 @@ class DerivedUUID(uuid.UUID):
         object.__setattr__(self, "_run", run)
         object.__setattr__(self, "_step", step)
         object.__setattr__(self, "_ordinal", ordinal)
-        _IS_SAFE.__set__(self, uuid.SafeUUID.unknown)
+        _IS_SAFE.__set__(self, _UNKNOWN)
 
     @property
     def int(self) -> int:  # type: ignore[override]  # uuid.UUID's slot, filled on first read

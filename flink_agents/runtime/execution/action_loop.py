@@ -180,7 +180,7 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
         scope = enter_action(ctx)
         try:
             returned = spec.function.resolve()(event, ctx)
-            if inspect.isawaitable(returned):
+            if returned is not None and inspect.isawaitable(returned):
                 returned = await _within_timeout(returned, policy.timeout_s, spec.name, identity)
             if returned is not None:
                 raise ActionReturnedValue(spec.name, returned)
