@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from flink_agents.api.events.event import Event, OutputEvent
 from flink_agents.runtime.durability.codec import EncodeError, decode, dumps, encode, loads, plain_json, round_trip
 from flink_agents.runtime.durability.codec_classes import trust_package
-from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome
+from flink_agents.runtime.durability.codec_exceptions import decode_outcome, encode_outcome, encode_result
 from flink_agents.runtime.errors import ReplayedError
 from flink_agents.runtime.execution.event_codec import decode_event, encode_event
 from tests.support.pythons import ExceptionGroup, StrEnum
@@ -460,6 +460,14 @@ def test_an_attribute_the_codec_cannot_carry_is_left_out_when_type_args_and_mess
 def test_a_result_that_cannot_be_kept_is_refused_naming_the_call_and_path() -> None:
     with pytest.raises(TypeError, match=r"call lookup#2 returned .*result\.rows\[0\] is a .*Opaque"):
         encode_outcome({"rows": [Opaque()]}, call="lookup#2")
+
+
+@pytest.mark.parametrize("value", ROUND_TRIPS + [2**80, "lone \ud800 surrogate", "ünï"], ids=lambda v: type(v).__name__)
+def test_a_first_run_gets_the_result_a_replay_of_its_payload_reads(value: Any) -> None:
+    payload, first_run = encode_result(value, call="c")
+    replayed = decode_outcome(payload)
+    assert payload == encode_outcome(value, call="c")
+    assert first_run == replayed and _types(first_run) == _types(replayed)
 
 
 def test_earlier_payloads_still_replay() -> None:

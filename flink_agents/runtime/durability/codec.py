@@ -60,7 +60,7 @@ import sys
 import uuid
 from decimal import Decimal
 from enum import Enum
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -72,7 +72,7 @@ from flink_agents.runtime.durability.codec_classes import (
 from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 
 __all__ = [
-    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "encode_result", "loads", "plain_json", "round_trip",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -624,6 +624,14 @@ def encode_outcome(result: Any = None, error: BaseException | None = None, *, ca
     from flink_agents.runtime.durability import codec_exceptions
 
     return codec_exceptions.encode_outcome(result, error, call=call)
+
+
+def encode_result(result: Any, *, call: str) -> Tuple[str, Any]:
+    """A call's result as its outcome's JSON text, and as a replay reads it;
+    see ``codec_exceptions.encode_result``."""
+    from flink_agents.runtime.durability import codec_exceptions
+
+    return codec_exceptions.encode_result(result, call=call)
 
 
 def decode_outcome(payload: str) -> Any:

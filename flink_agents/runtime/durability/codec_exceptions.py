@@ -31,7 +31,7 @@ A call outcome (``encode_outcome``) is ``{"c": 2, "ok": value}`` or
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 from flink_agents._pycompat import add_note
 from flink_agents.api.redaction import redact_text
@@ -228,10 +228,7 @@ def encode_outcome(result: Any = None, error: BaseException | None = None, *, ca
             and the offending path and type (raised from ``error``).
     """
     if error is None:
-        try:
-            return codec.json_text({"c": CODEC_VERSION, "ok": codec.encode(result, "result")})
-        except TypeError as exc:
-            raise TypeError(f"call {call} returned a value the journal cannot keep with its type: {exc}") from None
+        return codec.json_text({"c": CODEC_VERSION, "ok": _encoded_result(result, call)})
     try:
         data = codec.encode(error, "exception")
     except TypeError as exc:
@@ -240,6 +237,26 @@ def encode_outcome(result: Any = None, error: BaseException | None = None, *, ca
             f"replay raises it again: {exc}"
         ) from error
     return codec.json_text({"c": CODEC_VERSION, "error": data["$exception"]})
+
+
+def encode_result(result: Any, *, call: str) -> Tuple[str, Any]:
+    """``(encode_outcome(result), decode_outcome(that payload))`` with the
+    result decoded from its encoded data, not from the payload's text: the
+    same value (the text holds that data as JSON, which reads back as the
+    same data), without parsing the text the first run just wrote.
+
+    Raises:
+        TypeError: As ``encode_outcome``.
+    """
+    encoded = _encoded_result(result, call)
+    return codec.json_text({"c": CODEC_VERSION, "ok": encoded}), codec.decode(encoded)
+
+
+def _encoded_result(result: Any, call: str) -> Any:
+    try:
+        return codec.encode(result, "result")
+    except TypeError as exc:
+        raise TypeError(f"call {call} returned a value the journal cannot keep with its type: {exc}") from None
 
 
 def decode_outcome(payload: str) -> Any:

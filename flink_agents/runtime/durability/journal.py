@@ -100,7 +100,7 @@ from flink_agents.runtime.durability.call_position import call_body, is_under
 from flink_agents.runtime.durability.call_started import is_started, started_mark
 from flink_agents.runtime.durability.call_threads import CallExecution
 from flink_agents.runtime.durability import codec
-from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome
+from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome, encode_result
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
 from flink_agents.runtime.durability.input_digest import call_digest, journaled_input, mismatch, stamp
 from flink_agents.runtime.durability.values import encode_value
@@ -859,9 +859,9 @@ class RunJournal:
         Raises:
             TypeError: The result cannot be journaled faithfully (names the call).
         """
-        payload = encode_outcome(result, call=_call_name(function_id, step, ordinal))
+        payload, as_replayed = encode_result(result, call=_call_name(function_id, step, ordinal))
         self._buffer.append(JournalEntry(step, ordinal, function_id, str(digest), timed(payload, started_ns)))
-        return decode_outcome(payload)
+        return as_replayed
 
     def _buffer_error(
         self, step: str, ordinal: int, function_id: str, digest: str, error: Exception, started_ns: int,

@@ -131,7 +131,7 @@ def _is_plain(event: Event) -> bool:
             if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
                     kind is float and value - value == 0.0):
                 continue
-            if (kind is dict or kind is list) and _is_plain_json(value, _PLAIN_DEPTH):
+            if (kind is dict or kind is list) and (not value or _is_plain_json(value, _PLAIN_DEPTH)):
                 continue
             return False
     return True
