@@ -39,7 +39,7 @@ class DerivedUUID(uuid.UUID):
     ``hashlib.sha1`` object it copies) updated with ``"{step}/{ordinal}"``,
     computed on the first read."""
 
-    __slots__ = ("_run", "_step", "_ordinal")
+    __slots__ = ("_run", "_step", "_ordinal", "_text")
 
     def __init__(self, run: Any, step: str, ordinal: int) -> None:  # noqa: D107 - no UUID.__init__: nothing to check
         object.__setattr__(self, "_run", run)
@@ -57,6 +57,14 @@ class DerivedUUID(uuid.UUID):
             value = _v5_int(digest.digest())
             _INT.__set__(self, value)
             return value
+
+    def __str__(self) -> str:
+        try:
+            return self._text
+        except AttributeError:  # an id is written as text once per encoding of its event: made once
+            text = uuid.UUID.__str__(self)
+            object.__setattr__(self, "_text", text)
+            return text
 
     def __repr__(self) -> str:
         return f"UUID('{self}')"

@@ -192,6 +192,9 @@ class LocalGauge(Gauge):
         return self._value
 
 
+_MODEL_GROUPS_KEPT = 4096  # (action, model) pairs are few; bound them anyway
+
+
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{what} must be a non-empty string, got {name!r}")
@@ -319,6 +322,7 @@ class BuiltinMetrics:
         self._per_action: Dict[str, Tuple[LocalCounter, LocalHistogram]] = {}
         self._cost_usd: Dict[Tuple[str, str], float] = {}  # exact cost so far per (action, model)
         self._cost_lock = threading.Lock()
+        self._model_groups: Dict[Tuple[str, str], LocalMetricGroup] = {}  # (action, model) -> its group
         if counters is not None:
             # Read from the engine's totals, which the action loop counts
             # anyway (``events``: every event taken, replays included;
@@ -349,7 +353,11 @@ class BuiltinMetrics:
         """One model call of ``action`` on ``model`` used ``usage``
         (``runtime.execution.usage.Usage``), costing ``cost_usd`` (None: no
         price known): the ``action.<a>.model.<m>`` counters."""
-        group = self.action_group(action).get_sub_group("model", model)
+        group = self._model_groups.get((action, model))
+        if group is None:  # per (action, model), once: group names are checked as a user's would be
+            if len(self._model_groups) >= _MODEL_GROUPS_KEPT:
+                self._model_groups.clear()
+            group = self._model_groups[(action, model)] = self.action_group(action).get_sub_group("model", model)
         group.get_counter("promptTokens").inc(usage.input_tokens)
         group.get_counter("completionTokens").inc(usage.output_tokens)
         if usage.cached_input_tokens is not None:
