@@ -123,7 +123,10 @@ class KeyRunner:
         self._workers: Dict[Any, _Worker] = {}
         self._ready: Dict[Any, None] = {}  # keys with completions or progress not yet taken, in order
         self._backlog = 0
-        self._changed = threading.Condition()
+        # Held with ``with self._lock`` (the condition's own lock: entering
+        # the Condition is a Python-level call more, a dozen times per record).
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         if loop is not None and loop_thread:
             raise ValueError("a loop of the host's own needs loop_thread=False")
         self._owns_loop = loop is None
@@ -171,7 +174,7 @@ class KeyRunner:
         Call it in a callback of ``key`` after appending a record to the
         key's pending queue, and after a restore (records pending in state).
         """
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None:
@@ -201,7 +204,7 @@ class KeyRunner:
             accept: Given a record's seq, whether to take it now; taking
                 stops at the first it refuses (records apply in order).
         """
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None or not worker.completions:
@@ -213,7 +216,7 @@ class KeyRunner:
 
     def has_completions(self, key: Any) -> bool:
         """Whether ``key`` has finished records not yet taken."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             return worker is not None and bool(worker.completions)
@@ -221,7 +224,7 @@ class KeyRunner:
     def take_progress(self, key: Any) -> List[Dict[str, Any]]:
         """The progress records ``key``'s runs published, not yet taken, in
         order (published records only: each after its commit landed)."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None or not worker.progress:
@@ -231,13 +234,13 @@ class KeyRunner:
 
     def knows(self, key: Any) -> bool:
         """Whether the runner holds ``key`` (false after a restore or release)."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             return key in self._workers
 
     def has_work(self, key: Any) -> bool:
         """Whether ``key`` has records running, queued or not yet taken."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             return worker is not None and (
@@ -249,7 +252,7 @@ class KeyRunner:
         starts from the host's state again (e.g. after a state TTL expired).
         Whether the runner forgot it now (false: it has work, or the runner
         did not hold it)."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             worker = self._workers.get(key)
             if worker is None:
@@ -282,7 +285,7 @@ class KeyRunner:
         """Keys with finished records or progress not yet taken, in the order
         they became ready (for a host that applies every key's work as it
         comes: the local runner)."""
-        with self._changed:
+        with self._lock:
             self._host_here()
             keys, self._ready = list(self._ready), {}
             return keys
@@ -295,7 +298,7 @@ class KeyRunner:
                 w.busy or (w.queue and k not in self._held) for k, w in self._workers.items())
 
         self._block_until(settled, timeout_s)
-        with self._changed:
+        with self._lock:
             return bool(self._ready)
 
     async def changed(self) -> None:
@@ -333,7 +336,7 @@ class KeyRunner:
                 if now - self._cancel_checked_at >= CANCEL_CHECK_S:
                     self._cancel_checked_at = now
                     if self._host_cancelled():
-                        with self._changed:
+                        with self._lock:
                             running = sum(1 for worker in self._workers.values() if worker.busy)
                         log.warning("the task was cancelled while it waited on the runner: the runner stops, "
                                     "abandoning %d run(s) in progress; their records run again after the restore",
@@ -345,7 +348,7 @@ class KeyRunner:
         loop = self._loop
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
-            with self._changed:
+            with self._lock:
                 if condition():
                     return True
             if deadline is not None and loop.time() >= deadline:
@@ -362,7 +365,7 @@ class KeyRunner:
                     timer.cancel()
 
     def _wait_on_loop_thread(self, condition: Callable[[], bool], timeout_s: float | None) -> bool:
-        with self._changed:
+        with self._lock:
             self._host_here()
             self._host_blocked += 1
             try:
@@ -446,7 +449,7 @@ class KeyRunner:
 
     def _progress_sink(self, key: Any, worker: _Worker) -> Any:
         def publish(records: List[Dict[str, Any]]) -> None:
-            with self._changed:
+            with self._lock:
                 worker.progress.extend(records)
                 self._ready[key] = None
                 self._changed_now()
@@ -461,7 +464,7 @@ class KeyRunner:
     async def _work(self, key: Any, worker: _Worker) -> None:
         assert self._slots is not None  # set when the loop started
         while True:
-            with self._changed:
+            with self._lock:
                 if not worker.queue:
                     worker.busy = False
                     self._changed_now()
@@ -494,7 +497,7 @@ class KeyRunner:
             if completion.parked is not None:
                 await self._park(key, worker, record, completion.parked)
                 continue
-            with self._changed:
+            with self._lock:
                 worker.completions.append(completion)
                 self._ready[key] = None
                 self._backlog -= 1
@@ -543,7 +546,7 @@ class KeyRunner:
 
     async def _park(self, key: Any, worker: _Worker, record: PendingRecord, parked: BaseException) -> None:
         """Queue ``record`` again at the head and pause its key, durably."""
-        with self._changed:
+        with self._lock:
             worker.queue.appendleft(record)
             worker.parked = record
         log.warning("flink-agents runner: key %r, record #%d parked (resume or retry it after a fix): %s",
@@ -580,7 +583,7 @@ class KeyRunner:
         return None, None
 
     def apply_cancel(self, request: ControlRequest) -> str | None:
-        with self._changed:
+        with self._lock:
             key, worker = self._find(request.journal_id, request.key)
             if worker is None:
                 return None
@@ -605,7 +608,7 @@ class KeyRunner:
             return f"record #{seq} is cancelled when its turn comes"
 
     def apply_retry(self, request: ControlRequest) -> Tuple[str, str] | None:
-        with self._changed:
+        with self._lock:
             key, worker = self._find(request.journal_id, request.key)
             if worker is None:
                 return None
@@ -621,7 +624,7 @@ class KeyRunner:
             return APPLIED, f"record #{request.seq} runs again"
 
     def resume_key(self, journal_id: str, text: str) -> None:
-        with self._changed:
+        with self._lock:
             key, worker = self._find(journal_id, text)
             if worker is None:
                 return
@@ -637,7 +640,7 @@ class KeyRunner:
     def is_held(self, key: Any) -> bool:
         """Whether run control holds the key (paused or parked): a host lets
         the watermark pass it, as a run waiting for a callback."""
-        with self._changed:
+        with self._lock:
             return key in self._held
 
 
