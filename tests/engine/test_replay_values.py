@@ -25,6 +25,7 @@ from typing import Any, Dict, List
 import pytest
 
 from flink_agents.api.agents.agent import Agent
+from flink_agents.runtime.durability.codec_classes import trust_package
 from flink_agents.api.events.event import Event, InputEvent, OutputEvent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.durability import journal as journal_module
@@ -344,6 +345,9 @@ def test_the_flink_driver_moves_memory_of_the_earlier_single_value_state_over() 
 
 
 def test_keyed_state_of_schema_version_1_still_reads() -> None:
+    # A restored operator compiles its plan, which reaches this module,
+    # before it reads keyed state; this test reads state first.
+    trust_package(__name__)
     v1 = json.dumps({
         "v": 1, "journal_id": "job", "next_seq": 3, "runs_finished": 2,
         "pending": [{"seq": 2, "value": {"$model": f"{__name__}:Checked", "data": {"facts": [1]}}, "ts": None}],

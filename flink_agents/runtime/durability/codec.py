@@ -67,12 +67,13 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from flink_agents.runtime.durability.codec_classes import (
-    DATACLASS, ENUM, EXCEPTION, MODEL, ROW, ClassNotAllowed, DecodeError, Kind, class_name, resolve_class,
+    DATACLASS, ENUM, EXCEPTION, MODEL, ROW, ClassNotAllowed, DecodeError, Kind, class_name, has_class_name,
+    resolve_class,
 )
 from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 
 __all__ = [
-    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "encode_result", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "encode_result", "surely_encodes", "loads", "plain_json", "round_trip",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -258,6 +259,50 @@ def _copy_plain(value: Any) -> Any:
     if kind is list:
         return [_copy_plain(item) for item in value]
     raise _NotPlain
+
+
+def surely_encodes(value: Any, depth: int = 32) -> bool:
+    """Whether ``encode(value)`` certainly succeeds, decided without
+    encoding (no output is built): True for JSON data (any float: NaN and
+    infinity have tags), UUIDs, tuples and lists, dicts with str keys, and
+    enum members and pydantic models of classes whose names were checked
+    before (``has_class_name``), made of such values, nested at most
+    ``depth`` deep. False when unsure: ``encode`` then decides (and raises
+    if it refuses)."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is float or value is None:
+        return True
+    if kind is int:
+        return -_SAFE_INT < value < _SAFE_INT
+    if kind is uuid.UUID or kind is DerivedUUID:
+        return True
+    if depth == 0:
+        return False
+    if kind is list or kind is tuple:
+        for item in value:
+            if not surely_encodes(item, depth - 1):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not surely_encodes(item, depth - 1):
+                return False
+        return True
+    if isinstance(value, Enum):
+        return has_class_name(kind, ENUM) and surely_encodes(value._value_, depth - 1)
+    if isinstance(value, BaseModel):
+        if not has_class_name(kind, MODEL):
+            return False
+        state = value.__dict__
+        for name in kind.model_fields:
+            if name in state and not surely_encodes(state[name], depth - 1):
+                return False
+        extra = value.__pydantic_extra__
+        return not extra or surely_encodes(extra, depth - 1)
+    return False
+
+
+_SAFE_INT = 2**63  # ints below this always have JSON text (larger ones: encode checks the digits)
 
 
 # --- encoding ---------------------------------------------------------------------

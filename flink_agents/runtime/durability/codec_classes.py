@@ -61,7 +61,7 @@ from flink_agents.api.agents import types as _output_schema_types
 
 __all__ = [
     "ClassGone", "ClassNotAllowed", "DATACLASS", "DecodeError", "ENUM", "EVENT", "EXCEPTION", "Kind", "MODEL", "ROW",
-    "class_name", "register_class", "resolve_class", "trust_package", "trusted_packages",
+    "class_name", "has_class_name", "register_class", "resolve_class", "trust_package", "trusted_packages",
 ]
 
 _REGISTRY: Dict[str, type] = {}  # "module:qualname" -> class, for classes not importable by name
@@ -351,6 +351,12 @@ def register_class(cls: type) -> None:
     not otherwise reach that its stored values hold."""
     with _LOCK:
         _REGISTRY[_name_of(cls)] = cls
+
+
+def has_class_name(cls: type, kind: Kind) -> bool:
+    """Whether ``class_name(cls, kind)`` succeeded before in this process
+    (it would again: the check's result is kept)."""
+    return (cls, kind) in _NAMES
 
 
 def class_name(cls: type, kind: Kind) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Dict, Tuple
 from uuid import UUID
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model
+from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model, surely_encodes
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
@@ -71,21 +71,22 @@ def _shape(cls: type) -> Tuple[Tuple[str, ...], str, str]:
 
 def check_event(event: Event) -> None:
     """Raise what ``encode_event(event)`` would raise, skipping the encoding
-    when every field holds a value no encoding can refuse (``_is_plain``):
+    when it certainly succeeds (``codec.surely_encodes`` of every field):
     the check ``send_event`` makes on every event, which the action loop
-    then encodes when the action returns.
+    then encodes when the action returns, or when first read.
 
     Raises:
         TypeError: As ``encode_event``.
     """
-    if not _is_plain(event):
+    if not _surely_encodes(event):
         encode_event(event)
 
 
 def encode_sent(event: Event) -> Dict[str, Any] | "DeferredEvent":
     """A sent event's encoding as its step completion holds it, when its
-    action returned: a ``DeferredEvent`` when every field holds a value no
-    encoding can refuse (``_is_plain``), else ``encode_event(event)`` now.
+    action returned: a ``DeferredEvent`` when encoding it certainly
+    succeeds (``codec.surely_encodes`` of every field), else
+    ``encode_event(event)`` now (raising here, in the action, if it fails).
 
     A deferred event is encoded when a listener is about to run on it (the
     action loop asks, so what is journaled is what the listener was given)
@@ -93,7 +94,9 @@ def encode_sent(event: Event) -> Dict[str, Any] | "DeferredEvent":
     that writes no journal never encodes an event no action listens to (an
     ``OutputEvent``). Until then only runtime code holds it: its action
     returned, memory holds copies (``MemoryNode``), and the run's outputs
-    are held until it finished, so an output is journaled as it is emitted.
+    are held until it finished, so an output is journaled as it is emitted
+    (values shared between events an action sent are read when each is
+    encoded, as its listener gets them).
 
     Raises:
         TypeError: As ``encode_event`` (a value refused, or an event class
@@ -101,7 +104,7 @@ def encode_sent(event: Event) -> Dict[str, Any] | "DeferredEvent":
     """
     if type(event) not in _SHAPES:
         _shape(type(event))  # the class must be nameable, whenever it is encoded
-    return DeferredEvent(event) if _is_plain(event) else encode_event(event)
+    return DeferredEvent(event) if _surely_encodes(event) else encode_event(event)
 
 
 class DeferredEvent(Deferred):
@@ -118,46 +121,20 @@ class DeferredEvent(Deferred):
         return encode_event(self.event)
 
 
-def _is_plain(event: Event) -> bool:
-    """Whether every field of ``event`` holds plain JSON data, which no
-    encoding can refuse and which encodes as itself: a str, bool, None,
-    UUID, int within 64 bits, finite float, or a dict (str keys not starting
-    with ``$``) or list of such, nested at most ``_PLAIN_DEPTH`` deep."""
+def _surely_encodes(event: Event) -> bool:
+    """Whether encoding ``event`` certainly succeeds (``codec.surely_encodes``
+    of each field; the common scalars tested inline)."""
     state = event.__dict__
     extra = event.__pydantic_extra__
     for values in (state.values(), extra.values() if extra else ()):
         for value in values:
             kind = type(value)
             if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
-                    kind is float and value - value == 0.0):
+                    (kind is dict or kind is list) and not value):
                 continue
-            if (kind is dict or kind is list) and (not value or _is_plain_json(value, _PLAIN_DEPTH)):
-                continue
-            return False
+            if not surely_encodes(value, _PLAIN_DEPTH):
+                return False
     return True
-
-
-def _is_plain_json(value: Any, depth: int) -> bool:
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        return -_SMALL_INT < value < _SMALL_INT
-    if kind is float:
-        return value - value == 0.0  # finite
-    if depth == 0:
-        return False
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or key[:1] == "$" or not _is_plain_json(item, depth - 1):
-                return False
-        return True
-    if kind is list:
-        for item in value:
-            if not _is_plain_json(item, depth - 1):
-                return False
-        return True
-    return False
 
 
 _PLAIN = frozenset({str, bool, type(None), UUID, DerivedUUID})
