@@ -190,7 +190,8 @@ async def _run_step(run: Run, spec: ActionSpec, step: str, event: Event, sensory
             # Encoded (or checked, and encoded when read) now, as part of
             # the action: an event holding a value the codec refuses is the
             # action's error (terminal), naming it.
-            ctx.encoded_events = [encode_sent(e) for e in ctx.sent_events]
+            ctx.encoded_events = [encode_event(e) if i in ctx.runtime_sent else encode_sent(e)
+                                  for i, e in enumerate(ctx.sent_events)]
             run.counters.actions += 1
             # Built-in metrics: an executed step (never a replayed one), its
             # time from the first attempt's start, retries included.

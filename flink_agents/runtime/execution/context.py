@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import weakref
-from typing import Any, Awaitable, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List, Set
 
 from flink_agents.api.callbacks import Callback
 from flink_agents.api.configuration import ReadableConfiguration, readable
@@ -84,6 +84,9 @@ class ActionContext(RunnerContext):
         self._session_turns: Dict[str, asyncio.Lock] = {}  # explicit session id -> one call at a time
         self.active = True  # cleared by the action loop when the action returns
         self.sent_events: List[Event] = []
+        # Indexes in sent_events of events a built-in action made (a model's
+        # reply): encoded when the action returns, never deferred (encode_sent).
+        self.runtime_sent: Set[int] = set()
         # Filled by the action loop when the action returned: each event encoded, or deferred (encode_sent).
         self.encoded_events: List[Any] = []
 
@@ -119,7 +122,7 @@ class ActionContext(RunnerContext):
                 f"action {self.action_name!r} sent a {type(event).__name__}; send_event takes an Event"
             )
         self._stage(event)
-        check_event(event)  # the loop encodes it when the action returned
+        check_event(event)  # the loop encodes it when the action returned, or when first read
         self.sent_events.append(event)
 
     def send_runtime_event(self, event: Event) -> None:
@@ -129,6 +132,7 @@ class ActionContext(RunnerContext):
         it. The loop encodes the event when the action returns, and a value
         it refuses fails the action there, with the same error."""
         self._stage(event)
+        self.runtime_sent.add(len(self.sent_events))
         self.sent_events.append(event)
 
     def _stage(self, event: Event) -> None:
