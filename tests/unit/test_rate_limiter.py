@@ -71,6 +71,31 @@ def test_turns_are_taken_in_arrival_order() -> None:
     assert order == list(range(6))
 
 
+def test_a_call_nobody_holds_back_is_granted_at_once_and_counted_as_a_queued_one_is() -> None:
+    """An uncontended call takes its turn without queueing (no future, no
+    loop round); it counts in the windows and the concurrency bound all the
+    same, and once they are full the next call waits its turn."""
+    limiter = ConnectionLimiter("c", Limits(requests_per_minute=240, max_concurrent_requests=5), window_s=0.5)
+
+    async def main() -> List[float]:
+        loop = asyncio.get_running_loop()
+        created = []
+        real = loop.create_future
+        loop.create_future = lambda: created.append(1) or real()  # type: ignore[method-assign]
+        first = await limiter.acquire()
+        second = await limiter.acquire()
+        assert created == [] and limiter._in_flight == 2  # both at once, no future
+        began = time.monotonic()
+        third = await limiter.acquire()  # 2 per window: waits for the first to age out
+        assert created == [1] and time.monotonic() - began >= 0.4
+        for permit in (first, second, third):
+            limiter.release(permit, None)
+        return []
+
+    asyncio.run(main())
+    assert limiter._in_flight == 0
+
+
 def test_max_concurrent_requests_bounds_calls_in_flight() -> None:
     limiter = ConnectionLimiter("c", Limits(max_concurrent_requests=3))
     in_flight = peak = 0

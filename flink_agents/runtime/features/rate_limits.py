@@ -332,6 +332,11 @@ class ConnectionLimiter:
         loop = asyncio.get_running_loop()
         self._loop = loop
         started = self._clock()
+        permit = self._grant_at_once(started, tokens)
+        if permit is not None:  # nobody waits and nothing holds it: no future, no queue
+            if self._wait_ms is not None:
+                self._wait_ms.update(0)
+            return permit
         future: asyncio.Future = loop.create_future()
         self._waiters.append((future, tokens))
         self._pump()
@@ -350,6 +355,29 @@ class ConnectionLimiter:
         if self._wait_ms is not None:
             self._wait_ms.update(waited_ms)
         return permit
+
+    def _grant_at_once(self, now: float, tokens: int) -> Optional[_Permit]:
+        """The permit ``_pump`` would grant a call arriving now, when the
+        queue is empty and no window, bound, cool-down or shared claim holds
+        it back; else None (the call queues)."""
+        if self._waiters or self._claiming or self.shared is not None or self._cool_down_until > now:
+            return None
+        if self._max_in_flight is not None and self._in_flight >= self._max_in_flight:
+            return None
+        if self._requests is not None and self._requests.wait_s(now, 1) > 0:
+            return None
+        if self._tokens is not None and tokens and self._tokens.wait_s(now, tokens) > 0:
+            return None
+        self._in_flight += 1
+        request = self._requests.take(now, 1) if self._requests is not None else None
+        entry = self._tokens.take(now, tokens) if self._tokens is not None else None
+        return _Permit(request, entry)
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether a call's token estimate is used: a token limit is set, or
+        a shared window records each claim's tokens."""
+        return bool(self.limits.tokens_per_minute) or self.shared is not None
 
     def _pump(self) -> None:
         """Grant the queue's head while the windows, the concurrency bound
@@ -662,13 +690,17 @@ def _wrap_methods(resource: Any, limiter: ConnectionLimiter, sync_name: str, asy
     sync_method = getattr(resource, sync_name)
     async_method = getattr(resource, async_name)
 
+    # The estimate only where a token limit uses it (it reads every message).
+    def tokens(args: tuple, kwargs: dict) -> int:
+        return estimate(args, kwargs) if limiter.counts_tokens else 0
+
     @functools.wraps(async_method)
     async def limited_async(*args: Any, **kwargs: Any) -> Any:
-        return await limiter.call(lambda: async_method(*args, **kwargs), estimate(args, kwargs))
+        return await limiter.call(lambda: async_method(*args, **kwargs), tokens(args, kwargs))
 
     @functools.wraps(sync_method)
     def limited_sync(*args: Any, **kwargs: Any) -> Any:
-        return limiter.call_blocking(lambda: sync_method(*args, **kwargs), estimate(args, kwargs))
+        return limiter.call_blocking(lambda: sync_method(*args, **kwargs), tokens(args, kwargs))
 
     # On the instance (a pydantic model: past its __setattr__), so every
     # caller of this connection, whoever holds it, goes through the limiter.
