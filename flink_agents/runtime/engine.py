@@ -388,8 +388,9 @@ class AgentEngine:
             self.counters.calls_replayed += journal.calls_replayed
             self.counters.calls_reconciled += journal.calls_reconciled
         self.counters.records += 1
-        if self.clock.now() - self._last_prune >= self._prune_interval_s:  # checked here: no coroutine per record
-            await self._maybe_prune()
+        prune_before_s = self._prune_due()
+        if prune_before_s is not None:  # once per prune interval: no coroutine per record otherwise
+            await self._prune_finished(prune_before_s)
 
     def _text_of(self, key: Any) -> str:
         """``key_text(key)``, kept for str keys (the common case; its JSON
@@ -444,19 +445,25 @@ class AgentEngine:
     def _count_write(self) -> None:
         self.counters.journal_writes += 1
 
-    async def _maybe_prune(self) -> None:
-        """Prune runs finished over the retention ago, at most once per prune
-        interval, on the io pool (a large prune must not hold the loop's
-        thread). Housekeeping: a failure is logged and counted
-        (``prune_failures``), the record that happened to trigger it stands,
-        and the next interval tries again; a store that is really gone fails
-        the next journal read or write of a run."""
+    def _prune_due(self) -> float | None:
+        """When a prune interval has passed since the last prune: mark this
+        one and return the time (Unix s) before which finished runs go;
+        else None."""
         now = self.clock.now()
         if now - self._last_prune < self._prune_interval_s:
-            return
+            return None
         self._last_prune = now
+        return now - self._retention_s
+
+    async def _prune_finished(self, finished_before_s: float) -> None:
+        """Prune runs finished before ``finished_before_s``, on the io pool
+        (a large prune must not hold the loop's thread). Housekeeping: a
+        failure is logged and counted (``prune_failures``), the record that
+        happened to trigger it stands, and the next interval tries again; a
+        store that is really gone fails the next journal read or write of a
+        run."""
         try:
-            await self.executors.io(self._prune, now - self._retention_s, sorted(self._journal_ids))
+            await self.executors.io(self._prune, finished_before_s, sorted(self._journal_ids))
         except Exception as error:
             self.counters.prune_failures += 1
             log.warning("pruning the journal failed (tried again in %.0f s): %r", self._prune_interval_s, error)

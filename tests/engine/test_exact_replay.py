@@ -720,7 +720,8 @@ def rewrite_note(event: Note, ctx: Any) -> None:
 
 
 def test_an_event_of_plain_values_journals_as_its_listener_got_it_and_an_output_as_it_was_sent() -> None:
-    agent = Agent().add_action("send", [InputEvent], send_note_and_early_output).add_action("rewrite", [Note], rewrite_note)
+    agent = (Agent().add_action("send", [InputEvent], send_note_and_early_output)
+             .add_action("rewrite", [Note], rewrite_note))
     store = InMemoryJournalStore()
     CRASH["final"] = True
     with pytest.raises(Crash):

@@ -73,7 +73,8 @@ from flink_agents.runtime.durability.codec_classes import (
 from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 
 __all__ = [
-    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome", "dumps", "encode", "encode_outcome", "encode_result", "surely_encodes", "loads", "plain_json", "round_trip",
+    "ClassNotAllowed", "DecodeError", "Deferred", "EncodeError", "ValueNoLongerValid", "decode", "decode_outcome",
+    "dumps", "encode", "encode_outcome", "encode_result", "loads", "plain_json", "round_trip", "surely_encodes",
 ]
 
 _NOT_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -485,6 +486,10 @@ _enc_datetime = _enc_clock("datetime")
 _enc_time = _enc_clock("time")
 
 
+def _enc_uuid(value: uuid.UUID) -> Any:
+    return {"$uuid": str(value)}
+
+
 _ENCODERS: Dict[type, Callable[[Any], Any]] = {
     tuple: _enc_items("$tuple"),
     set: _enc_items("$set"),
@@ -495,8 +500,8 @@ _ENCODERS: Dict[type, Callable[[Any], Any]] = {
     dt.time: _enc_time,
     dt.timedelta: lambda v: {"$timedelta": [v.days, v.seconds, v.microseconds]},
     Decimal: lambda v: {"$decimal": str(v)},
-    uuid.UUID: lambda v: {"$uuid": str(v)},
-    DerivedUUID: lambda v: {"$uuid": str(v)},  # an event id: read back as the uuid.UUID it is
+    uuid.UUID: _enc_uuid,
+    DerivedUUID: _enc_uuid,  # an event id: read back as the uuid.UUID it is
 }
 
 

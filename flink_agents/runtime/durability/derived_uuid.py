@@ -5,9 +5,10 @@ but most are never read: an event's id is read when the event is encoded
 (journaled, logged, traced) or by user code, and a run that writes no
 journal encodes no event it does not have to (``execution.event_codec``).
 A ``DerivedUUID`` keeps the run (whose part of the name is hashed once)
-and the name's tail (step and ordinal), and computes its value (the same as ``uuid.uuid5``, RFC 9562 section 5.5) on the
-first read of any of its views (``int``, ``str``, ``hex``, ``bytes``,
-equality, hashing), all of which ``uuid.UUID`` derives from ``int``.
+and the name's tail (step and ordinal), and computes its value (the same
+as ``uuid.uuid5``, RFC 9562 section 5.5) on the first read of any of its
+views (``int``, ``str``, ``hex``, ``bytes``, equality, hashing), all of
+which ``uuid.UUID`` derives from ``int``.
 
 It is a ``uuid.UUID`` (pydantic's ``UUID`` fields keep it as it is, and its
 ``repr`` is a ``UUID``'s); it pickles, and the codec encodes it, as a plain

@@ -106,8 +106,9 @@ class ActionContext(RunnerContext):
         (``runtime.execution.event_codec``), so a value the codec refuses
         fails this call, in the action, under its error strategy. The event
         is journaled, and reaches its listeners, as it is when the action
-        returns (it is encoded then, or when first read: ``encode_sent``). Its lineage is set here: ``upstream_event_id`` is the id of
-        the event this action runs on, ``upstream_action_name`` this
+        returns (it is encoded then, or when first read: ``encode_sent``).
+        Its lineage is set here: ``upstream_event_id`` is the id of the
+        event this action runs on, ``upstream_action_name`` this
         action's name (the action loop encodes it then; a value changed in
         between is checked there, with the same error).
 

@@ -16,12 +16,10 @@ earlier untyped form, validated by the class.
 from __future__ import annotations
 
 from typing import Any, Dict, Tuple
-from uuid import UUID
 
 from flink_agents.api.events.event import Event
 from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model, surely_encodes
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
-from flink_agents.runtime.durability.derived_uuid import DerivedUUID
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
 __all__ = ["DeferredEvent", "check_event", "decode_event", "encode_event", "encode_sent"]
@@ -122,23 +120,16 @@ class DeferredEvent(Deferred):
 
 
 def _surely_encodes(event: Event) -> bool:
-    """Whether encoding ``event`` certainly succeeds (``codec.surely_encodes``
-    of each field; the common scalars tested inline)."""
-    state = event.__dict__
+    """Whether encoding ``event`` certainly succeeds: ``codec.surely_encodes``
+    of each field, nested at most ``_PLAIN_DEPTH`` deep."""
     extra = event.__pydantic_extra__
-    for values in (state.values(), extra.values() if extra else ()):
+    for values in (event.__dict__.values(), extra.values() if extra else ()):
         for value in values:
-            kind = type(value)
-            if kind in _PLAIN or (kind is int and -_SMALL_INT < value < _SMALL_INT) or (
-                    (kind is dict or kind is list) and not value):
-                continue
             if not surely_encodes(value, _PLAIN_DEPTH):
                 return False
     return True
 
 
-_PLAIN = frozenset({str, bool, type(None), UUID, DerivedUUID})
-_SMALL_INT = 2**63
 _PLAIN_DEPTH = 32  # deeper data is encoded when sent, as any other
 
 
