@@ -239,6 +239,24 @@ def test_a_class_defined_inside_a_function_is_refused_at_write_time() -> None:
 
     with pytest.raises(TypeError, match="Local.*defined inside a function"):
         encode({"v": Local()})
+    with pytest.raises(TypeError, match="Local.*defined inside a function"):  # every time: a refusal is not remembered
+        encode([Local()])
+
+
+def test_a_refused_value_before_a_key_that_needs_the_tagged_form_is_named_by_that_form() -> None:
+    with pytest.raises(TypeError, match=r"^value\['a'\] is a .*Opaque"):
+        encode({"a": Opaque(), 1: "x"})
+    with pytest.raises(TypeError, match=r"^value\.b\.a is a .*Opaque"):
+        encode({"b": {"a": Opaque(), "$tag": 1}})
+
+
+def test_enum_members_and_models_encode_the_same_the_first_time_and_after() -> None:
+    values = [Tier.GOLD, Priority.HIGH, Order(lines=[Line(sku="a", extra=Perm.R)], meta={"k": Sku.PAIR}), Line(sku="b")]
+    first = [encode(v) for v in values]
+
+    assert [encode(v) for v in values] == first
+    assert [decode(e) for e in first] == values
+    assert [type(decode(e)) for e in first] == [type(v) for v in values]
 
 
 # --- time zones: only datetime.timezone and zoneinfo.ZoneInfo ----------------------------------

@@ -295,7 +295,8 @@ def surely_encodes(value: Any, depth: int = 32) -> bool:
         if not has_class_name(kind, MODEL):
             return False
         state = value.__dict__
-        for name in kind.model_fields:
+        shape = _MODEL_SHAPES.get(kind)
+        for name in kind.model_fields if shape is None else shape.fields:
             if name in state and not surely_encodes(state[name], depth - 1):
                 return False
         extra = value.__pydantic_extra__
@@ -332,7 +333,9 @@ def _enc(value: Any) -> Any:
     if encoder is not None:
         return encoder(value)
     if isinstance(value, Enum):
-        return {"$enum": _name(kind, ENUM), "value": _enc_part(value.value, ".value")}
+        encoded = _enc_enum(value)
+        _remember_encoder(kind, _enc_enum)  # its name checked: the next member goes straight there
+        return encoded
     if isinstance(value, BaseModel):
         return _enc_model(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -387,20 +390,23 @@ def _name(cls: type, kind: Kind) -> str:
 
 
 def _enc_dict(value: Dict[Any, Any]) -> Any:
-    plain = True
-    for key in value:
+    # One pass for the common case (str keys, none starting with "$");
+    # any other key: the tagged forms, from the start.
+    out = {}
+    for key, item in value.items():
         if type(key) is not str or key[:1] == "$":
-            plain = False
-            break
-    if plain:
-        out = {}
-        for key, item in value.items():
-            try:
-                out[key] = _enc(item)
-            except Refused as refused:
-                refused.segments.append(f".{key}")
-                raise
-        return out
+            return _enc_tagged_dict(value)
+        try:
+            out[key] = _enc(item)
+        except Refused as refused:
+            if not all(type(k) is str and k[:1] != "$" for k in value):
+                return _enc_tagged_dict(value)  # says it with the tagged form's path
+            refused.segments.append(f".{key}")
+            raise
+    return out
+
+
+def _enc_tagged_dict(value: Dict[Any, Any]) -> Any:
     if all(type(key) is str for key in value):
         return {"$dict": {key: _enc_part(item, f".{key}") for key, item in value.items()}}
     return {"$map": [[_enc_part(k, f"[{k!r}] (key)"), _enc_part(v, f"[{k!r}]")] for k, v in value.items()]}
@@ -416,19 +422,52 @@ def _enc_items(tag: str) -> Callable[[Any], Any]:
     return encode_items
 
 
+def _enc_enum(value: Enum) -> Any:
+    return {"$enum": _name(type(value), ENUM), "value": _enc_part(value._value_, ".value")}
+
+
+class _ModelShape:
+    """What encoding a model class needs, worked out once per class: its
+    checked name, its field names, and those names as a set (to tell
+    whether every field was set)."""
+
+    __slots__ = ("name", "fields", "all_set")
+
+    def __init__(self, cls: type) -> None:
+        self.name = _name(cls, MODEL)
+        self.fields: Tuple[str, ...] = tuple(cls.model_fields)  # type: ignore[attr-defined]
+        self.all_set = frozenset(self.fields)
+
+
+_MODEL_SHAPES: Dict[type, _ModelShape] = {}
+
+
 def _enc_model(value: BaseModel) -> Any:
     cls = type(value)
+    shape = _MODEL_SHAPES.get(cls)
+    if shape is None:
+        shape = _ModelShape(cls)  # raises Refused for a class that cannot be named
+        if len(_MODEL_SHAPES) >= _MAX_REMEMBERED:
+            _MODEL_SHAPES.clear()
+        _MODEL_SHAPES[cls] = shape
+        _remember_encoder(cls, _enc_model)
     state = value.__dict__
-    names = cls.model_fields
-    out: Dict[str, Any] = {
-        "$pydantic": _name(cls, MODEL),
-        "fields": _enc_dict({name: state[name] for name in names if name in state}),
-    }
+    fields: Dict[str, Any] = {}
+    for name in shape.fields:
+        if name in state:  # field names are identifiers: never "$..."
+            try:
+                fields[name] = _enc(state[name])
+            except Refused as refused:
+                refused.segments.append(f".{name}")
+                raise
+    out: Dict[str, Any] = {"$pydantic": shape.name, "fields": fields}
     extra = value.__pydantic_extra__
+    fields_set = value.__pydantic_fields_set__
     if extra:
         out["extra"] = _enc_dict(extra)
-    fields_set = value.model_fields_set
-    if fields_set != names.keys() | (extra or {}).keys():
+        if fields_set != shape.all_set | extra.keys():
+            out["set"] = sorted(fields_set)
+    elif fields_set != shape.all_set:
         out["set"] = sorted(fields_set)
     return out
 
@@ -490,7 +529,7 @@ def _enc_uuid(value: uuid.UUID) -> Any:
     return {"$uuid": str(value)}
 
 
-_ENCODERS: Dict[type, Callable[[Any], Any]] = {
+_BUILT_IN_ENCODERS: Dict[type, Callable[[Any], Any]] = {
     tuple: _enc_items("$tuple"),
     set: _enc_items("$set"),
     frozenset: _enc_items("$frozenset"),
@@ -503,6 +542,19 @@ _ENCODERS: Dict[type, Callable[[Any], Any]] = {
     uuid.UUID: _enc_uuid,
     DerivedUUID: _enc_uuid,  # an event id: read back as the uuid.UUID it is
 }
+# By exact type: the built-in ones, and enum and model classes once their
+# name was checked (``_remember_encoder``), so their values skip the
+# isinstance chain. Bounded: a job has few such classes.
+_ENCODERS: Dict[type, Callable[[Any], Any]] = dict(_BUILT_IN_ENCODERS)
+_MAX_REMEMBERED = 4096
+
+
+def _remember_encoder(cls: type, encoder: Callable[[Any], Any]) -> None:
+    global _ENCODERS
+    if cls not in _ENCODERS:
+        if len(_ENCODERS) >= _MAX_REMEMBERED:
+            _ENCODERS = dict(_BUILT_IN_ENCODERS)
+        _ENCODERS[cls] = encoder
 
 
 # --- decoding ---------------------------------------------------------------------
