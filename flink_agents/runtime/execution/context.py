@@ -7,6 +7,8 @@ import inspect
 import weakref
 from typing import Any, Awaitable, Callable, Dict, List, Set
 
+from pydantic import BaseModel
+
 from flink_agents.api.callbacks import Callback
 from flink_agents.api.configuration import ReadableConfiguration, readable
 from flink_agents.api.embedding_models.embedding_model import BaseEmbeddingModelSetup
@@ -137,11 +139,9 @@ class ActionContext(RunnerContext):
         self.sent_events.append(event)
 
     def _stage(self, event: Event) -> None:
-        event.id = self._run.event_id(self.step, len(self.sent_events))
         # Lineage (Flink Agents HEAD): framework-owned, so whatever the event
         # carried is overwritten; journaled with it, so a replay reads it back.
-        event.upstream_event_id = self.trigger_event_id
-        event.upstream_action_name = self.action_name
+        _stamp(event, self._run.event_id(self.step, len(self.sent_events)), self.trigger_event_id, self.action_name)
 
     @property
     def sensory_memory(self) -> MemoryObject:
@@ -578,3 +578,35 @@ def _check_reconciler(reconciler: Callable[[], Any] | None, func: Callable[..., 
             f"durable call of {name!r}: reconciler is a coroutine function; durable_execute calls it "
             "synchronously, so use 'await ctx.durable_execute_async(..., reconciler=...)' in an async action"
         )
+
+
+_STAMPED = ("id", "upstream_event_id", "upstream_action_name")
+_PLAIN_SETATTR: Dict[type, bool] = {}  # event class -> whether its setattr only stores (see _stamp)
+
+
+def _stamp(event: Event, event_id: Any, upstream_event_id: Any, upstream_action_name: str) -> None:
+    """Set an event's id and lineage. Where its class assigns fields as
+    pydantic's ``BaseModel.__setattr__`` does without ``validate_assignment``
+    or ``frozen`` (the value into ``__dict__``, the name into the fields
+    set), that is done here directly: three setattr calls through pydantic
+    cost more than the rest of sending a small event. Any other class goes
+    through its own setattr (a frozen event fails as it did)."""
+    cls = type(event)
+    plain = _PLAIN_SETATTR.get(cls)
+    if plain is None:
+        config = cls.model_config
+        plain = (cls.__setattr__ is BaseModel.__setattr__
+                 and not config.get("validate_assignment") and not config.get("frozen"))
+        if len(_PLAIN_SETATTR) >= 4096:
+            _PLAIN_SETATTR.clear()
+        _PLAIN_SETATTR[cls] = plain
+    if not plain:
+        event.id = event_id
+        event.upstream_event_id = upstream_event_id
+        event.upstream_action_name = upstream_action_name
+        return
+    state = event.__dict__
+    state["id"] = event_id
+    state["upstream_event_id"] = upstream_event_id
+    state["upstream_action_name"] = upstream_action_name
+    event.__pydantic_fields_set__.update(_STAMPED)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
 from pydantic import BaseModel
@@ -87,14 +87,19 @@ class MemoryEventSwitches:
     # memory as an ``AgentRunBeginEvent`` (read here so a run reads no option).
     run_begin: bool = False
 
-    @property
-    def long_term(self) -> bool:
-        return self.long_term_update or self.long_term_get or self.long_term_search
+    def __post_init__(self) -> None:
+        # Read at every step: worked out once (the switches are frozen).
+        long_term = self.long_term_update or self.long_term_get or self.long_term_search
+        object.__setattr__(self, "long_term", long_term)
+        object.__setattr__(self, "recording", self.short_term_read or self.sensory_read or long_term)
+        object.__setattr__(self, "any", self.short_term_write or self.sensory_write or self.recording)
 
-    @property
-    def any(self) -> bool:
-        return (self.short_term_write or self.short_term_read or self.sensory_write or self.sensory_read
-                or self.long_term)
+    #: Whether a long-term memory event kind is on.
+    long_term: bool = field(init=False, repr=False, compare=False)
+    #: Whether an action's reads (or long-term operations) are recorded.
+    recording: bool = field(init=False, repr=False, compare=False)
+    #: Whether any memory event kind is on.
+    any: bool = field(init=False, repr=False, compare=False)
 
     @staticmethod
     def of(config: Any) -> "MemoryEventSwitches":
@@ -203,7 +208,7 @@ def memory_events(
 def start_recording(switches: MemoryEventSwitches, ctx: Any, trigger: Event) -> None:
     """Start recording what the enabled events need: reads of short-term and
     sensory memory, long-term operations (``ctx.ltm_observations``)."""
-    if MemoryEvent.is_memory_type(trigger.get_type()):
+    if not switches.recording or MemoryEvent.is_memory_type(trigger.get_type()):
         return
     if switches.short_term_read:
         ctx.short_term.reads = {}
