@@ -107,6 +107,7 @@ class AgentPlan(BaseModel):
     # classes of the job's main script are registered for the codec.
     _event_classes: List[type] = PrivateAttr(default_factory=list)
     _has_expressions: bool | None = PrivateAttr(default=None)  # cache of has_condition_expressions
+    _listeners: Dict[str, List[ActionSpec]] = PrivateAttr(default_factory=dict)  # cache of actions_for
 
     def __eq__(self, other: object) -> bool:
         # The fields are the identity; the kept classes are a cache (a plan
@@ -164,8 +165,19 @@ class AgentPlan(BaseModel):
         return AgentPlan.model_validate(data)
 
     def actions_for(self, event_type: str) -> List[ActionSpec]:
-        """Actions listening to ``event_type`` exactly, in plan order."""
-        return [self.actions[n] for n in self.actions_by_event.get(event_type, ())]
+        """Actions listening to ``event_type`` exactly, in plan order (a
+        list kept per type, asked for per event: do not change it)."""
+        # The private slot directly, as has_condition_expressions reads it.
+        private = self.__pydantic_private__
+        listeners = private.get("_listeners")
+        if listeners is None:  # a plan unpickled from a release without the cache
+            listeners = private["_listeners"] = {}
+        found = listeners.get(event_type)
+        if found is None:
+            if len(listeners) >= 4096:  # event types are few in practice; bound them anyway
+                listeners.clear()
+            found = listeners[event_type] = [self.actions[n] for n in self.actions_by_event.get(event_type, ())]
+        return found
 
     @property
     def has_condition_expressions(self) -> bool:

@@ -60,7 +60,7 @@ import sys
 import uuid
 from decimal import Decimal
 from enum import Enum
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -270,38 +270,48 @@ def surely_encodes(value: Any, depth: int = 32) -> bool:
     before (``has_class_name``), made of such values, nested at most
     ``depth`` deep. False when unsure: ``encode`` then decides (and raises
     if it refuses)."""
-    kind = type(value)
-    if kind is str or kind is bool or kind is float or value is None:
-        return True
-    if kind is int:
-        return -_SAFE_INT < value < _SAFE_INT
-    if kind is uuid.UUID or kind is DerivedUUID:
-        return True
-    if depth == 0:
-        return False
-    if kind is list or kind is tuple:
-        for item in value:
-            if not surely_encodes(item, depth - 1):
-                return False
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or not surely_encodes(item, depth - 1):
-                return False
-        return True
-    if isinstance(value, Enum):
-        return has_class_name(kind, ENUM) and surely_encodes(value._value_, depth - 1)
-    if isinstance(value, BaseModel):
-        if not has_class_name(kind, MODEL):
+    return surely_encode_all((value,), depth)
+
+
+def surely_encode_all(values: Iterable[Any], depth: int = 32) -> bool:
+    """``surely_encodes`` of each of ``values``: one loop per level, the
+    scalars (most values) checked in it, without a call each."""
+    for value in values:
+        kind = type(value)
+        if kind is str or kind is bool or kind is float or value is None or kind is DerivedUUID or kind is uuid.UUID:
+            continue
+        if kind is int:
+            if -_SAFE_INT < value < _SAFE_INT:
+                continue
             return False
-        state = value.__dict__
-        shape = _MODEL_SHAPES.get(kind)
-        for name in kind.model_fields if shape is None else shape.fields:
-            if name in state and not surely_encodes(state[name], depth - 1):
+        if depth == 0:
+            return False
+        if kind is list or kind is tuple:
+            if not surely_encode_all(value, depth - 1):
                 return False
-        extra = value.__pydantic_extra__
-        return not extra or surely_encodes(extra, depth - 1)
-    return False
+        elif kind is dict:
+            for key in value:
+                if type(key) is not str:
+                    return False
+            if not surely_encode_all(value.values(), depth - 1):
+                return False
+        elif isinstance(value, Enum):
+            if not has_class_name(kind, ENUM) or not surely_encode_all((value._value_,), depth - 1):
+                return False
+        elif isinstance(value, BaseModel):
+            if not has_class_name(kind, MODEL):
+                return False
+            state = value.__dict__
+            shape = _MODEL_SHAPES.get(kind)
+            for name in kind.model_fields if shape is None else shape.fields:
+                if name in state and not surely_encode_all((state[name],), depth - 1):
+                    return False
+            extra = value.__pydantic_extra__
+            if extra and not surely_encode_all((extra,), depth - 1):
+                return False
+        else:
+            return False
+    return True
 
 
 _SAFE_INT = 2**63  # ints below this always have JSON text (larger ones: encode checks the digits)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from flink_agents.api.events.event import Event
-from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model, surely_encodes
+from flink_agents.runtime.durability.codec import Deferred, decode, encode, rebuild_model, surely_encode_all
 from flink_agents.runtime.durability.codec_classes import EVENT, class_name, resolve_class
 from flink_agents.runtime.durability.values import decode_value as decode_legacy_value
 
@@ -123,11 +123,8 @@ def _surely_encodes(event: Event) -> bool:
     """Whether encoding ``event`` certainly succeeds: ``codec.surely_encodes``
     of each field, nested at most ``_PLAIN_DEPTH`` deep."""
     extra = event.__pydantic_extra__
-    for values in (event.__dict__.values(), extra.values() if extra else ()):
-        for value in values:
-            if not surely_encodes(value, _PLAIN_DEPTH):
-                return False
-    return True
+    return surely_encode_all(event.__dict__.values(), _PLAIN_DEPTH) and (
+        not extra or surely_encode_all(extra.values(), _PLAIN_DEPTH))
 
 
 _PLAIN_DEPTH = 32  # deeper data is encoded when sent, as any other
