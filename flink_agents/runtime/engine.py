@@ -345,7 +345,7 @@ class AgentEngine:
                 "attempts": skipped.attempts,
                 **({"retry_of": record.replays} if record.replays is not None else {}),
             })
-            await journal.finish_async("skipped", force=await self._close_callbacks(run),
+            await journal.finish_async("skipped", force=self._made_callbacks(run) and await self._close_callbacks(run),
                                        detail={"error": {"action": failure.action, **step_error(failure.cause)}})
             if run_log is not None:
                 run_log.finished()
@@ -370,7 +370,7 @@ class AgentEngine:
             raise
         else:
             count_replayed(completed)  # the tokens of steps replayed from their completion
-            await journal.finish_async("ok", force=self.callbacks is not None and await self._close_callbacks(run))
+            await journal.finish_async("ok", force=self._made_callbacks(run) and await self._close_callbacks(run))
             if run_log is not None:
                 run_log.finished()
             if progress is not None and progress.commits == 0 and not journal.is_replay:
@@ -425,6 +425,11 @@ class AgentEngine:
         completion.errors.append(cancelled_error_record(key, record, cancelled))
         completion.steering_taken_through = self.mailboxes.taken_through(key)
         return completion
+
+    def _made_callbacks(self, run: RunIdentity) -> bool:
+        """Whether the run has callbacks to close (``_close_callbacks``);
+        asked first, so a run without any awaits no coroutine for them."""
+        return self.callbacks is not None and self.callbacks.made_callbacks(run.key_text, run.seq)
 
     async def _close_callbacks(self, run: RunIdentity) -> bool:
         """Close the run's callbacks still pending; whether it made any (its

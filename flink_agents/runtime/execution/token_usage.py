@@ -128,6 +128,8 @@ def run_totals(run: Run) -> Tuple[Optional[Usage], Optional[float]]:
     """The run's usage and cost, summed over ``run.tokens`` (each model call
     once, its sub-agents' included); None where nothing was reported or
     priced."""
+    if not run.tokens:  # a run without model calls (most records of most jobs)
+        return None, None
     total: Optional[Usage] = None
     cost: Optional[float] = None
     prices = prices_of(run)
@@ -180,8 +182,11 @@ def count_replayed(run: Run) -> None:
     calls of ``run``'s journal not counted yet (those of steps replayed
     from their completion), under the action of their step
     (``"<action>@<n>[/<branch>]"``). Failed calls count nothing."""
+    entries = run.journal.journaled_entries()
+    if not entries:
+        return
     setups = run.plan.resources.get(ResourceType.CHAT_MODEL, {})
-    for entry in run.journal.journaled_entries():
+    for entry in entries:
         position = (entry.step, entry.ordinal)
         function_id = entry.function_id
         if position in run.counted:

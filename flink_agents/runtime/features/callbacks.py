@@ -426,6 +426,13 @@ class CallbackHub:
                 loop.call_soon_threadsafe(self._settled, result.record)
         return expired
 
+    def made_callbacks(self, key_text: str, seq: int) -> bool:
+        """Whether the run ``(key_text, seq)`` created or replayed a callback
+        that ``close_run`` has not closed yet (else it has nothing to do).
+        Read without the lock: only the run's own tasks, on the loop's
+        thread, add its entry, and a dict lookup is atomic."""
+        return (key_text, seq) in self._runs
+
     async def close_run(self, journal_id: str, key_text: str, seq: int) -> bool:
         """The run ended: close its callbacks still pending (one write, none
         if every one is known finished), so later completions are late.

@@ -184,9 +184,15 @@ class KeyRunner:
                 lifetimes = (None if self._memory_ttl_s is None
                              else MemoryLifetimes(self._memory_ttl_s, self._memory_ttl_renewed_on_read))
                 worker = self._workers[key] = _Worker(copy, lifetimes)
-            new = [r for r in state.pending if r.seq > worker.submitted_through]
+            # Pending records are in seq order: the new ones are at the end.
+            new = []
+            for pending in reversed(state.pending):
+                if pending.seq <= worker.submitted_through:
+                    break
+                new.append(pending)
             if not new:
                 return
+            new.reverse()
             worker.submitted_through = new[-1].seq
             self._backlog += len(new)
             # Queued here, under the lock, so that has_work/wait_for see the
