@@ -130,6 +130,7 @@ class AgentEngine:
         # their finished runs and never another journal's.
         self._journal_ids: set[str] = {job_id}
         self._key_texts: Dict[str, str] = {}  # str key -> key_text (``_text_of``)
+        self._shared_services: RunServices | None = None  # (``_services_for``)
         # Blocking user calls on a pool sized to num-async-threads (0.3.1's
         # key), by default the run concurrency; store I/O on its own
         # (runtime.scheduling.executors).
@@ -309,7 +310,7 @@ class AgentEngine:
             completed = Run(
                 self.plan, identity, state, journal, self._resources.get, self.config, self.counters,
                 outputs.append,
-                RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key) if self.steering_enabled else None),
+                self._services_for(key),
                 self.clock, run_log, trace=trace, prices=self.prices, budgets=self.budgets,
             )
             await run_record(completed, record)
@@ -425,6 +426,16 @@ class AgentEngine:
         completion.errors.append(cancelled_error_record(key, record, cancelled))
         completion.steering_taken_through = self.mailboxes.taken_through(key)
         return completion
+
+    def _services_for(self, key: Any) -> RunServices:
+        """A run's services: without steering the same for every run, so
+        made once (again if the callback hub was replaced)."""
+        if self.steering_enabled:
+            return RunServices(self._sub_agents, self.callbacks, self.mailboxes.get(key))
+        services = self._shared_services
+        if services is None or services.callbacks is not self.callbacks:
+            services = self._shared_services = RunServices(self._sub_agents, self.callbacks, None)
+        return services
 
     def _made_callbacks(self, run: RunIdentity) -> bool:
         """Whether the run has callbacks to close (``_close_callbacks``);
