@@ -15,6 +15,7 @@ import warnings
 from typing import Any, Dict, List
 
 import pytest
+from pydantic import ConfigDict, field_validator
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.decorators import action
@@ -252,6 +253,46 @@ def test_sent_events_carry_their_senders_lineage_and_a_replay_reads_it_back() ->
     # "first" is not run again: "second" gets the journaled event, lineage and ids alike.
     assert outputs(run_record(Lineage(), store, "x")) == [out]
     assert RAN == ["second"]
+
+
+class AuditedStep(Event):
+    """An event class that validates assignments: the runtime's id and
+    lineage go through its validators too."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    @field_validator("upstream_action_name")
+    @classmethod
+    def _audited(cls, name: Any) -> Any:
+        return None if name is None else f"audited:{name}"
+
+
+class SealedStep(Event):
+    model_config = ConfigDict(frozen=True)
+
+
+class SendsStampedEvents(Agent):
+    @action(InputEvent)
+    @staticmethod
+    def first(event: Event, ctx: RunnerContext) -> None:
+        sealed = event.input == "sealed"
+        ctx.send_event(SealedStep() if sealed else AuditedStep(type="audited"))
+
+    @action("audited")
+    @staticmethod
+    def second(event: Event, ctx: RunnerContext) -> None:
+        ctx.send_event(OutputEvent(output={"from": event.upstream_action_name, "set": sorted(event.model_fields_set),
+                                           "lineage": str(event.upstream_event_id) != "None"}))
+
+
+def test_send_event_sets_id_and_lineage_as_the_event_class_assigns_fields() -> None:
+    [out] = outputs(run_record(SendsStampedEvents(), InMemoryJournalStore(), "audited"))
+    # Through the class's own assignment (its validator ran), and recorded as set.
+    assert out == {"from": "audited:first", "set": ["id", "type", "upstream_action_name", "upstream_event_id"],
+                   "lineage": True}
+    # A frozen event class refuses the runtime's assignment, as pydantic does: the action fails naming it.
+    with pytest.raises(ActionFailed, match=r"action 'first' failed(?s:.*)Instance is frozen"):
+        run_record(SendsStampedEvents(), InMemoryJournalStore(), "sealed")
 
 
 def test_lineage_serializes_under_heads_wire_names_and_only_when_set() -> None:

@@ -587,16 +587,17 @@ _PLAIN_SETATTR: Dict[type, bool] = {}  # event class -> whether its setattr only
 def _stamp(event: Event, event_id: Any, upstream_event_id: Any, upstream_action_name: str) -> None:
     """Set an event's id and lineage. Where its class assigns fields as
     pydantic's ``BaseModel.__setattr__`` does without ``validate_assignment``
-    or ``frozen`` (the value into ``__dict__``, the name into the fields
-    set), that is done here directly: three setattr calls through pydantic
+    or ``frozen`` (model or field; the value into ``__dict__``, the name
+    into the fields set), that is done here directly: three setattr calls through pydantic
     cost more than the rest of sending a small event. Any other class goes
     through its own setattr (a frozen event fails as it did)."""
     cls = type(event)
     plain = _PLAIN_SETATTR.get(cls)
     if plain is None:
-        config = cls.model_config
+        config, fields = cls.model_config, cls.model_fields
         plain = (cls.__setattr__ is BaseModel.__setattr__
-                 and not config.get("validate_assignment") and not config.get("frozen"))
+                 and not config.get("validate_assignment") and not config.get("frozen")
+                 and not any(fields[name].frozen for name in _STAMPED))
         if len(_PLAIN_SETATTR) >= 4096:
             _PLAIN_SETATTR.clear()
         _PLAIN_SETATTR[cls] = plain
