@@ -570,7 +570,7 @@ def run_review_job(
         return 1
     elapsed = time.monotonic() - started
     print(
-        f"{len(read.reviews)} reviews -> {args.output} in {elapsed:.1f} s "
+        f"{len(read.reviews)} review{'' if len(read.reviews) == 1 else 's'} -> {args.output} in {elapsed:.1f} s "
         f"({args.runner} runner; {read.skipped()})",
         file=sys.stderr,
     )
