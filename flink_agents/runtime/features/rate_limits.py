@@ -360,18 +360,29 @@ class ConnectionLimiter:
         """The permit ``_pump`` would grant a call arriving now, when the
         queue is empty and no window, bound, cool-down or shared claim holds
         it back; else None (the call queues)."""
-        if self._waiters or self._claiming or self.shared is not None or self._cool_down_until > now:
+        if self._waiters or self._claiming or self.shared is not None:
             return None
         if self._max_in_flight is not None and self._in_flight >= self._max_in_flight:
             return None
-        if self._requests is not None and self._requests.wait_s(now, 1) > 0:
-            return None
-        if self._tokens is not None and tokens and self._tokens.wait_s(now, tokens) > 0:
+        if self._wait_s(now, tokens) > 0:
             return None
         self._in_flight += 1
+        return self._take(now, tokens)
+
+    def _wait_s(self, now: float, tokens: int) -> float:
+        """Seconds until the cool-down and the windows let a call of
+        ``tokens`` go (0 or less: now)."""
+        return max(
+            self._cool_down_until - now,
+            self._requests.wait_s(now, 1) if self._requests is not None else 0.0,
+            self._tokens.wait_s(now, tokens) if self._tokens is not None and tokens else 0.0,
+        )
+
+    def _take(self, now: float, tokens: int, claim: Optional[str] = None) -> _Permit:
+        """Count a granted call in the local windows; its permit."""
         request = self._requests.take(now, 1) if self._requests is not None else None
         entry = self._tokens.take(now, tokens) if self._tokens is not None else None
-        return _Permit(request, entry)
+        return _Permit(request, entry, claim)
 
     @property
     def counts_tokens(self) -> bool:
@@ -397,11 +408,7 @@ class ConnectionLimiter:
                 continue
             if self._max_in_flight is not None and self._in_flight >= self._max_in_flight:
                 return  # a release pumps again
-            wait_s = max(
-                self._cool_down_until - now,
-                self._requests.wait_s(now, 1) if self._requests is not None else 0.0,
-                self._tokens.wait_s(now, tokens) if self._tokens is not None and tokens else 0.0,
-            )
+            wait_s = self._wait_s(now, tokens)
             if wait_s > 0:
                 assert self._loop is not None
                 self._timer = self._loop.call_later(wait_s, self._pump)
@@ -413,9 +420,7 @@ class ConnectionLimiter:
                 self._claiming = True
                 self._loop.create_task(self._claim(future, tokens))
                 return
-            request = self._requests.take(now, 1) if self._requests is not None else None
-            entry = self._tokens.take(now, tokens) if self._tokens is not None else None
-            future.set_result(_Permit(request, entry))
+            future.set_result(self._take(now, tokens))
 
     async def _claim(self, future: asyncio.Future, tokens: int) -> None:
         """The head's claim in the shared window: claim (on the I/O
@@ -445,10 +450,7 @@ class ConnectionLimiter:
                 if future.done():  # cancelled while claiming
                     self.shared.unclaim(claim_id)
                     return
-                now = self._clock()
-                request = self._requests.take(now, 1) if self._requests is not None else None
-                entry = self._tokens.take(now, tokens) if self._tokens is not None else None
-                future.set_result(_Permit(request, entry, claim_id))
+                future.set_result(self._take(self._clock(), tokens, claim_id))
                 granted = True
         except asyncio.CancelledError:  # the loop is going away
             future.cancel()
