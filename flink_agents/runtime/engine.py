@@ -279,14 +279,17 @@ class AgentEngine:
         # The run's trace (runtime.features.tracing): spans of what each commit wrote.
         trace = None if self.tracing is None else self.tracing.for_run(
             self.store, run.journal_id, run.key_text, seq, key)
-        journal = await RunJournal.open(
-            self.store, run.journal_id, run.key_text, seq, self._count_write,
-            on_commit=_both(_both(None if progress is None else progress.committed,
-                                  None if run_log is None else run_log.committed),
-                            None if trace is None else trace.committed),
-            executors=self.executors,
-            input_digest=lambda: input_digest(record.value),
-        )
+        on_commit = _both(_both(None if progress is None else progress.committed,
+                                None if run_log is None else run_log.committed),
+                          None if trace is None else trace.committed)
+        if self.store.blocking_io:  # read on the io pool (RunJournal.open)
+            journal = await RunJournal.open(
+                self.store, run.journal_id, run.key_text, seq, self._count_write, on_commit=on_commit,
+                executors=self.executors, input_digest=lambda: input_digest(record.value),
+            )
+        else:  # a store answering from memory: read in place, without a coroutine
+            journal = RunJournal(self.store, run.journal_id, run.key_text, seq, self._count_write, on_commit=on_commit,
+                                 executors=self.executors, input_digest=lambda: input_digest(record.value))
         if record.replays is not None:
             journal.reopen()  # a retry: its run end is written anew
         if trace is not None and journal.is_replay:
@@ -371,7 +374,10 @@ class AgentEngine:
             raise
         else:
             count_replayed(completed)  # the tokens of steps replayed from their completion
-            await journal.finish_async("ok", force=self._made_callbacks(run) and await self._close_callbacks(run))
+            if journal.ends_unwritten and not self._made_callbacks(run):
+                journal.finish_unwritten()  # the common run without calls: no coroutine to end it
+            else:
+                await journal.finish_async("ok", force=self._made_callbacks(run) and await self._close_callbacks(run))
             if run_log is not None:
                 run_log.finished()
             if progress is not None and progress.commits == 0 and not journal.is_replay:

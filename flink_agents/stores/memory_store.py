@@ -201,6 +201,9 @@ def _check_entries(entries: List[JournalEntry]) -> None:
         TypeError: Naming the entry's position and the offending field.
     """
     for position, entry in enumerate(entries):
+        if (type(entry) is JournalEntry and type(entry.step) is str and type(entry.ordinal) is int
+                and type(entry.function_id) is str and type(entry.args_digest) is str and type(entry.payload) is str):
+            continue  # the runtime's own entries: checked in one test each
         if not isinstance(entry, JournalEntry):
             raise TypeError(f"entries[{position}] is a {type(entry).__name__}, not a JournalEntry")
         for field in ("step", "function_id", "args_digest", "payload"):

@@ -15,7 +15,6 @@ the write's first call. ``RunJournal.check_input`` compares before a replay uses
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from typing import Any, Callable, Iterable, List
@@ -71,7 +70,9 @@ def stamp(entries: List[JournalEntry], digest: str, skip: Callable[[JournalEntry
         at = next((n for n, entry in enumerate(entries) if not skip(entry)), None)
     if at is None:
         return False
-    entries[at] = dataclasses.replace(entries[at], args_digest=f"{entries[at].args_digest}{INPUT_MARK}{digest}")
+    entry = entries[at]  # a new entry (entries are frozen), without dataclasses.replace's field walk
+    entries[at] = JournalEntry(entry.step, entry.ordinal, entry.function_id, f"{entry.args_digest}{INPUT_MARK}{digest}",
+                               entry.payload)
     return True
 
 

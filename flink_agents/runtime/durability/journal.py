@@ -445,7 +445,7 @@ class RunJournal:
             entries = self._take()
             if not entries:
                 return
-            await self._settled_despite_cancellation(self._write_in_thread(entries))
+            await self._write(entries)
 
     async def _commit_through(self, last: JournalEntry | None) -> None:
         """Make durable what was buffered up to ``last`` (None: nothing, but
@@ -460,7 +460,7 @@ class RunJournal:
                     raise self._write_failure
                 return
             entries = self._take()
-            await self._settled_despite_cancellation(self._write_in_thread(entries))
+            await self._write(entries)
 
     # The store write of the latest ``_commit_async`` (a thread-side future), so
     # that ``commit``, which cannot await the commit lock, waits for it too.
@@ -479,6 +479,30 @@ class RunJournal:
         if error is not None:
             self._write_failure = self._unavailable(error)
             raise self._write_failure from error
+
+    async def _write(self, entries: List[JournalEntry]) -> None:
+        """Write ``entries`` taken from the buffer, under the commit lock.
+
+        A store answering from memory writes in place, and lands at once:
+        a worker thread's hop (submit, wake, GIL hand-over, the loop's
+        self-pipe) and a loop round cost more CPU than the write. The
+        commit then has no suspension point: no cancellation can arrive
+        between the write and its bookkeeping.
+
+        Raises:
+            BaseException: The write failed (``JournalUnavailable``, then the
+                run's write failure) or its bookkeeping did.
+        """
+        if self._store.blocking_io:
+            await self._settled_despite_cancellation(self._write_in_thread(entries))
+            return
+        self._write_in_flight = None  # nothing of this run is in flight now
+        try:
+            self._store.append(*self._run, entries)
+        except BaseException as exc:
+            self._write_failure = self._unavailable(exc)
+            raise self._write_failure from exc
+        self._landed(entries)
 
     def _write_in_thread(self, entries: List[JournalEntry]) -> "asyncio.Future[None]":
         """Start the store write of ``entries`` on a worker thread.
@@ -517,15 +541,6 @@ class RunJournal:
             else:
                 settled.set_result(None)
 
-        if not self._store.blocking_io:
-            # A store answering from memory writes in place, and lands at
-            # once: a worker thread's hop (submit, wake, GIL hand-over, the
-            # loop's self-pipe) and a loop round cost more CPU than the write.
-            # The commit then has no suspension point: no cancellation can
-            # arrive between the write and its bookkeeping.
-            write()
-            land(written)
-            return settled
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         try:
             if self._executors is not None:
@@ -965,6 +980,20 @@ class RunJournal:
         if self._prepare_finish(outcome, force, detail):
             await self._commit_async()
 
+    @property
+    def ends_unwritten(self) -> bool:
+        """Whether the run's end writes nothing unless forced: it made no
+        journaled call and found nothing journaled (``finish``). The engine
+        then ends it with ``finish_unwritten``, without a coroutine."""
+        return not self._journaled and self.calls_executed == 0
+
+    def finish_unwritten(self) -> None:
+        """End a run that writes nothing (``ends_unwritten``): what it
+        buffered is kept for its trace (``unwritten``)."""
+        if not self.ends_unwritten:
+            raise RuntimeError(f"run {self._run} has entries to write: end it with finish_async")
+        self._prepare_finish("ok")
+
     def reopen(self) -> None:
         """A retried run (``runs retry`` of a record that ended on the error
         stream): its steps replay as journaled, and its run end is written
@@ -998,7 +1027,7 @@ class RunJournal:
 
     def _prepare_finish(self, outcome: str, force: bool = False, detail: Dict[str, Any] | None = None) -> bool:
         """Buffer the run end; whether there is anything to commit."""
-        if not force and not self._journaled and self.calls_executed == 0:
+        if not force and self.ends_unwritten:
             self._unwritten, self._buffer = self._buffer, []
             return False
         if (RUN_STEP, RUN_END) not in self._journaled:

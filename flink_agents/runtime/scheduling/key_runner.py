@@ -498,8 +498,14 @@ class KeyRunner:
             if cancel is not None:  # cancelled while it waited for its turn
                 completion = await self._cancelled(key, worker, record, cancel)
             else:
-                async with self._slots.hold():
+                slots = self._slots
+                slot = slots.take_now() or await slots.take()  # a free slot without a coroutine
+                token = slots.enter(slot)
+                try:
                     completion = await self._run(key, worker, record)
+                finally:
+                    slots.exit(token)
+                    slots.release(slot)
             if completion.parked is not None:
                 await self._park(key, worker, record, completion.parked)
                 continue
