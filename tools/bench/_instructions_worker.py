@@ -21,6 +21,10 @@ from flink_agents.api.runner_context import RunnerContext
 
 KEYS = 31
 WARM = 40  # records or calls run first: imports, first-use caches, the client
+# No journal prune while counting: its interval is wall time, which valgrind
+# stretches fiftyfold (and a loaded machine more), so it would run a varying
+# number of times.
+CONFIG = {"journal.prune_interval_s": 1e9}
 
 
 class TrivialAgent(Agent):
@@ -33,7 +37,7 @@ class TrivialAgent(Agent):
 
 
 def _run_trivial(count: int) -> None:
-    env = AgentsExecutionEnvironment.get_execution_environment()
+    env = AgentsExecutionEnvironment.get_execution_environment(**CONFIG)
     outputs = env.from_list([{"key": f"k{i % KEYS}", "value": {"n": i}} for i in range(count)]) \
         .apply(TrivialAgent()).to_list()
     env.execute()
@@ -79,8 +83,8 @@ def main() -> None:
 
     _canned_replies()
     agent = ReviewAnalysisAgent(model="openai:canned", base_url="http://127.0.0.1:9/v1", max_retries=0)
-    run_locally(_reviews(WARM), agent)
-    outputs = run_locally(_reviews(count), agent)
+    run_locally(_reviews(WARM), agent, config=CONFIG)
+    outputs = run_locally(_reviews(count), agent, config=CONFIG)
     assert len(outputs) == count, f"{len(outputs)} outputs for {count} reviews"
 
 

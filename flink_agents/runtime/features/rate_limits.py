@@ -329,14 +329,21 @@ class ConnectionLimiter:
     async def acquire(self, tokens: int = 0) -> _Permit:
         """Wait for this call's turn (FIFO), then count it in the windows.
         Cancelled while waiting: leaves the queue, counts nothing."""
+        return self._grant_now(tokens) or await self._wait_for_turn(tokens)
+
+    def _grant_now(self, tokens: int) -> Optional[_Permit]:
+        """The call's permit at once, when nobody waits and nothing holds it
+        back (no future, no queue, no coroutine); else None. On the loop."""
+        self._loop = asyncio.get_running_loop()
+        permit = self._grant_at_once(self._clock(), tokens)
+        if permit is not None and self._wait_ms is not None:
+            self._wait_ms.update(0)
+        return permit
+
+    async def _wait_for_turn(self, tokens: int) -> _Permit:
+        """``acquire`` for a call that must queue."""
         loop = asyncio.get_running_loop()
-        self._loop = loop
         started = self._clock()
-        permit = self._grant_at_once(started, tokens)
-        if permit is not None:  # nobody waits and nothing holds it: no future, no queue
-            if self._wait_ms is not None:
-                self._wait_ms.update(0)
-            return permit
         future: asyncio.Future = loop.create_future()
         self._waiters.append((future, tokens))
         self._pump()
@@ -507,11 +514,12 @@ class ConnectionLimiter:
 
     async def call(self, run: Callable[[], Any], tokens: int) -> Any:
         """``await run()`` in its turn, counting its usage and refusals."""
-        permit = await self.acquire(tokens)
+        permit = self._grant_now(tokens) or await self._wait_for_turn(tokens)
         used: Optional[int] = None
         try:
             result = await run()
-            used = _reported_tokens(result)
+            if permit.tokens is not None or permit.claim is not None:  # only these are restamped with it
+                used = _reported_tokens(result)
             self.answered()
             return result
         except (ModelRateLimited, ModelOverloaded) as error:

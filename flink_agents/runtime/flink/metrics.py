@@ -15,10 +15,18 @@ groups -> ``add_group(name)`` or key-value ``add_group(key, value)`` under the
 operator's metric group; counter -> ``counter`` (``inc``/``dec`` by the
 change); meter -> ``meter`` (``mark_event`` by the marks since the last
 sync; Flink computes the rate); histogram -> ``distribution`` (each value
-recorded since the last sync, at most a window's) and gauges ``<name>Mean``,
+recorded since the last sync, at most a window's) and ``<name>Mean``,
 ``<name>Min``, ``<name>Max`` over its window (reporters cannot print a
-distribution: Prometheus shows it as 0.0); gauge -> ``gauge`` reading the
-in-memory value.
+distribution: Prometheus shows it as 0.0); gauge -> a value of the same name.
+
+The window's mean, min and max, and gauges, are Flink *counters* set to the
+value at each sync, not Flink gauges: a PyFlink gauge is a Python callable
+that Flink's metric threads (reporters, the REST API and web UI's metric
+queries) call, and in thread mode that call enters the embedded interpreter
+from a thread PyFlink does not run Python on, which crashed TaskManagers
+(SIGSEGV in ``PyTuple_GetItem`` under ``MetricGauge.getValue``, seen under
+load). A counter is a Java object: reading it runs no Python. Prometheus
+exports a Flink counter as a gauge, so scrapes read the same series.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from flink_agents.runtime.execution.metrics import (
-    GroupPath, LocalCounter, LocalGauge, LocalHistogram, LocalMeter, MetricRegistry,
+    GroupPath, LocalCounter, LocalHistogram, LocalMeter, MetricRegistry,
 )
 
 __all__ = ["parallelism_of", "FlinkMetricMirror", "task_identity"]
@@ -98,18 +106,13 @@ class FlinkMetricMirror:
         elif isinstance(metric, LocalMeter):
             entry = [group.meter(name), 0]
         elif isinstance(metric, LocalHistogram):
-            entry = [group.distribution(name), 0]
             # A distribution reaches reporters as a value they cannot print
             # (Prometheus shows 0.0): its window's mean, min and max as
-            # numeric gauges beside it, read on the reporter's schedule.
-            histogram: LocalHistogram = metric
-            group.gauge(f"{name}Mean", lambda: int(round(histogram.get_mean())))
-            group.gauge(f"{name}Min", lambda: int(histogram.get_min()))
-            group.gauge(f"{name}Max", lambda: int(histogram.get_max()))
+            # numbers beside it (counters set at each sync: module docstring).
+            entry = [group.distribution(name), 0, _value_counter(group, f"{name}Mean"),
+                     _value_counter(group, f"{name}Min"), _value_counter(group, f"{name}Max")]
         else:
-            gauge: LocalGauge = metric
-            group.gauge(name, lambda: int(gauge.get_value()))
-            entry = [None, 0]
+            entry = _value_counter(group, name)  # a gauge's value, set at each sync
         self._mirrored[(path, name)] = entry
         return entry
 
@@ -119,7 +122,7 @@ class FlinkMetricMirror:
             entry = self._mirrored.get((path, name))
             if entry is None:
                 entry = self._register(path, name, metric)
-            flink_metric, carried = entry
+            flink_metric, carried = entry[0], entry[1]
             if isinstance(metric, LocalCounter):
                 delta = metric.get_count() - carried
                 if delta > 0:
@@ -138,3 +141,27 @@ class FlinkMetricMirror:
                     for value in metric.values_since(carried):
                         flink_metric.update(value)
                     entry[1] = count
+                    _set(entry[2], int(round(metric.get_mean())))
+                    _set(entry[3], int(metric.get_min()))
+                    _set(entry[4], int(metric.get_max()))
+            else:
+                _set(entry, int(metric.get_value()))
+
+
+def _value_counter(group: Any, name: str) -> list:
+    """A Flink counter standing for a value, ``[counter, its value]``;
+    touched once, so that it is reported while its value is still 0 (in
+    process mode PyFlink reports only counters that were updated)."""
+    counter = group.counter(name)
+    counter.inc(0)
+    return [counter, 0]
+
+
+def _set(entry: list, value: int) -> None:
+    """Set a Flink counter standing for a value (``[counter, its value]``)."""
+    delta = value - entry[1]
+    if delta > 0:
+        entry[0].inc(delta)
+    elif delta < 0:
+        entry[0].dec(-delta)
+    entry[1] = value
