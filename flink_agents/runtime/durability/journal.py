@@ -419,8 +419,16 @@ class RunJournal:
         """
         self._wait_for_write_in_flight()
         entries = self._take()
-        if not entries:
-            return
+        if entries:
+            self._write_now(entries)
+
+    def _write_now(self, entries: List[JournalEntry]) -> None:
+        """Write ``entries`` on this thread and land them.
+
+        Raises:
+            BaseException: The write failed (``JournalUnavailable``, recorded
+                as the run's write failure) or its bookkeeping did.
+        """
         try:
             self._store.append(*self._run, entries)
         except BaseException as exc:
@@ -497,12 +505,7 @@ class RunJournal:
             await self._settled_despite_cancellation(self._write_in_thread(entries))
             return
         self._write_in_flight = None  # nothing of this run is in flight now
-        try:
-            self._store.append(*self._run, entries)
-        except BaseException as exc:
-            self._write_failure = self._unavailable(exc)
-            raise self._write_failure from exc
-        self._landed(entries)
+        self._write_now(entries)
 
     def _write_in_thread(self, entries: List[JournalEntry]) -> "asyncio.Future[None]":
         """Start the store write of ``entries`` on a worker thread.
