@@ -16,6 +16,7 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.execution.usage import PriceTable, Usage
+from flink_agents.stores.journal import TRACE_STEP
 from flink_agents.runtime.local.driver import LocalDriver
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.flink_jobs import mini_cluster_env
@@ -132,10 +133,19 @@ def _hook(mode: str) -> str:
 
 def crash_at_write(store: InMemoryJournalStore, mode: str, k: int) -> None:
     """Arm ``store`` to raise ``Crash`` at its k-th write: once the write is
-    durable (``mode`` "after_write") or just before it ("before_write")."""
+    durable (``mode`` "after_write") or just before it ("before_write").
+
+    Writes of trace marks only (``TRACE_STEP``: a traced run's exporter marks
+    the spans it sent, on its own thread, whenever an export ends) are not
+    counted: they are no write of the run, and counting them made the k-th
+    write depend on the exporter's timing."""
+    counted = [store.writes]  # the writes before arming count as before
 
     def crash(entries: Any) -> None:
-        if store.writes + (1 if mode == "before_write" else 0) == k:
+        if entries and all(entry.step == TRACE_STEP for entry in entries):
+            return
+        counted[0] += 1
+        if counted[0] == k:
             raise Crash(f"crash at write {k}")
 
     setattr(store, _hook(mode), crash)
