@@ -16,8 +16,8 @@ from flink_agents.api.agents.agent import Agent
 from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.engine import AgentEngine
 from flink_agents.runtime.execution.usage import PriceTable, Usage
-from flink_agents.stores.journal import TRACE_STEP
 from flink_agents.runtime.local.driver import LocalDriver
+from flink_agents.stores.journal import TRACE_STEP
 from flink_agents.stores.memory_store import InMemoryJournalStore
 from tests.support.flink_jobs import mini_cluster_env
 from tests.support import host_runs

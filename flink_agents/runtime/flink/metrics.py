@@ -124,12 +124,7 @@ class FlinkMetricMirror:
                 entry = self._register(path, name, metric)
             flink_metric, carried = entry[0], entry[1]
             if isinstance(metric, LocalCounter):
-                delta = metric.get_count() - carried
-                if delta > 0:
-                    flink_metric.inc(delta)
-                elif delta < 0:
-                    flink_metric.dec(-delta)
-                entry[1] += delta
+                _set(entry, metric.get_count())
             elif isinstance(metric, LocalMeter):
                 delta = metric.get_count() - carried
                 if delta > 0:
@@ -158,7 +153,8 @@ def _value_counter(group: Any, name: str) -> list:
 
 
 def _set(entry: list, value: int) -> None:
-    """Set a Flink counter standing for a value (``[counter, its value]``)."""
+    """Bring a Flink counter (``[counter, what it holds]``) to ``value`` by
+    the change: a counter's count, or a value a counter stands for."""
     delta = value - entry[1]
     if delta > 0:
         entry[0].inc(delta)
