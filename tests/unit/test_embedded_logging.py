@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from flink_agents.runtime.flink.embedded_logging import match_flink_log_level
+from flink_agents.runtime.flink.embedded_logging import PER_REQUEST_LOGGERS, match_flink_log_level
 
 
 class _Slf4jRoot:
@@ -43,7 +43,10 @@ def _pemja_handler() -> logging.Handler:
 def root() -> Iterator[logging.Logger]:
     logger = logging.getLogger()
     level, handlers = logger.level, [h for h in logger.handlers if not _is_pytests(h)]
+    clients = {name: logging.getLogger(name).level for name in PER_REQUEST_LOGGERS}
     yield logger
+    for name, client_level in clients.items():
+        logging.getLogger(name).setLevel(client_level)
     logger.setLevel(level)
     # The tests replace the handler list; pytest's handlers of this phase are its own business.
     logger.handlers[:] = handlers + [h for h in logger.handlers if _is_pytests(h)]
@@ -103,3 +106,32 @@ def test_outside_a_taskmanager_nothing_changes(root) -> None:
     assert "_pemja" not in sys.modules
     assert match_flink_log_level() is None
     assert root.level == logging.DEBUG
+
+
+def _request_line_passes(name: str) -> bool:
+    """Whether an HTTP client's per-request INFO line would be handled."""
+    return logging.getLogger(name).isEnabledFor(logging.INFO)
+
+
+def test_the_http_clients_request_lines_are_held_to_warning_unless_the_job_set_their_level(root) -> None:
+    root.setLevel(logging.DEBUG)
+    root.handlers[:] = [_pemja_handler()]
+    _jvm_logging_at("info")
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    logging.getLogger("httpx").setLevel(logging.INFO)  # the job wants httpx's lines
+    assert match_flink_log_level() == logging.INFO
+    assert not _request_line_passes("httpx2")  # openai's client: one line per model call, held back
+    assert logging.getLogger("httpx2").isEnabledFor(logging.WARNING)
+    assert _request_line_passes("httpx")  # the job's level stays
+    assert logging.getLogger("flink_agents").isEnabledFor(logging.INFO)  # the rest logs at INFO
+
+
+def test_a_job_that_configured_logging_keeps_the_request_lines(root) -> None:
+    root.setLevel(logging.INFO)
+    root.handlers[:] = [_pemja_handler()]  # a level the job set: nothing is changed
+    _jvm_logging_at("info")
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    assert match_flink_log_level() is None
+    assert all(_request_line_passes(name) for name in PER_REQUEST_LOGGERS)
