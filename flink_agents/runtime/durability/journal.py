@@ -547,7 +547,7 @@ class RunJournal:
         asyncio.wrap_future(written, loop=loop).add_done_callback(land)
         try:
             if self._executors is not None:
-                self._executors.io_future(write)
+                self._executors.io_submit(write)  # ``written`` wakes the loop: one hand-over back, not two
             else:
                 loop.run_in_executor(None, contextvars.copy_context().run, write)
         except BaseException as exc:  # no worker thread (the executor shut down): nothing written

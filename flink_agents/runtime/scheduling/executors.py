@@ -93,6 +93,16 @@ class Executors:
         context = contextvars.copy_context()
         return loop.run_in_executor(self._io, functools.partial(context.run, fn, *args))
 
+    def io_submit(self, fn: Callable[..., T], *args: Any) -> "concurrent.futures.Future[T]":
+        """Start ``fn(*args)`` on the io pool, with the caller's context
+        variables; its thread-side future. Unlike ``io_future`` no event loop
+        is woken when it ends: for work that reports back on its own.
+
+        Raises:
+            RuntimeError: The pool was shut down (the engine closed).
+        """
+        return self._io.submit(contextvars.copy_context().run, fn, *args)
+
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the io pool."""
         return await self.io_future(fn, *args)
