@@ -12,11 +12,15 @@ JVM), on the invariants a user relies on:
   a record that finishes within ``flink.inline_wait_ms`` registers no timer;
 - a callback's deadline is a processing-time timer of its key, kept in keyed
   state with the callback's id (``KeyState.callback_deadlines``), and its
-  firing times the callback out.
+  firing times the callback out;
+- a key's queue is encoded once per record and not decoded while the
+  runner holds the key (the state is written at every record's arrival and
+  end), and what is written reads back as itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Dict, List
 
@@ -24,7 +28,9 @@ import pytest
 
 from flink_agents.api.agents.agent import Agent
 from flink_agents.api.callbacks import CallbackTimeout
+from flink_agents.api.decorators import action
 from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.runtime.execution.state import KeyState, PendingRecord
 from flink_agents.runtime.flink.driver import KEY_STATE_NAME
 from tests.engine.test_driver_contract import CountingAgent, _records
 from tests.support import recording_flink
@@ -130,3 +136,48 @@ def test_a_callback_deadline_is_a_timer_of_its_key_kept_in_keyed_state() -> None
     assert deadline_ms - first.now_ms >= timeout_s * 1000 - 1000
     # Once the record is applied its deadline leaves keyed state.
     assert "callbacks" not in json.loads(_key_states(run, "c")[-1].text)
+
+
+class _SlowAgent(Agent):
+    """Each record waits, so a key's later records queue behind it."""
+
+    @action(InputEvent)
+    @staticmethod
+    async def wait_then_echo(event: InputEvent, ctx: Any) -> None:
+        await asyncio.sleep(0.01)
+        ctx.send_event(OutputEvent(output={"k": event.input["k"], "i": event.input["i"]}))
+
+
+def test_a_keys_queue_is_encoded_once_per_record_and_not_decoded_while_the_runner_holds_it(monkeypatch) -> None:
+    """The key state is written at every record's arrival and end. Its queue
+    must not be encoded and decoded whole each time (quadratic in a hot
+    key's backlog): each queued record is encoded once, and the state the
+    operator wrote is not decoded again while its runner holds the key. What
+    is written stays what a restore reads back."""
+    encoded: List[int] = []
+    decoded: List[int] = []
+    encode_entry = PendingRecord.state_entry
+    from_json = KeyState.from_json
+
+    def counting_entry(self: PendingRecord) -> str:
+        if self.entry_json is None:
+            encoded.append(self.seq)
+        return encode_entry(self)
+
+    def counting_from_json(text: str, memory_json: str | None = None) -> KeyState:
+        decoded.append(len(json.loads(text)["pending"]))
+        return from_json(text, memory_json)
+
+    monkeypatch.setattr(PendingRecord, "state_entry", counting_entry)
+    monkeypatch.setattr(KeyState, "from_json", staticmethod(counting_from_json))
+    run = recording_flink.run(_SlowAgent(), _records("a", 40))
+
+    assert run.failure is None
+    assert sorted(o["i"] for o in run.outputs) == list(range(40))
+    assert sorted(encoded) == list(range(40))  # once per record, not per write
+    assert sum(decoded) == 0, decoded  # the operator's own writes are not read back record by record
+    writes = _key_states(run, "a")
+    assert max(len(json.loads(w.text)["pending"]) for w in writes) > 10  # the queue did build up
+    for write in writes:  # each write is what its state reads back as, written again
+        monkeypatch.setattr(KeyState, "from_json", staticmethod(from_json))
+        assert KeyState.from_json(write.text, "{}").to_json(include_memory=False) == write.text

@@ -15,6 +15,7 @@ Until the journal calls ``runtime.durability.codec_exceptions.encode_outcome`` i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -362,6 +363,44 @@ def test_keyed_state_of_schema_version_1_still_reads() -> None:
     driver.states["k"] = state
     _run(Agent().add_action("read", [InputEvent], read_order), ["next"], InMemoryJournalStore(), driver=driver)
     assert driver.outputs[-1] == {"k": {"total": 12.5, "ops": {"$set": {"qty": 1}}}}
+
+
+def test_a_queued_record_read_from_schema_version_1_is_written_back_in_the_current_form() -> None:
+    """A record read from an earlier release's state is encoded anew when
+    the state is next written (version 2 entries are written back as read)."""
+    trust_package(__name__)
+    v1 = json.dumps({
+        "v": 1, "journal_id": "job", "next_seq": 3, "runs_finished": 2,
+        "pending": [{"seq": 2, "value": {"$model": f"{__name__}:Checked", "data": {"facts": [1]}}, "ts": None}],
+        "stm": None,
+    })
+
+    written = json.loads(KeyState.from_json(v1, "{}").to_json(include_memory=False))
+
+    assert written["v"] == 2
+    assert written["pending"][0]["value"]["$pydantic"] == f"{__name__}:Checked"
+    again = KeyState.from_json(json.dumps(written), "{}").pending[0].value
+    assert isinstance(again, Checked) and again.facts == [1]
+
+
+def test_a_key_state_copy_has_every_field_in_containers_of_its_own() -> None:
+    state = KeyState(
+        journal_id="job", next_seq=4, pending=[PendingRecord(3, {"x": 1}, 7)], short_term_memory={"a": 1},
+        runs_finished=3, callback_deadlines=[["cb", 9, 3]], steering=[[0, "m"]], next_steering_seq=1,
+        usage={"records": 3}, failed=[[1, "r", 5]], budget={"v": 1}, memory_reads={"a"},
+    )
+
+    copy = state.copy()
+
+    for name in (f.name for f in dataclasses.fields(KeyState)):
+        if name in ("short_term_memory", "memory_reads"):  # a driver keeps memory apart
+            continue
+        mine, theirs = getattr(state, name), getattr(copy, name)
+        assert theirs == mine, name
+        assert isinstance(mine, (str, int)) or theirs is not mine, f"{name} shares its container"
+    assert copy.short_term_memory == {} and copy.memory_reads is None
+    copy.callback_deadlines[0][1] = 10
+    assert state.callback_deadlines == [["cb", 9, 3]]
 
 
 def read_order(event: InputEvent, ctx: Any) -> None:

@@ -64,6 +64,29 @@ class PendingRecord:
     value: Any
     timestamp_ms: int | None = None
     replays: int | None = None
+    # Not state: this record's entry in the key state's JSON (``to_json``),
+    # made once. The fields above never change once the record is queued,
+    # and a run that changes its input value in place does not change what
+    # a restore reads back.
+    entry_json: str | None = field(default=None, compare=False, repr=False)
+
+    def state_entry(self) -> str:
+        """This record's entry in the key state's JSON, encoded on first use.
+
+        Raises:
+            TypeError: The value is one the codec cannot carry (not admitted
+                through ``admit``).
+        """
+        text = self.entry_json
+        if text is None:
+            entry = {"seq": self.seq, "value": encode(self.value, f"record #{self.seq}"), "ts": self.timestamp_ms}
+            if self.replays is not None:
+                entry["replays"] = self.replays
+            text = self.entry_json = json.dumps(entry, separators=_COMPACT)
+        return text
+
+
+_COMPACT = (",", ":")
 
 
 def _read(read: Any, data: Any, what: str) -> Any:
@@ -127,16 +150,13 @@ class KeyState:
             TypeError: A queued record or steering message the codec cannot
                 carry (not admitted through ``admit``).
         """
-        return json.dumps(
+        # The queued records' entries are encoded once each (``state_entry``)
+        # and spliced in: this state is written at every record's arrival
+        # and end, and a key's queue can hold hundreds of records.
+        head = json.dumps({"v": STATE_SCHEMA_VERSION, "journal_id": self.journal_id, "next_seq": self.next_seq},
+                          separators=_COMPACT)
+        rest = json.dumps(
             {
-                "v": STATE_SCHEMA_VERSION,
-                "journal_id": self.journal_id,
-                "next_seq": self.next_seq,
-                "pending": [
-                    {"seq": p.seq, "value": encode(p.value, f"record #{p.seq}"), "ts": p.timestamp_ms,
-                     **({"replays": p.replays} if p.replays is not None else {})}
-                    for p in self.pending
-                ],
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
                 # Written only when set: most keys have neither, and this
@@ -149,7 +169,19 @@ class KeyState:
                 **({"failed": [[seq, encode(v, f"failed record #{seq}"), at] for seq, v, at in self.failed]}
                    if self.failed else {}),
             },
-            separators=(",", ":"),
+            separators=_COMPACT,
+        )
+        return f'{head[:-1]},"pending":[{",".join([p.state_entry() for p in self.pending])}],{rest[1:]}'
+
+    def copy(self) -> "KeyState":
+        """A copy whose containers are its own (the queued records, which
+        do not change, are shared); short-term memory and memory reads are
+        left out (empty): a driver keeps memory apart."""
+        return KeyState(
+            journal_id=self.journal_id, next_seq=self.next_seq, pending=list(self.pending),
+            runs_finished=self.runs_finished, callback_deadlines=[list(d) for d in self.callback_deadlines],
+            steering=[list(m) for m in self.steering], next_steering_seq=self.next_steering_seq,
+            usage=dict(self.usage), failed=[list(f) for f in self.failed], budget=dict(self.budget),
         )
 
     def memory_json(self) -> str:
@@ -188,7 +220,9 @@ class KeyState:
             journal_id=data["journal_id"],
             next_seq=data["next_seq"],
             pending=[PendingRecord(p["seq"], _read(read, p["value"], f"queued record #{p['seq']}"), p.get("ts"),
-                                   _seq_or_none(p.get("replays")))
+                                   _seq_or_none(p.get("replays")),
+                                   # As read (version 2): written again as it was, not encoded anew.
+                                   json.dumps(p, separators=_COMPACT) if version == STATE_SCHEMA_VERSION else None)
                      for p in data["pending"]],
             short_term_memory=memory,
             runs_finished=data["runs_finished"],

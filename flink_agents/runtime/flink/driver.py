@@ -95,6 +95,12 @@ class FlinkDriver(KeyedDriver):
     The state object is cached between ``load`` and ``store`` within one
     callback; memory is written only when a run changed it (commits replace
     the map, so identity tells), and then only the entries that changed.
+    While the runner holds a key, its state as last read or written is kept
+    with its JSON: a callback finding that JSON in the ``ValueState`` takes
+    a copy rather than decoding every queued record, and each queued
+    record is encoded once (``PendingRecord.state_entry``), not at every
+    write (a key's queue was decoded and encoded whole at each record's
+    arrival and end: quadratic in its length).
     ``begin`` starts a callback for the current key with its timer service;
     ``drain`` hands over what to yield: outputs, ``(ERROR_OUTPUT, error
     record)`` and ``(PROGRESS_OUTPUT, progress record)``.
@@ -118,6 +124,10 @@ class FlinkDriver(KeyedDriver):
         # the key's polls would otherwise read (and, with a TTL renewed on
         # reads, renew) every entry every poll interval.
         self._memory_of: Dict[Any, Tuple[Dict[str, Any], Dict[str, str]]] = {}
+        # Likewise the key state's JSON as last read or written, with that
+        # state (memory aside): a callback that finds the same text takes a
+        # copy instead of decoding every queued record again.
+        self._state_of: Dict[Any, Tuple[str, KeyState]] = {}
         self._legacy_loaded = False
         self._outputs: List[Any] = []
         self._deadlines: Dict[Any, List[Tuple[str, int, int]]] = {}
@@ -159,7 +169,7 @@ class FlinkDriver(KeyedDriver):
                 return None
             known = self._memory_of.get(key)
             if known is not None:
-                self._cached = KeyState.from_json(text, "{}")
+                self._cached = self._key_state_of(key, text)
                 self._cached.short_term_memory = known[0]
                 return self._cached
             entries = {path: entry for path, entry in self._memory_state.items()}
@@ -170,10 +180,21 @@ class FlinkDriver(KeyedDriver):
                 self._cached = KeyState.from_json(text, legacy)
                 self._legacy_loaded = True
             else:
-                self._cached = KeyState.from_json(text, "{}")
+                self._cached = self._key_state_of(key, text)
                 self._cached.short_term_memory = {path: json.loads(entry) for path, entry in entries.items()}
             self._memory_of[key] = (self._cached.short_term_memory, entries)
         return self._cached
+
+    def _key_state_of(self, key: Any, text: str) -> KeyState:
+        """The key state ``text`` holds, memory aside: a copy of the one last
+        read or written for ``key`` when the text is the same (only this
+        operator writes it), else decoded."""
+        known = self._state_of.get(key)
+        if known is not None and known[0] == text:
+            return known[1].copy()
+        state = KeyState.from_json(text, "{}")
+        self._state_of[key] = (text, state.copy())
+        return state
 
     def store(self, key: Any, state: KeyState) -> None:
         """Write ``state``: the key state, the memory entries a run changed
@@ -181,7 +202,9 @@ class FlinkDriver(KeyedDriver):
         read of each path it read, which renews it in Flink's state TTL)."""
         self._check(key)
         self._cached = state
-        self._key_state.update(state.to_json(include_memory=False))
+        text = state.to_json(include_memory=False)
+        self._key_state.update(text)
+        self._state_of[key] = (text, state.copy())
         memory, entries = self._memory_of.get(key) or ({}, {})
         written: Dict[str, str] = {}
         if state.short_term_memory is not memory or self._legacy_loaded:
@@ -203,6 +226,7 @@ class FlinkDriver(KeyedDriver):
 
     def forget(self, key: Any) -> None:
         self._memory_of.pop(key, None)
+        self._state_of.pop(key, None)
 
     def arm_deadline(self, key: Any, callback_id: str, deadline_ms: int, seq: int) -> None:
         """Queue a callback deadline (from the runs' thread) until the key's
