@@ -15,6 +15,7 @@ from flink_agents.api.decorators import action
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
+from tests.support.ports import free_port
 
 
 class FlinkMeteredAgent(Agent):
@@ -80,15 +81,12 @@ def _operator_metrics(port: int, names: List[str], until: Any, timeout_s: float)
 
 
 def test_event_log_and_metrics_on_the_mini_cluster(tmp_path) -> None:
-    import socket
     import sys
 
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = Configuration()
     config.set_string("restart-strategy.type", "none")
     config.set_string("python.executable", sys.executable)

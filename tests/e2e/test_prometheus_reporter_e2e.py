@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import time
 import urllib.request
@@ -21,6 +20,7 @@ from flink_agents.api.decorators import action
 from flink_agents.api.events.event import InputEvent, OutputEvent
 from flink_agents.api.execution_environment import AgentsExecutionEnvironment
 from flink_agents.api.runner_context import RunnerContext
+from tests.support.ports import free_port
 
 PROMETHEUS_FACTORY = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 JOB_NAME = "prometheus_metrics"  # label values keep [a-zA-Z0-9:_] only: "-" would read "_"
@@ -43,12 +43,6 @@ class PromMeteredAgent(Agent):
                 await asyncio.sleep(0.1)
         ctx.agent_metric_group.get_counter("numInputs").inc()
         ctx.send_event(OutputEvent(output=event.input["x"]))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _agent_samples(text: str) -> Dict[str, List]:
@@ -86,7 +80,7 @@ def test_agent_metrics_on_the_prometheus_reporter(tmp_path: Path, monkeypatch, w
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
-    port = _free_port()
+    port = free_port()
     config = Configuration()
     config.set_string("restart-strategy.type", "none")
     config.set_string("python.executable", sys.executable)

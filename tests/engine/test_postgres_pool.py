@@ -20,7 +20,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -40,6 +39,7 @@ from flink_agents.stores import PostgresJournalStore
 from flink_agents.stores._postgres_pool import PoolSize
 from tests.support.journal_stores import FakeTime, entry, postgres_dsn, postgres_schema
 from tests.support import host_runs
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS: Counter = Counter()
@@ -380,18 +380,12 @@ def test_a_record_rides_out_its_backends_being_terminated_between_two_calls(pg_d
         store.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class OwnServer:
     """A PostgreSQL server of this test's own (``tools/postgres.sh`` on a free
     port and a fresh data directory), which it may stop and start."""
 
     def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.data = Path(f"/tmp/flink_agents_pg_pooltest_{self.port}")
         env = dict(os.environ, FLINK_AGENTS_PG_PORT=str(self.port), FLINK_AGENTS_PG_DATA=str(self.data))
         started = subprocess.run(

@@ -9,7 +9,6 @@ saying so.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional
 from contextlib import contextmanager
+
+from tests.support.ports import free_port
 
 __all__ = ["ChromaServer", "chroma_binary", "chroma_server"]
 
@@ -28,12 +29,6 @@ def chroma_binary() -> Optional[str]:
     if beside.is_file():
         return str(beside)
     return shutil.which("chroma")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ChromaServer:
@@ -68,7 +63,7 @@ def chroma_server(path: Path, startup_timeout_s: float = 60.0) -> Iterator[Chrom
     if binary is None:
         raise FileNotFoundError("the 'chroma' CLI (installed by chromadb) is not found")
     path.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     log = path.parent / f"chroma-{port}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(

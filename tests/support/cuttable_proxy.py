@@ -12,6 +12,8 @@ import socket
 import threading
 from typing import List, Tuple
 
+from tests.support.ports import free_port
+
 
 class CuttableProxy:
     """Forwards 127.0.0.1:``port`` to ``target`` until cut.
@@ -26,10 +28,7 @@ class CuttableProxy:
         self._sockets: List[socket.socket] = []
         self._listener: socket.socket | None = None
         self._stopping = threading.Event()
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
+        self.port = free_port()
         self.restore()
 
     def restore(self) -> None:

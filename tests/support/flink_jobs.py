@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import queue
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+
+from tests.support.ports import free_port
 
 __all__ = [
     "Collected",
@@ -45,13 +46,6 @@ def child_environment() -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _PYFLINK_RUNTIME_VARIABLES}
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def mini_cluster_env(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-import socket
 from typing import Any, List
 
 import anthropic
@@ -41,6 +40,7 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     clear_notified,
 )
 from tests.support.provider_agent import ReviewAgent, run_local
+from tests.support.ports import free_port
 from tests.support.scripted_anthropic_server import AnthropicScriptedServer
 from tests.support.scripted_http import ScriptedError
 
@@ -358,9 +358,7 @@ def test_rate_limit_is_retried_by_the_sdk_first():
 
 
 def test_no_server_is_model_unreachable():
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens there
     connection = AnthropicChatModelConnection(api_key="sk-test", base_url=f"http://127.0.0.1:{port}", max_retries=0)
     try:
         with pytest.raises(ModelUnreachable) as raised:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from typing import Any, Dict, List
 
@@ -45,6 +44,7 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     clear_notified,
 )
 from tests.support.provider_agent import ReviewAgent, run_local
+from tests.support.ports import free_port
 from tests.support.scripted_http import ScriptedError
 from tests.support.scripted_ollama_server import CHAT_PATH, EMBED_PATH, OllamaScriptedServer
 
@@ -76,9 +76,7 @@ def _no_ollama_env(monkeypatch):
 
 
 def _closed_port_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     return f"http://127.0.0.1:{port}"
 
 

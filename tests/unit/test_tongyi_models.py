@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from typing import List
@@ -47,6 +46,7 @@ from tests.support.notify_tool import (  # noqa: F401 (clear_notified: an autous
     clear_notified,
 )
 from tests.support.provider_agent import ReviewAgent, run_local
+from tests.support.ports import free_port
 from tests.support.scripted_dashscope_server import EMBEDDING_PATH, GENERATION_PATH, DashScopeScriptedServer
 from tests.support.scripted_http import ScriptedError
 
@@ -77,9 +77,7 @@ def _review_agent(base_url: str) -> ReviewAgent:
 
 
 def _closed_port_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     return f"http://127.0.0.1:{port}/api/v1"
 
 
