@@ -3,6 +3,7 @@ mini-cluster, the local runner, and the job's command line."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
 from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
+from tests.support.listening import child_processes, listening_addresses
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.scripted_reviews import expected_review_outputs, scripted_review_reply
 
@@ -48,12 +50,24 @@ def test_job_on_the_shared_reviews_matches_the_local_runner(shared_reviews_path:
     reviews = read_reviews(shared_reviews_path).reviews
     assert len(reviews) == 2700
 
+    # While the job runs (its first output), the servers of its mini-cluster
+    # (in this process's JVM: REST, JobManager, TaskManager) listen on
+    # loopback only: Flink's REST API takes job submissions.
+    listening: List[tuple] = []
+
+    def on_output(_output: dict) -> None:
+        if not listening:
+            listening.extend(a for jvm in child_processes(os.getpid(), "java") for a in listening_addresses(jvm))
+
     # The mode the job command picks (auto: thread on the mini-cluster).
     on_flink = run_on_flink(
         reviews, ReviewAnalysisAgent(), parallelism=2, checkpoint_interval_ms=2_000,
-        journal_path=tmp_path / "journal.db", execution_mode=None,
+        journal_path=tmp_path / "journal.db", execution_mode=None, on_output=on_output,
     )
     _check_outputs(reviews, on_flink)
+    assert len(listening) >= 2, listening  # the py4j gateway and the REST endpoint at least
+    exposed = [(a, port) for a, port in listening if not ipaddress.ip_address(a).is_loopback]
+    assert not exposed, f"the job's JVM listens beyond loopback: {exposed}"
     assert len({r["id"] for r in reviews}) == 31
 
     local = run_locally(reviews, ReviewAnalysisAgent())

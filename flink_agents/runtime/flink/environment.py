@@ -18,6 +18,7 @@ from flink_agents.plan.agent_plan import AgentPlan
 from flink_agents.runtime.flink.beam_logging import install_beam_gcs_warning_filter
 from flink_agents.runtime.flink.failures import job_failures
 from flink_agents.runtime.flink.journal_placement import check_journal_placement, execution_target
+from flink_agents.runtime.flink.loopback import bind_mini_cluster_to_loopback
 from flink_agents.runtime.flink.metric_reporters import configure_metric_reporters
 from flink_agents.runtime.flink.submission import AgentOutputStream, configure_python_workers, set_input_uid
 from flink_agents.runtime.flink.table import ConvertingOperatorFunction, OutputConverter, table_to_datastream
@@ -167,6 +168,7 @@ class FlinkAgentBuilder(AgentBuilder):
         job_id = options.get(AgentConfigOptions.JOB_IDENTIFIER) or self._env.job_id
         _single_element_bundles(self._env.env)
         configure_python_workers(self._env.env)
+        bind_mini_cluster_to_loopback(self._env.env)  # a job of its own: no server on other interfaces
         configure_metric_reporters(self._env.env._j_stream_execution_environment)
         if output_type is None or isinstance(output_type, PickledBytesTypeInfo):
             function = AgentOperatorFunction(self._plan, config, job_id, typed_outputs=typed_outputs)
