@@ -67,11 +67,22 @@ def _submit(runner: KeyRunner, key: str, count: int) -> None:
     runner.submit(key, state)
 
 
+def _wait_until_started() -> None:
+    """Until the first record's run started on the runner's thread: a first
+    run in a fresh interpreter may take a while on a loaded machine (CI saw
+    one still unstarted after 0.5 s), and the waits below are timed."""
+    deadline = time.monotonic() + 10
+    while not STARTED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert STARTED == ["k0"]
+
+
 def test_back_pressure_ends_when_the_task_is_cancelled_and_no_new_run_starts() -> None:
     task = TaskThread()
     runner = _runner(task)
     try:
         _submit(runner, "k", 3)  # one runs (and never ends), two wait: the backlog is full
+        _wait_until_started()
         task.cancel_after(0.3)
         started = time.monotonic()
         with pytest.raises(HostCancelled):
@@ -105,6 +116,7 @@ def test_a_task_not_cancelled_waits_as_long_as_asked() -> None:
     runner = _runner(task)
     try:
         _submit(runner, "k", 1)
+        _wait_until_started()
         started = time.monotonic()
         assert runner.wait_for("k", 0, 0.5) is False  # the run goes on: a timed wait just times out
         assert 0.45 <= time.monotonic() - started < 2.0
