@@ -329,7 +329,7 @@ class AgentEngine:
             if self.callbacks is not None:
                 self.callbacks.forget_run(run.key_text, run.seq)
             if trace is not None:
-                trace.failed(parked.failure, time.time_ns())
+                trace.failed(parked.failure, time.time_ns(), "parked")
             raise
         except RunCancelled as cancelled:  # a replay of a run a control request ended (nothing ran)
             emit_error(cancelled_error_record(key, record, cancelled))

@@ -12,6 +12,11 @@ from typing import Any, Dict, List
 
 import pytest
 
+from flink_agents.api.agents.agent import Agent
+from flink_agents.api.decorators import action
+from flink_agents.api.events.event import InputEvent, OutputEvent
+from flink_agents.api.runner_context import RunnerContext
+from flink_agents.runtime.errors import ActionFailed
 from flink_agents.runtime.features.otel_export import flush_all
 from flink_agents.runtime.features.tracing import span_id_of, trace_id_of
 from flink_agents.stores.journal import TRACE_STEP
@@ -172,6 +177,61 @@ def test_spans_whose_export_was_lost_go_out_with_the_replay_marked_replayed(rece
     exported = len(receiver.spans)
     run_records(engine_for(agent, store, _tracing(receiver)), [("B01", REVIEW)])  # the record again: a full replay
     assert len(receiver.spans) == exported
+
+
+CHECKER_DOWN: List[bool] = []  # FlakyAgent's action fails after its durable call while this holds True
+
+
+def _look_up(text: str) -> int:
+    return len(text)
+
+
+class FlakyAgent(Agent):
+    """One action: a durable call, then a failure while ``CHECKER_DOWN``."""
+
+    @action(InputEvent)
+    @staticmethod
+    def check(event: InputEvent, ctx: RunnerContext) -> None:
+        ctx.durable_execute(_look_up, str(event.input))
+        if CHECKER_DOWN:
+            raise RuntimeError("the checker is down")
+        ctx.send_event(OutputEvent(output="checked"))
+
+
+def test_a_run_that_fails_the_job_and_is_replayed_ends_as_one_ok_root_with_its_failed_attempt(receiver):
+    """The record fails the job (its restart replays it): that attempt is a
+    ``failed_attempt`` span under the root, with its error; the replay that
+    finishes the run sends the root, ok, once. (A root saying "failed" went
+    out before, and the replay's ok root, having the same id, was then never
+    sent: a failover e2e run saw a record that succeeded traced as failed.)"""
+    store = InMemoryJournalStore()
+    CHECKER_DOWN.append(True)
+    try:
+        with pytest.raises(ActionFailed, match="the checker is down"):
+            run_records(engine_for(FlakyAgent(), store, _tracing(receiver)), [("B01", "review")])
+    finally:
+        CHECKER_DOWN.clear()
+    assert flush_all(10)
+    trace = f"{trace_id_of('job', json.dumps('B01'), 0):032x}"
+    root_id = f"{span_id_of(int(trace, 16), 'run'):016x}"
+    mine = [s for s in receiver.spans if s.trace_id == trace]
+    assert not [s for s in mine if s.parent_id is None]  # the run has not ended: no root yet
+    (attempt,) = [s for s in mine if s.name == "failed_attempt"]
+    assert attempt.parent_id == root_id and attempt.status_code == 2
+    assert "RuntimeError: the checker is down" in attempt.status_message
+    assert attempt.attributes["flink_agents.outcome"] == "failed" and attempt.attributes["flink_agents.key"] == "B01"
+
+    driver = run_records(engine_for(FlakyAgent(), store, _tracing(receiver)), [("B01", "review")])
+
+    assert driver.outputs == [{"B01": "checked"}]  # the replay finished the run
+    mine = [s for s in receiver.spans if s.trace_id == trace]
+    assert max(Counter(s.span_id for s in mine).values()) == 1, "a span was exported twice"
+    (root,) = [s for s in mine if s.parent_id is None]
+    assert root.span_id == root_id and root.name == "invoke_agent FlakyAgent"
+    assert root.attributes["flink_agents.outcome"] == "ok" and root.status_code != 2
+    ids = {s.span_id for s in mine}
+    assert all(s.parent_id in ids for s in mine if s is not root)  # the failed attempt is under the root now
+    assert len([s for s in mine if s.name.startswith("durable_call")]) == 1  # journaled once, replayed after
 
 
 def test_content_is_captured_only_when_asked_and_redacted(receiver, scripted_chat_server, monkeypatch):

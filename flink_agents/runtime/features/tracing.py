@@ -17,7 +17,11 @@ commit that wrote them landed (``RunJournal``'s ``on_commit``), with the
 times the journal holds (``"t"``: ``journal.timed``), so nothing a failover
 can undo is ever reported: a model reply that was not durable could come out
 differently when asked again. A step's span goes out with its completion,
-a run's root with its run end (or its failure).
+a run's root with its run end. An attempt that fails without ending the run
+(its record fails the job, whose restart replays it, or is parked until
+resumed) is a ``failed_attempt`` span under the root, with its error: a
+root saying "failed" would be undone when a replay ends the run (and that
+run's own root, with the same id, would then never go out).
 
 **Ids from the run's identity.** The trace id is derived from (journal id,
 key, record sequence number), each span id from the trace id and the
@@ -273,13 +277,26 @@ class RunTrace:
         spans.append(self._root(outcome, "skipped: an action failed" if outcome == "skipped" else None, ended_ns))
         self._send(spans)
 
-    def failed(self, error: BaseException, ended_ns: int) -> None:
-        """The run failed (after its last commit): its root span, with the error."""
-        self._safely(self._failed, error, ended_ns)
+    def failed(self, error: BaseException, ended_ns: int, outcome: str = "failed") -> None:
+        """An attempt at the run failed (after its last commit) and the run
+        did not end: the record fails the job, whose restart replays it, or
+        it is parked (``outcome`` "parked") until resumed. A span under the
+        root, with the error; the root goes out when a later attempt ends
+        the run (module docstring)."""
+        self._safely(self._failed, error, ended_ns, outcome)
 
-    def _failed(self, error: BaseException, ended_ns: int) -> None:
-        if not self.root_emitted:
-            self._send([self._root("failed", f"{type(error).__name__}: {error}", ended_ns)])
+    def _failed(self, error: BaseException, ended_ns: int, outcome: str) -> None:
+        if self.root_emitted:
+            return
+        start = self._started_ns if self._started_ns is not None else ended_ns
+        # Its id from the failure's time, unlike every other span's: it is
+        # built once, as the attempt fails, from nothing journaled, so no
+        # replay builds it again; each attempt that fails has its own.
+        self._send([self._span(
+            self._id("failed_attempt", ended_ns), self._root_id, "failed_attempt", (start, max(start, ended_ns)),
+            {"flink_agents.key": str(self._key), "flink_agents.seq": self._run[3], "flink_agents.outcome": outcome},
+            f"{type(error).__name__}: {error}",
+        )])
 
     # -- building spans ------------------------------------------------------
 
