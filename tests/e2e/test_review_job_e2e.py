@@ -154,9 +154,9 @@ def test_undecodable_lines_are_skipped_naming_the_line_on_both_runners(
 # --- process mode: separate Python workers, a killed one recovered ---------------
 
 
-def _python_workers(root: int) -> List[int]:
-    """The live PyFlink Python workers (``beam_boot`` processes) below
-    process ``root``: its descendants, found through ``/proc/*/stat``."""
+def _descendants(root: int) -> List[int]:
+    """The live processes below process ``root``, found through
+    ``/proc/*/stat``."""
     children: Dict[int, List[int]] = defaultdict(list)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -171,12 +171,58 @@ def _python_workers(root: int) -> List[int]:
     while stack:
         pid = stack.pop()
         stack += children[pid]
+        found.append(pid)
+    return found
+
+
+def _python_workers(root: int) -> List[int]:
+    """The live PyFlink Python workers (``beam_boot`` processes) below
+    process ``root``."""
+    found = []
+    for pid in _descendants(root):
         try:
             if b"pyflink.fn_execution.beam.beam_boot" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except OSError:
             continue
     return sorted(found)
+
+
+def _flink_log_story(directory: Path, lines: int = 80) -> str:
+    """The last task state changes, warnings and errors of the mini-cluster
+    logs in ``directory``: what a failure message needs of them."""
+    picked: List[str] = []
+    for path in sorted(directory.glob("*.log")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if " WARN " in line or " ERROR " in line or "switched from" in line or line.startswith("Caused by"):
+                picked.append(line[:400])
+    return "the mini-cluster's log (state changes, warnings, errors):\n" + "\n".join(picked[-lines:])
+
+
+def _thread_dumps(root: int) -> str:
+    """``jstack`` of the JVMs below process ``root`` (the job's mini-cluster),
+    cut to 20,000 characters each; "" where none answers."""
+    dumps = []
+    for pid in _descendants(root):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "java":
+            try:
+                done = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=60)
+                dumps.append(f"jstack {pid}:\n{done.stdout[:20_000]}{done.stderr[-2000:]}")
+            except (OSError, subprocess.SubprocessError) as error:  # the job is killed next, whatever this says
+                dumps.append(f"jstack {pid}: {error!r}")
+    return "\n".join(dumps)
+
+
+# PyFlink's Beam runner (DefaultJobBundleFactory) can count a dead worker's
+# environment down twice when the task beside it is cancelled: its cleanup
+# raises "Reference count must not be negative" and the TaskManager fails
+# (a fatal error). A cluster restarts a failed TaskManager; the mini-cluster
+# has no other, so the restarted job waits for slots until it times out.
+_UPSTREAM_TM_FAILURE = "Reference count must not be negative"
 
 
 def test_process_mode_runs_separate_workers_and_recovers_a_killed_one(tmp_path: Path) -> None:
@@ -186,16 +232,37 @@ def test_process_mode_runs_separate_workers_and_recovers_a_killed_one(tmp_path: 
     One is killed with SIGKILL mid-run, with about a third of the model
     calls made; the job restarts from its last checkpoint (restart strategy
     and checkpoints on, as the command sets them) and writes exactly one
-    output per review, each product's running summary as without the kill."""
+    output per review, each product's running summary as without the kill.
+
+    A run in which the mini-cluster's only TaskManager died of PyFlink's
+    cleanup error (``_UPSTREAM_TM_FAILURE``, its log says so) proves nothing
+    about this runtime either way: the scenario runs again, at most twice
+    more, and the run that counts must pass every check."""
+    for attempt in range(3):
+        directory = tmp_path / f"attempt-{attempt}"
+        directory.mkdir()
+        if _killed_worker_run(directory):
+            return
+    pytest.fail(f"the mini-cluster's TaskManager died of {_UPSTREAM_TM_FAILURE!r} in each of 3 runs")
+
+
+def _killed_worker_run(tmp_path: Path) -> bool:
+    """One run of the scenario above, checked; False if the TaskManager died
+    of ``_UPSTREAM_TM_FAILURE`` (nothing checked)."""
     reviews = read_reviews(SAMPLE).reviews
-    output, log = tmp_path / "out.jsonl", tmp_path / "job.log"
+    output, log, flink_log = tmp_path / "out.jsonl", tmp_path / "job.log", tmp_path / "flink-log"
+    flink_log.mkdir()
+    stuck, upstream_failure = "", False
     with ScriptedChatServer(latency_s=0.3) as server, open(log, "w+", encoding="utf-8") as job_log:
         server.set_reply_fn(scripted_review_reply)
         job = subprocess.Popen(
             [sys.executable, "-m", "flink_agents.jobs.review_analysis", "--execution-mode", "process",
              "--model", "openai:scripted", "--base-url", server.base_url, "--max-retries", "0",
              "--input", str(SAMPLE), "--output", str(output), "--checkpoint-interval-ms", "500"],
-            cwd=tmp_path, env={**child_environment(), "OPENAI_API_KEY": "test-key-process-mode"},
+            # The mini-cluster's log in this run's directory (not the venv's
+            # shared one, which the next job overwrites): read and quoted.
+            cwd=tmp_path, env={**child_environment(), "OPENAI_API_KEY": "test-key-process-mode",
+                               "FLINK_LOG_DIR": str(flink_log)},
             stdout=job_log, stderr=subprocess.STDOUT,  # a file: a full pipe would stall the job
         )
         try:
@@ -208,15 +275,31 @@ def test_process_mode_runs_separate_workers_and_recovers_a_killed_one(tmp_path: 
             requests_at_kill = len(server.requests)
             os.kill(workers[0], signal.SIGKILL)
             new_workers: set = set()
+            checked_log_at = time.monotonic()
             while job.poll() is None and time.monotonic() < deadline:
                 new_workers |= set(_python_workers(job.pid)) - set(workers)
+                if time.monotonic() - checked_log_at > 2:
+                    checked_log_at = time.monotonic()
+                    if _log_says(flink_log, _UPSTREAM_TM_FAILURE):
+                        upstream_failure = True
+                        break
                 time.sleep(0.1)
         finally:
             if job.poll() is None:
+                if not upstream_failure:
+                    stuck = _thread_dumps(job.pid)  # what the job's JVM waits for, before it is gone
                 job.kill()
                 job.wait()
-    assert job.returncode == 0, log.read_text()[-3000:]
+    if upstream_failure or (job.returncode != 0 and _log_says(flink_log, _UPSTREAM_TM_FAILURE)):
+        print(f"  the mini-cluster's TaskManager died of {_UPSTREAM_TM_FAILURE!r} after the kill: running again")
+        return False
+    assert job.returncode == 0, f"{log.read_text()[-3000:]}\n{_flink_log_story(flink_log)}\n{stuck}"
     assert requests_at_kill < len(reviews), "the kill came after every model call"
     assert new_workers, "no new Python worker started after the kill: the job did not restart"
     outputs = sorted((json.loads(line) for line in output.read_text().splitlines()), key=lambda o: (o["id"], o["ts"]))
     assert outputs == expected_review_outputs(reviews)  # exactly one per review, summaries continued
+    return True
+
+
+def _log_says(directory: Path, text: str) -> bool:
+    return any(text in path.read_text(encoding="utf-8", errors="replace") for path in directory.glob("*.log"))
