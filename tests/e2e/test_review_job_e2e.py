@@ -12,14 +12,15 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 
 from flink_agents.jobs.review_analysis import ReviewAnalysisAgent, run_locally, run_on_flink
 from flink_agents.jobs.review_records import read_reviews
 from tests.support.flink_jobs import child_environment
-from tests.support.listening import child_processes, listening_addresses
+from tests.support.listening import listening_addresses
+from tests.support.processes import child_processes, descendants
 from tests.support.scripted_openai_server import ScriptedChatServer
 from tests.support.scripted_reviews import expected_review_outputs, scripted_review_reply
 
@@ -154,32 +155,11 @@ def test_undecodable_lines_are_skipped_naming_the_line_on_both_runners(
 # --- process mode: separate Python workers, a killed one recovered ---------------
 
 
-def _descendants(root: int) -> List[int]:
-    """The live processes below process ``root``, found through
-    ``/proc/*/stat``."""
-    children: Dict[int, List[int]] = defaultdict(list)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            children[int(fields[1])].append(int(stat.parent.name))
-    found, stack = [], list(children[root])
-    while stack:
-        pid = stack.pop()
-        stack += children[pid]
-        found.append(pid)
-    return found
-
-
 def _python_workers(root: int) -> List[int]:
     """The live PyFlink Python workers (``beam_boot`` processes) below
     process ``root``."""
     found = []
-    for pid in _descendants(root):
+    for pid in descendants(root):
         try:
             if b"pyflink.fn_execution.beam.beam_boot" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
@@ -203,17 +183,12 @@ def _thread_dumps(root: int) -> str:
     """``jstack`` of the JVMs below process ``root`` (the job's mini-cluster),
     cut to 20,000 characters each; "" where none answers."""
     dumps = []
-    for pid in _descendants(root):
+    for pid in child_processes(root, "java"):
         try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            continue
-        if comm == "java":
-            try:
-                done = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=60)
-                dumps.append(f"jstack {pid}:\n{done.stdout[:20_000]}{done.stderr[-2000:]}")
-            except (OSError, subprocess.SubprocessError) as error:  # the job is killed next, whatever this says
-                dumps.append(f"jstack {pid}: {error!r}")
+            done = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=60)
+            dumps.append(f"jstack {pid}:\n{done.stdout[:20_000]}{done.stderr[-2000:]}")
+        except (OSError, subprocess.SubprocessError) as error:  # the job is killed next, whatever this says
+            dumps.append(f"jstack {pid}: {error!r}")
     return "\n".join(dumps)
 
 

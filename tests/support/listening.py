@@ -9,35 +9,9 @@ import os
 from pathlib import Path
 from typing import List, Set, Tuple
 
-__all__ = ["child_processes", "listening_addresses"]
+__all__ = ["listening_addresses"]
 
 _LISTEN = "0A"
-
-
-def child_processes(pid: int, name: str) -> List[int]:
-    """Processes under ``pid`` (children, grandchildren, ...) whose command
-    is ``name`` (``java``)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        command = stat[stat.index("(") + 1:stat.rindex(")")]
-        parents[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), command)
-    found = []
-    for candidate, (_, command) in parents.items():
-        if command != name:
-            continue
-        ancestor = candidate
-        while ancestor in parents and ancestor > 1:
-            ancestor = parents[ancestor][0]
-            if ancestor == pid:
-                found.append(candidate)
-                break
-    return found
 
 
 def _socket_inodes(pid: int) -> Set[str]:
