@@ -47,10 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
 
 # The e2e tests in two xdist groups (measured with --durations=0, 2026-12-07,
-# fifth session: the long group 548 s, the short one 417 s beside 237 s of
-# fast tests on the short group's worker, before test_failure_messages_e2e.py
-# (52 s) went to the long group): the short group holds these files, the
-# long one the rest.
+# sixth session, pytest 9.1.1: the long group 472 s, the short one 286 s,
+# the fast tests 268 s over both workers; the whole suite 538 s): the short
+# group holds these files, the long one the rest.
 E2E_LONG, E2E_SHORT = "e2e-long", "e2e-short"
 _SHORT_E2E_FILES = {
     "test_callbacks_e2e.py", "test_codec_e2e.py", "test_event_time_e2e.py", "test_exact_replay_e2e.py",
@@ -60,6 +59,29 @@ _SHORT_E2E_FILES = {
     "test_main_classes_e2e.py", "test_progress_steering_e2e.py", "test_promises_e2e.py", "test_react_agent_e2e.py",
     "test_retrieval_e2e.py", "test_shipping_claims_e2e.py", "test_table_api_e2e.py",
 }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list) -> None:
+    """Under pytest-xdist ``--dist loadgroup`` (tools/test.sh), on the
+    controller: every e2e test a worker collected carries its group in its
+    node id (xdist's worker appends ``@<group>``; its scheduler reads nothing
+    else). Without it the groups are silently dropped and the e2e tests
+    spread over both workers, two mini-clusters at once on 2 cores: pytest
+    9.2 does that (pytest-dev/pytest-xdist#1386; pyproject.toml keeps pytest
+    below it). Stops the run, saying so."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    e2e = f"{E2E_DIR.relative_to(REPO_ROOT).as_posix()}/"
+    lost = [nodeid for nodeid in ids
+            if nodeid.startswith(e2e) and not nodeid.endswith((f"@{E2E_LONG}", f"@{E2E_SHORT}"))]
+    if lost:
+        pytest.exit(
+            f"pytest-xdist --dist loadgroup did not group {len(lost)} e2e test(s) (first: {lost[0]}): pytest "
+            f"{pytest.__version__} with this pytest-xdist drops the groups (pytest-dev/pytest-xdist#1386); "
+            "reinstall the test extra (bash tools/setup.sh) for pytest < 9.2",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 def _e2e_group(item: pytest.Item) -> str:

@@ -52,7 +52,7 @@ FLINK_E2E_FILES=(tests/e2e/test_review_job_e2e.py::test_job_command_on_the_bundl
 # Pythons: the review job, and exact replay (asyncio branches, a worker killed
 # inside journaled calls, a checkpoint restore).
 PYTHON_E2E_FILES=(tests/e2e/test_review_job_e2e.py::test_job_command_on_the_bundled_sample tests/e2e/test_exact_replay_e2e.py)
-TEST_PINS=("pytest>=8" "pytest-timeout>=2.2" "pytest-xdist>=3.5" "setuptools>=77")  # as pyproject.toml's test extra
+TEST_PINS=("pytest>=8,<9.2" "pytest-timeout>=2.2" "pytest-xdist>=3.5" "setuptools>=77")  # as pyproject.toml's test extra
 EXTRAS_1X="anthropic,ollama,tongyi,mcp,chroma,otel,pydantic-ai,openai-agents,langgraph,google-adk"  # every test extra but mem0 (see above)
 
 log() { printf '[matrix] %s\n' "$*" >&2; }
