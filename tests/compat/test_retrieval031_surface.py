@@ -56,10 +56,9 @@ MODULE_FILES = [
     "flink_agents/integrations/vector_stores/mem0/mem0_vector_store.py",
 ]
 
-# 0.3.1 names deliberately not provided here, with the reason (none now: the
-# Java vector store wrappers exist; a plan using one fails to compile, see
+# Every 0.3.1 name below is here (no deliberate difference is left: the Java
+# vector store wrappers exist; a plan using one fails to compile, see
 # tests/compat/test_java_interop.py).
-NOT_HERE: dict = {}
 
 
 def _constant_problems(name: str, wanted: Any) -> List[str]:
@@ -106,17 +105,9 @@ def test_the_recorded_surface_is_what_the_tool_extracts() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(n for n in SIGNATURES if n not in NOT_HERE), ids=lambda name: name.split(".", 2)[-1]
+    "name", sorted(SIGNATURES), ids=lambda name: name.split(".", 2)[-1]
 )
 def test_the_031_name_exists_with_compatible_parameters(name: str) -> None:
     wanted = SIGNATURES[name]
     found = _constant_problems(name, wanted) if _is_constant(wanted) else problems(name, wanted)
     assert not found, "; ".join(found)
-
-
-@pytest.mark.parametrize("name", sorted(NOT_HERE))
-def test_a_deliberate_difference_is_recorded_and_still_absent(name: str) -> None:
-    """Each NOT_HERE name is a 0.3.1 name, and is absent here: once it is
-    built, its entry goes (and the name is checked like the others)."""
-    assert name in SIGNATURES, f"{name} is not a 0.3.1 name"
-    assert problems(name, SIGNATURES[name]), f"{name} exists now: remove it from NOT_HERE"
