@@ -27,6 +27,37 @@ else
     step "chromium missing and apt-get unavailable: the inspector's browser test will skip"
 fi
 
+# --- Flink Agents 0.3.1's source: the recorded 0.3.1 surfaces are checked against it --
+# (tests/compat/test_recorded031_surfaces.py). Its source distribution from the
+# package index, unpacked into the user's cache once; nothing of it is installed
+# or imported. (pip prepares an sdist's metadata with its build backend, as any
+# install from source does; its jar download is switched off.) Without it the
+# check skips, saying why; under CI=true that is an error.
+if [ -z "${FLINK_AGENTS_031_SOURCE:-}" ]; then
+    source_031="${XDG_CACHE_HOME:-$HOME/.cache}/flink-agents/flink-agents-0.3.1"
+    if [ ! -f "$source_031/flink_agents/__init__.py" ]; then
+        step "fetching Flink Agents 0.3.1's source distribution into $source_031 (the compat tests read it)"
+        download="$(mktemp -d)"
+        if (cd / && FLINK_AGENTS_SKIP_JAR_DOWNLOAD=1 "$VENV/bin/python" -m pip download -qq --no-deps \
+                --no-binary=:all: --no-build-isolation -d "$download" "flink-agents==0.3.1" </dev/null) \
+            && tar -xzf "$download/flink_agents-0.3.1.tar.gz" -C "$download" \
+            && [ -f "$download/flink_agents-0.3.1/flink_agents/__init__.py" ]; then
+            mkdir -p "$(dirname "$source_031")"
+            rm -rf "$source_031"
+            mv "$download/flink_agents-0.3.1" "$source_031"
+        fi
+        rm -rf "$download"
+    fi
+    if [ -f "$source_031/flink_agents/__init__.py" ]; then
+        export FLINK_AGENTS_031_SOURCE="$source_031"
+    elif [ "${CI:-}" = "true" ]; then
+        printf '[test] ERROR: could not fetch flink-agents 0.3.1 (see above); CI checks the recorded 0.3.1 surfaces\n' >&2
+        exit 1
+    else
+        printf '[test] WARNING: could not fetch flink-agents 0.3.1 (see above); the recorded-surface check will skip\n' >&2
+    fi
+fi
+
 if [ -z "${FLINK_AGENTS_POSTGRES_DSN:-}" ]; then
     if pg_dsn="$(bash "$REPO_ROOT/tools/postgres.sh")"; then
         export FLINK_AGENTS_POSTGRES_DSN="$pg_dsn"

@@ -5,10 +5,11 @@ providers, MCP, retrieval, long-term memory and the ReAct agent are issues
 of their own) exists here at the same module path and
 accepts the same parameters, in the same positional order.
 
-``tests/data/api031_signatures.json`` was extracted from the 0.3.1 release's
-source (release-0.3.1 of apache/flink-agents): for each name, its positional
-parameters, keyword-only parameters and whether it takes ``*args``/``**kwargs``
-(``null`` for a class, ``"property"`` for a property). The behaviour behind
+``tests/data/api031_signatures.json`` is what ``tools/extract_signatures.py``
+makes of the 0.3.1 release's source (``tests/compat/test_recorded031_surfaces.py``
+checks that): for each name, its positional parameters, keyword-only
+parameters and whether it takes ``*args``/``**kwargs`` (``null`` for a
+class, ``"property"`` for a property or a pydantic field). The behaviour behind
 each name is tested where the name is implemented (tests/engine/test_configuration.py,
 test_events_tools_compat.py, test_resources_env_compat.py, test_yaml_agents.py,
 test_skills.py, test_event_log.py, test_metrics.py, test_table_api_e2e.py) and

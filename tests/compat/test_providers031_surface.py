@@ -3,24 +3,10 @@ providers, embedding models and ReAct agent exists here at the same module
 path and accepts the same parameters, in the same positional order (the
 check of ``tests/compat/test_api031_surface.py``, for the modules of issue 16).
 
-How ``tests/data/providers031_signatures.json`` was made, from the 0.3.1
-release's source (release-0.3.1 of apache/flink-agents, its ``python/``
-directory), without importing it::
-
-    python tools/extract_signatures.py /work/ref031/python \\
-        flink_agents/api/agents/react_agent.py flink_agents/api/agents/types.py \\
-        flink_agents/api/embedding_models/embedding_model.py \\
-        flink_agents/integrations/chat_models/anthropic/anthropic_chat_model.py \\
-        flink_agents/integrations/chat_models/azure/azure_openai_chat_model.py \\
-        flink_agents/integrations/chat_models/ollama_chat_model.py \\
-        flink_agents/integrations/chat_models/tongyi_chat_model.py \\
-        flink_agents/integrations/chat_models/openai/openai_chat_model.py \\
-        flink_agents/integrations/chat_models/openai/openai_utils.py \\
-        flink_agents/integrations/chat_models/chat_model_utils.py \\
-        flink_agents/integrations/embedding_models/openai_embedding_model.py \\
-        flink_agents/integrations/embedding_models/local/ollama_embedding_model.py \\
-        flink_agents/integrations/embedding_models/tongyi_embedding_model.py \\
-        > tests/data/providers031_signatures.json
+``tests/data/providers031_signatures.json`` is what
+``tools/extract_signatures.py`` makes of the 0.3.1 release's source, without
+importing it (``tests/compat/test_recorded031_surfaces.py`` checks that and
+lists the modules).
 
 For each name: ``null`` (a class), ``"property"`` (a property or a pydantic
 field), or its positional and keyword-only parameters and whether it takes

@@ -530,6 +530,24 @@ def test_bash_settings_are_ignored_with_a_warning_and_a_bash_call_is_refused(
     assert bash == "Error: ToolNotOffered: tool 'bash' was not offered to the model; the tools offered are: 'load_skill'"
 
 
+def test_a_setup_has_0_3_1s_skill_fields_its_listing_filled_when_opened(skills_dir: Path) -> None:
+    """0.3.1 code reads ``skill_discovery_prompt`` (filled by ``open``) and
+    the bash tool's settings on its setup: they are fields here too."""
+    from flink_agents.runtime.execution.resources import ResourceCache
+
+    SKILLS_DIR["path"] = str(skills_dir)
+    cache = ResourceCache(AgentPlan.from_agent(MathAgent(allowed_commands=["bc"], allowed_script_dirs=["scripts"])))
+    try:
+        setup = cache.get("model", ResourceType.CHAT_MODEL)
+        assert setup.allowed_commands == ["bc"] and setup.allowed_script_dirs == ["scripts"]
+        listing = setup.skill_discovery_prompt
+        assert "<name>math-calculator</name>" in listing and "joke-generator" not in listing
+    finally:
+        cache.close()
+    bare = SkillSetup(connection="conn")
+    assert bare.skill_discovery_prompt is None and bare.allowed_commands == [] and bare.allowed_script_dirs == []
+
+
 def test_a_per_key_conversation_gets_the_skill_list_once_per_call_and_does_not_store_it(skills_dir: Path) -> None:
     SKILLS_DIR["path"] = str(skills_dir)
     CALLS.append({"name": "math-calculator"})

@@ -103,9 +103,6 @@ class BaseChatModelSetup(Resource):
             keeps); normalised to an ``OutputSchema``. See ``chat``.
     """
 
-    # 0.3.1's bash-tool settings: accepted and ignored with a warning (plan.skills).
-    extra_arguments: ClassVar[frozenset] = frozenset({"allowed_commands", "allowed_script_dirs"})
-
     connection: str
     model: str = ""
     prompt: Prompt | str | None = None
@@ -115,6 +112,14 @@ class BaseChatModelSetup(Resource):
     conversation_max_tokens: Optional[int] = None
     skills: Optional[List[str]] = None
     output_schema: Optional[OutputSchema] = None
+    # Flink Agents 0.3.1's fields, so that its code reads and sets them:
+    # the skills' system message, which ``open`` fills as 0.3.1's does (None
+    # without skills), and its bash tool's settings, which this runtime
+    # keeps but does not act on (it offers no bash tool: a plan setting them
+    # gets a warning, ``flink_agents.plan.skills``).
+    skill_discovery_prompt: Optional[str] = None
+    allowed_commands: List[str] = Field(default_factory=list)
+    allowed_script_dirs: List[str] = Field(default_factory=list)
 
     # 0.3.1's name: code (and tests) written for 0.3.1 may set it directly.
     _resolved_connection: BaseChatModelConnection | None = PrivateAttr(default=None)
@@ -178,6 +183,7 @@ class BaseChatModelSetup(Resource):
             if LOAD_SKILL_TOOL not in self.tools:
                 self.tools = [*self.tools, LOAD_SKILL_TOOL]
             self._skills_prompt = self.get_resource(LOAD_SKILL_TOOL, ResourceType.TOOL).discovery_prompt(self.skills)
+            self.skill_discovery_prompt = self._skills_prompt
         self._tools = [self.get_resource(t, ResourceType.TOOL) for t in self.tools]
         self._opened = True
 
