@@ -79,9 +79,9 @@ matrix="${FLINK_AGENTS_MATRIX:-}"
 if [ -z "$matrix" ]; then
     [ "${CI:-}" = "true" ] && matrix=1 || matrix=0
 fi
-# The whole suite runs on two pytest-xdist workers: the e2e tests one after
-# another on one of them (tests/conftest.py puts them in one xdist group: two
-# mini-clusters at once on 2 cores slow both), the fast tests on both.
+# The whole suite runs on two pytest-xdist workers: the e2e tests in two xdist
+# groups (tests/conftest.py), each one test after another on one worker, so
+# at most two mini-clusters run at once; the fast tests on both.
 WHOLE_SUITE=(-n "${FLINK_AGENTS_TEST_WORKERS:-2}" --dist loadgroup --durations=25 -rfEs)
 if [ "$#" -gt 0 ]; then
     exec "$REPO_ROOT/.venv/bin/python" -m pytest -q "$@"

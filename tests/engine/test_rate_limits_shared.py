@@ -144,8 +144,9 @@ def test_two_subtasks_never_exceed_the_job_limit_together(kind: str, tmp_path: P
     # here (measured 9.0-9.3 per window quiet, 7.7-8.5 at a load average of
     # 15) and a tenth of that of a real 10 s window. Split per subtask, the
     # busy subtask's 30 calls at half the limit would take 6 windows: 6.7
-    # per window at best; the bound tells the two apart with room for load.
-    assert _rate_per_window(answered) >= 0.75 * PER_WINDOW
+    # per window at best; the bound tells the two apart with room for load
+    # (7.4 seen once in a whole-suite run on a loaded machine).
+    assert _rate_per_window(answered) >= 0.7 * PER_WINDOW
     waits = [engine.counters.metrics.snapshot().get("connection.conn.rateLimitWaits", 0) for engine in engines]
     assert sum(waits) >= 40 - PER_WINDOW - 2  # the shared waits are counted
 
@@ -173,7 +174,9 @@ def test_one_busy_subtask_gets_the_whole_job_limit(tmp_path: Path) -> None:
     answered = _one_busy_subtask(tmp_path, "job", 25)
     # More than the subtask scope's share (limit // 2 = 5 per window): the whole limit.
     assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW
-    assert max(answered) - min(answered) < 3 * WINDOW_S  # 10 + 10 + 5: two windows and a bit
+    # 10 + 10 + 5: two windows and a bit (3.005 seen once on a loaded
+    # machine); the subtask scope's share (5 a window) would need four.
+    assert max(answered) - min(answered) < 3.5 * WINDOW_S
 
 
 def test_the_subtask_scope_leaves_an_idle_subtasks_share_unused(tmp_path: Path) -> None:
