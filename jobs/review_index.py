@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from flink_agents._private_files import make_private_dirs
 from flink_agents.api.vector_stores.vector_store import Document
 from flink_agents.integrations.vector_stores.chroma.chroma_vector_store import ChromaVectorStore
 
@@ -140,7 +141,7 @@ def build_review_index(
         seen: set = set()
         duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
         raise ValueError(f"two reviews have the id {duplicate!r} (same product and ts)")
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(directory)  # 0700: it holds the reviews' text (an existing one is left as it is)
     # A build cut short leaves this manifest (no digest): the next run
     # rebuilds. The collection is dropped and refilled in place (removing
     # the directory under a client of this process would leave that client

@@ -97,6 +97,7 @@ def test_the_index_is_built_once_and_rebuilt_for_other_reviews(tmp_path: Path) -
     directory = tmp_path / "index"
     built = build_review_index(REVIEWS, directory)
     assert (built.reviews, built.reused) == (6, False)
+    assert directory.stat().st_mode & 0o777 == 0o700  # private: it holds the reviews' text
     assert build_review_index(REVIEWS, directory).reused
     rebuilt = build_review_index(REVIEWS[:4], directory)
     assert (rebuilt.reviews, rebuilt.reused) == (4, False)
