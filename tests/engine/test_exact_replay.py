@@ -226,13 +226,16 @@ def test_a_crash_at_every_journal_write_of_the_gather_example_recovers_exactly(m
 
 
 async def outer(i: int) -> str:
-    await asyncio.sleep((2 - i) * 0.1)  # branch 1's call lands first, 100 ms apart
+    # Branch 1's call lands first, 300 ms apart; each result at least 100 ms
+    # from the next (inner below), so a loaded machine's stalls of tens of ms
+    # do not put two into one group commit (the crash test counts its writes).
+    await asyncio.sleep((2 - i) * 0.3)
     CALLS[("outer", i)] += 1
     return f"O{i}"
 
 
 async def inner(x: str, j: int) -> str:
-    await asyncio.sleep((2 - j) * 0.03)  # the second inner call lands first, 30 ms apart
+    await asyncio.sleep((2 - j) * 0.1)  # the second inner call lands first, 100 ms apart
     CALLS[("inner", (x, j))] += 1
     return f"{x}.I{j}"
 
@@ -294,7 +297,7 @@ def test_gathers_nested_in_gather_branches_journal_each_call_at_its_tasks_path()
 def test_a_crash_at_every_journal_write_of_nested_gathers_reruns_only_what_it_cut_off(mode: str) -> None:
     reference = InMemoryJournalStore()
     expected = _process(nested_gather_action, reference).outputs
-    # Results land 30 ms or more apart, each in a group commit of its own:
+    # Results land 100 ms or more apart, each in a group commit of its own:
     # O1 and O1's two inner results, beside running siblings (3 writes); O0
     # lands alone, written before O0's inner calls start (1); O0.I1 beside
     # O0.I0 (1); O0.I0, alone and last, with the run's end (1).
