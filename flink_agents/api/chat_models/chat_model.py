@@ -125,7 +125,6 @@ class BaseChatModelSetup(Resource):
     _resolved_connection: BaseChatModelConnection | None = PrivateAttr(default=None)
     _prompt: Prompt | None = PrivateAttr(default=None)
     _tools: List[Tool] = PrivateAttr(default_factory=list)
-    _skills_prompt: str = PrivateAttr(default="")
     _opened: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -182,8 +181,8 @@ class BaseChatModelSetup(Resource):
 
             if LOAD_SKILL_TOOL not in self.tools:
                 self.tools = [*self.tools, LOAD_SKILL_TOOL]
-            self._skills_prompt = self.get_resource(LOAD_SKILL_TOOL, ResourceType.TOOL).discovery_prompt(self.skills)
-            self.skill_discovery_prompt = self._skills_prompt
+            self.skill_discovery_prompt = self.get_resource(LOAD_SKILL_TOOL, ResourceType.TOOL).discovery_prompt(
+                self.skills)
         self._tools = [self.get_resource(t, ResourceType.TOOL) for t in self.tools]
         self._opened = True
 
@@ -242,8 +241,8 @@ class BaseChatModelSetup(Resource):
     def _with_skills(self, messages: List[ChatMessage]) -> List[ChatMessage]:
         """Insert the skills' system message after the first system message
         (first if there is none), as Flink Agents 0.3.1 does."""
-        skills_prompt = self.__pydantic_private__["_skills_prompt"]
-        if not skills_prompt:
+        skills_prompt = self.__dict__["skill_discovery_prompt"]  # set by ``open`` where skills are offered
+        if not skills_prompt or not self.skills:
             return messages
         return with_system_message(messages, skills_prompt)
 
