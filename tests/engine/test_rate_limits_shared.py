@@ -77,13 +77,6 @@ def _run_subtasks(engines: List[AgentEngine], records: List[List[Tuple[str, str]
 
 
 
-def _rate_per_window(times: List[float]) -> float:
-    """Requests per window once saturated: those after the first window's
-    burst, over the time from the first to the last."""
-    times = sorted(times)
-    return (len(times) - PER_WINDOW) / (times[-1] - times[0]) * WINDOW_S
-
-
 def _outputs(driver: LocalDriver) -> List[Any]:
     return [value for output in driver.outputs for value in (output.values() if isinstance(output, dict) else [output])]
 
@@ -135,18 +128,18 @@ def test_two_subtasks_never_exceed_the_job_limit_together(kind: str, tmp_path: P
             for engine in engines:
                 engine.close()
         answered = server.stats()["answered"]
+        busy_subtask = [at for at, content in server.answered_contents if '"id": "p' in content]
     assert [len(_outputs(driver)) for driver in drivers] == [30, 10]
     assert server.refused == 0
     assert len(answered) == 40
     assert most_in_any_window(answered, WINDOW_S) == PER_WINDOW  # the whole limit, never more
-    # Achieved: each window is reopened a call's latency, a claim and a little
-    # jitter after it closes, tens of ms, which costs 7-10 % of a 1 s window
-    # here (measured 9.0-9.3 per window quiet, 7.7-8.5 at a load average of
-    # 15) and a tenth of that of a real 10 s window. Split per subtask, the
-    # busy subtask's 30 calls at half the limit would take 6 windows: 6.7
-    # per window at best; the bound tells the two apart with room for load
-    # (7.4 seen once in a whole-suite run on a loaded machine).
-    assert _rate_per_window(answered) >= 0.7 * PER_WINDOW
+    # Shared, not split: once subtask 1's 10 calls are done, the busy subtask
+    # has the whole window to itself, more than the half a subtask scope
+    # would give it (PER_WINDOW // 2 in any window, whatever the machine's
+    # speed). A throughput bound told the two apart too, but a loaded
+    # machine moved it (6.7 a window against a bound of 7).
+    assert len(busy_subtask) == 30
+    assert most_in_any_window(busy_subtask, WINDOW_S) > PER_WINDOW // 2
     waits = [engine.counters.metrics.snapshot().get("connection.conn.rateLimitWaits", 0) for engine in engines]
     assert sum(waits) >= 40 - PER_WINDOW - 2  # the shared waits are counted
 

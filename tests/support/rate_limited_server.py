@@ -16,7 +16,8 @@ not counted. An admitted request is answered after ``latency_s`` with
 ``6 * window_s`` (the minute shrinks with it).
 
 ``GET /stats`` (and ``stats()``): ``{"answered": [arrival times, monotonic
-s], "refused": n}``.
+s], "refused": n}``; ``answered_contents`` pairs each answered request's
+arrival time with its last message's content, to tell callers apart.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ def review_answer(request: Dict[str, Any]) -> str:
     return json.dumps({"score": 1 + len(review) % 5, "reasons": ["scripted"]})
 
 
+def _last_content(request: Dict[str, Any]) -> str:
+    try:
+        return str(request["messages"][-1]["content"])
+    except (KeyError, TypeError, IndexError):
+        return ""
+
+
 class RateLimitedChatServer:
     """See the module docstring. A context manager; ``base_url`` ends in ``/v1``."""
 
@@ -60,6 +68,7 @@ class RateLimitedChatServer:
         self._minute: Deque[float] = collections.deque()
         self._ten: Deque[float] = collections.deque()
         self.answered: list[float] = []
+        self.answered_contents: list[tuple[float, str]] = []
         self.refused = 0
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -69,8 +78,9 @@ class RateLimitedChatServer:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def admit(self, now: float) -> Optional[float]:
-        """None: counted and admitted; else the seconds until it would be."""
+    def admit(self, now: float, content: str = "") -> Optional[float]:
+        """None: counted and admitted; else the seconds until it would be.
+        ``content``: the request's last message, kept with an admitted one."""
         with self._lock:
             short, minute = self.window_s, 6 * self.window_s
             for window, span in ((self._minute, minute), (self._ten, short)):
@@ -87,6 +97,7 @@ class RateLimitedChatServer:
             self._minute.append(now)
             self._ten.append(now)
             self.answered.append(now)
+            self.answered_contents.append((now, content))
             return None
 
     def stats(self) -> Dict[str, Any]:
@@ -121,7 +132,7 @@ class RateLimitedChatServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
-                wait_s = owner.admit(time.monotonic())
+                wait_s = owner.admit(time.monotonic(), _last_content(request))
                 if wait_s is not None:
                     self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
                                                "code": "rate_limit_exceeded"}},
