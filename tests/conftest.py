@@ -3,6 +3,7 @@ hangs the timeout cannot end."""
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,14 @@ from tests.support.scripted_openai_server import ScriptedChatServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
+
+# Every JVM the tests start (PyFlink's local gateway, the ``flink`` command,
+# a standalone cluster's daemons: all read ``JVM_ARGS``) compiles with C1
+# only. The tests' jobs live seconds, too short for C2's optimising compiles
+# to pay back: measured on five e2e tests, 79 CPU-seconds instead of 102 and
+# 10 % less wall time alone, more when both workers are busy. A JIT tier,
+# not a behaviour: the jobs run the same code. Set JVM_ARGS to choose another.
+os.environ.setdefault("JVM_ARGS", "-XX:TieredStopAtLevel=1")
 
 # pytest-timeout (pytest.ini, 600 s) raises in the main thread, which needs the
 # GIL; a deadlock in the interpreter itself (python/cpython#106883) never gives

@@ -73,7 +73,10 @@ def test_an_unreachable_postgres_journal_fails_the_job_naming_the_store_error(tm
     port = free_port()  # nothing listens there
     error = _failure(
         tmp_path, [json.dumps(GOOD)],
-        **{"journal.store": "postgres", "journal.postgres.dsn": f"postgresql://agent@127.0.0.1:{port}/journal"},
+        **{"journal.store": "postgres", "journal.postgres.dsn": f"postgresql://agent@127.0.0.1:{port}/journal",
+           # A refused connection is retried as an outage (10 s by default,
+           # stores/retry.py); 1 s keeps the message and the attempts' note.
+           "journal.retry.timeout_s": "1"},
     )
     line = str(error)
     assert "\n" not in line and "hasNext" not in line, line[:3000]

@@ -126,28 +126,30 @@ def test_malformed_lines_are_skipped_and_counted_on_request(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("runner", ["local", "flink"])
-@pytest.mark.parametrize("case", ["invalid_utf8", "nested_200000_deep", "lone_surrogate"])
-def test_undecodable_lines_are_skipped_naming_the_line_on_both_runners(
-    tmp_path: Path, case: str, runner: str
-) -> None:
-    """A line that is not UTF-8, is nested 200,000 deep, or holds a lone
-    surrogate is one bad record under --skip-bad-records: the job runs the
-    other reviews to the end (on Flink: with no restart and no opaque Java
-    failure) and names the skipped line."""
+def test_undecodable_lines_are_skipped_naming_each_line_on_both_runners(tmp_path: Path, runner: str) -> None:
+    """A line that is not UTF-8, one nested 200,000 deep and one holding a
+    lone surrogate are three bad records under --skip-bad-records: the job
+    runs the other reviews to the end (on Flink: with no restart and no
+    opaque Java failure) and names each skipped line. One job holds all
+    three, as one input file would."""
     from tests.unit.test_input_reader import BAD_LINES
 
-    bad_line, reason = BAD_LINES[case]
+    cases = ["invalid_utf8", "nested_200000_deep", "lone_surrogate"]
     good = SAMPLE.read_bytes().splitlines()[:4]
+    lines = [good[0]]
+    for case, after in zip(cases, good[1:]):
+        lines += [BAD_LINES[case][0], after]  # bad lines 2, 4 and 6
     path = tmp_path / "reviews.jsonl"
-    path.write_bytes(b"\n".join([*good[:2], bad_line, *good[2:]]) + b"\n")
+    path.write_bytes(b"\n".join(lines) + b"\n")
     output = tmp_path / "o.jsonl"
     done = _run_job(
         "--input", str(path), "--output", str(output), "--skip-bad-records", "--runner", runner,
         "--parallelism", "1",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"{path}:3: bad review record: {reason}" in done.stderr
-    assert "skipped 1 bad record(s)" in done.stderr
+    for line_number, case in zip((2, 4, 6), cases):
+        assert f"{path}:{line_number}: bad review record: {BAD_LINES[case][1]}" in done.stderr, case
+    assert "skipped 3 bad record(s)" in done.stderr
     outputs = [json.loads(line) for line in output.read_text().splitlines()]
     _check_outputs([json.loads(line) for line in good], outputs)
 
