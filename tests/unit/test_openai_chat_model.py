@@ -326,6 +326,26 @@ def test_api_key_falls_back_to_env_then_placeholder(monkeypatch):
     explicit.close()
 
 
+def test_no_key_for_openais_own_api_is_refused_before_any_request(monkeypatch):
+    """A placeholder key suits a server of the user's own; OpenAI's API
+    refuses it (a 401 online, an unreachable server offline, neither naming
+    the missing key): the call fails first, naming where a key comes from."""
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(openai, "api_key", None)
+    connection = OpenAIChatModelConnection()
+    sent: List[Any] = []
+    monkeypatch.setattr(openai.AsyncOpenAI, "__init__", lambda *a, **k: sent.append(k))  # never built
+    try:
+        with pytest.raises(ModelAuthenticationError, match="no API key for https://api.openai.com/v1.*OPENAI_API_KEY"):
+            _setup_over(connection).chat([ChatMessage(content="great")])
+    finally:
+        connection.close()
+    assert sent == []
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    assert OpenAIChatModelConnection()._sync().api_key == "sk-env"
+
+
 def test_missing_model_is_a_clear_error():
     connection = OpenAIChatModelConnection(base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ValueError, match="model name"):

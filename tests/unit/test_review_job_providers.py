@@ -184,6 +184,22 @@ def test_a_bad_model_form_is_refused_before_the_job_runs(
     assert problem in capsys.readouterr().err
 
 
+def test_the_openai_model_without_a_key_fails_naming_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--model openai:NAME`` with no ``--base-url`` and no OPENAI_API_KEY:
+    the job fails on its first model call naming the variable (it used to
+    report an unreachable model when offline)."""
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    code = review_analysis.main(["--runner", "local", "--input", str(_write_reviews(tmp_path / "r.jsonl")),
+                                 "--output", str(tmp_path / "o.jsonl"), "--model", "openai:gpt-4o-mini"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "ModelAuthenticationError" in err and "OPENAI_API_KEY" in err, err
+    assert "ModelUnreachable" not in err
+
+
 def test_the_help_lists_every_model_form_and_key_variable(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         review_analysis.main(["--help"])

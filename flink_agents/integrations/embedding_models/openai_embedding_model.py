@@ -31,7 +31,7 @@ from flink_agents.api.embedding_models.embedding_model import (
     texts_of,
 )
 from flink_agents.integrations.chat_models._per_loop import SdkClients
-from flink_agents.integrations.chat_models.openai.openai_utils import openai_call_error, resolve_openai_credentials
+from flink_agents.integrations.chat_models.openai.openai_utils import api_key_or_placeholder, openai_call_error
 from flink_agents.integrations.sdk import import_sdk
 
 __all__ = [
@@ -47,8 +47,6 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_MAX_RETRIES = 3
 # Inputs per request, from OpenAI's embeddings API reference.
 MAX_INPUTS_PER_REQUEST = 2048
-# Sent when no key is configured: local OpenAI-compatible servers ignore it.
-_PLACEHOLDER_API_KEY = "unused"
 
 
 def _vector(value: Any) -> Embedding:
@@ -117,9 +115,8 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
 
     def _new_client(self, asynchronous: bool) -> Any:
         openai = import_sdk("openai", "all", type(self).__name__)
-        api_key, _ = resolve_openai_credentials(self.api_key, None)
         options = {
-            "api_key": api_key or _PLACEHOLDER_API_KEY, "base_url": self.base_url, "timeout": self.request_timeout,
+            "api_key": api_key_or_placeholder(self.api_key, self.base_url, type(self).__name__), "base_url": self.base_url, "timeout": self.request_timeout,
             "max_retries": self.max_retries, "organization": self.organization, "project": self.project,
         }
         return openai.AsyncOpenAI(**options) if asynchronous else openai.OpenAI(**options)

@@ -53,6 +53,7 @@ from flink_agents.api.tools.tool import Tool
 from flink_agents.integrations.chat_models._per_loop import SdkClients
 from flink_agents.integrations.chat_models.chat_model_utils import split_reasoning
 from flink_agents.integrations.chat_models.openai.openai_utils import (
+    api_key_or_placeholder,
     from_openai_completion,
     json_schema_response_format,
     strict_json_schema,
@@ -73,9 +74,6 @@ __all__ = [
 ]
 
 API_KEY_ENV = "OPENAI_API_KEY"
-# Sent when no key is configured: local OpenAI-compatible servers ignore it,
-# the SDK refuses to start without one.
-_PLACEHOLDER_API_KEY = "unused"
 
 
 def merge_alias(data: Any, name: str, alias: str) -> Any:
@@ -252,7 +250,8 @@ class OpenAIChatModelConnection(ChatCompletionsConnection):
     Attributes:
         api_key: The API key; None falls back to ``OPENAI_API_KEY`` (then
             ``openai.api_key``), then to a placeholder that local servers
-            accept.
+            accept; with none for OpenAI's own API, a call raises
+            ``ModelAuthenticationError`` before any request.
         base_url: The API's base URL, e.g. ``http://localhost:8000/v1``; None
             is the SDK's default (``OPENAI_BASE_URL`` or api.openai.com).
             0.3.1 spelling: ``api_base_url``.
@@ -306,9 +305,8 @@ class OpenAIChatModelConnection(ChatCompletionsConnection):
         return self.reuse_client
 
     def _new_client(self, asynchronous: bool) -> Any:
-        api_key, _ = resolve_openai_credentials(self.api_key, None)
         options: Dict[str, Any] = {
-            "api_key": api_key or _PLACEHOLDER_API_KEY,
+            "api_key": api_key_or_placeholder(self.api_key, self.base_url, type(self).__name__),
             "base_url": self.base_url,
             "timeout": self.timeout_s,
             "max_retries": self.max_retries,

@@ -27,6 +27,8 @@ from flink_agents.integrations.chat_models.chat_model_utils import parse_tool_ar
 
 __all__ = [
     "DEFAULT_OPENAI_API_BASE_URL",
+    "PLACEHOLDER_API_KEY",
+    "api_key_or_placeholder",
     "convert_from_openai_message",
     "convert_to_openai_message",
     "convert_to_openai_messages",
@@ -62,6 +64,36 @@ def resolve_openai_credentials(api_key: str | None = None, api_base_url: str | N
         url = (os.environ.get("OPENAI_API_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
                or openai.base_url or DEFAULT_OPENAI_API_BASE_URL)
     return key, str(url)
+
+
+# Sent when no key is configured to a server of the user's own (a local
+# OpenAI-compatible server ignores it; the SDK refuses to start without one).
+PLACEHOLDER_API_KEY = "unused"
+
+
+def api_key_or_placeholder(api_key: str | None, base_url: str | None, owner: str) -> str:
+    """The key a client of ``owner`` (a connection's class name) sends: the
+    configured one (``resolve_openai_credentials``), else a placeholder for a
+    server of the user's own.
+
+    Raises:
+        ModelAuthenticationError: No key is configured and the requests
+            would go to OpenAI's own API (``https://api.openai.com``), which
+            refuses every request without one: said before the first
+            request, naming where a key comes from, instead of as a 401 (or,
+            offline, as an unreachable server).
+    """
+    key, url = resolve_openai_credentials(api_key, base_url)
+    if key:
+        return key
+    if url.rstrip("/").startswith(DEFAULT_OPENAI_API_BASE_URL.rsplit("/", 1)[0]):
+        from flink_agents.api.chat_models.errors import ModelAuthenticationError
+
+        raise ModelAuthenticationError(
+            f"{owner}: no API key for {url}: set api_key, or OPENAI_API_KEY where the job runs "
+            "(a base_url of your own, such as a local server, needs none)", provider="openai",
+        )
+    return PLACEHOLDER_API_KEY
 
 
 def _tool_call_to_openai(call: Dict[str, Any]) -> Dict[str, Any]:
