@@ -19,11 +19,11 @@ take the event namespace with a kind prefix.
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from typing import Any
 
 from flink_agents.runtime.durability.derived_uuid import DerivedUUID
+from flink_agents.runtime.durability.json_encoders import canonical_json
 from flink_agents.runtime.durability.values import encode_value
 from flink_agents.stores.callbacks import CallbackRef
 
@@ -42,7 +42,7 @@ def key_text(key: Any) -> str:
     (``runtime.durability.values.encode_value``), else ``repr``. Journal entries,
     callback refs and ids carry the key in this form."""
     try:
-        return json.dumps(encode_value(key), sort_keys=True, separators=(",", ":"))
+        return canonical_json(encode_value(key))
     except TypeError:
         return repr(key)
 

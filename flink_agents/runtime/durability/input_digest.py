@@ -16,10 +16,10 @@ the write's first call. ``RunJournal.check_input`` compares before a replay uses
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Callable, Iterable, List
 
 from flink_agents.runtime.durability import codec
+from flink_agents.runtime.durability.json_encoders import canonical_json_utf8
 from flink_agents.runtime.errors import NondeterminismError
 from flink_agents.stores.journal import COMPLETION, RUN_END, JournalEntry
 
@@ -38,7 +38,7 @@ def input_digest(value: Any) -> str:
         EncodeError: The codec refuses a part of ``value`` (records are
             admitted through the codec before they run, so a run's never is).
     """
-    text = json.dumps(codec.encode(value, "record"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = canonical_json_utf8(codec.encode(value, "record"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

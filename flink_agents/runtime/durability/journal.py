@@ -99,6 +99,7 @@ from flink_agents.api.events.event import EVENT_FIELDS_FLAT, Event
 from flink_agents.runtime.durability.call_position import call_body, is_under
 from flink_agents.runtime.durability.call_started import is_started, started_mark
 from flink_agents.runtime.durability.call_threads import CallExecution
+from flink_agents.runtime.durability.json_encoders import canonical_json
 from flink_agents.runtime.durability import codec
 from flink_agents.runtime.durability.codec import decode_outcome, encode_outcome, encode_result
 from flink_agents.runtime.errors import JournalUnavailable, NondeterminismError
@@ -161,7 +162,7 @@ def _canonical(value: Any) -> Any:
 def _legacy_digest(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
     """The digest earlier releases journaled: dict keys as text, tuples as
     lists, objects without a JSON form by type only."""
-    text = json.dumps(_canonical([list(args), kwargs]), sort_keys=True, separators=(",", ":"))
+    text = canonical_json(_canonical([list(args), kwargs]))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -182,7 +183,7 @@ class ArgsDigest(str):
 
     def __new__(cls, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> "ArgsDigest":
         data = [[_typed(a) for a in args], {k: _typed(v) for k, v in kwargs.items()}]
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        text = canonical_json(data)
         digest = super().__new__(cls, hashlib.sha256(text.encode("utf-8")).hexdigest())
         digest._args, digest._kwargs = args, kwargs  # for legacy(), only on a mismatch
         return digest

@@ -19,16 +19,17 @@ when a key runs (0.3.1 renews only the paths an action reads).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+from flink_agents.runtime.durability.json_encoders import compact_json_utf8
 
 __all__ = ["MemoryLifetimes", "entry_text", "entry_writes", "expired_paths"]
 
 
 def entry_text(value: Any) -> str:
     """One memory entry (an encoded value, or the object marker) as JSON."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return compact_json_utf8(value)
 
 
 def entry_writes(before: Dict[str, str], after: Dict[str, Any]) -> Tuple[Dict[str, str], List[str]]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Set
 
 from flink_agents.runtime.durability.codec import DecodeError, EncodeError, decode, encode, json_text, round_trip
+from flink_agents.runtime.durability.json_encoders import compact_json
 from flink_agents.runtime.errors import InputRecordError, StateSchemaError
 from flink_agents.runtime.execution.memory import OBJECT
 from flink_agents.runtime.durability.values import decode_value as decode_v1
@@ -82,11 +83,10 @@ class PendingRecord:
             entry = {"seq": self.seq, "value": encode(self.value, f"record #{self.seq}"), "ts": self.timestamp_ms}
             if self.replays is not None:
                 entry["replays"] = self.replays
-            text = self.entry_json = json.dumps(entry, separators=_COMPACT)
+            text = self.entry_json = compact_json(entry)
         return text
 
 
-_COMPACT = (",", ":")
 
 
 def _read(read: Any, data: Any, what: str) -> Any:
@@ -153,9 +153,8 @@ class KeyState:
         # The queued records' entries are encoded once each (``state_entry``)
         # and spliced in: this state is written at every record's arrival
         # and end, and a key's queue can hold hundreds of records.
-        head = json.dumps({"v": STATE_SCHEMA_VERSION, "journal_id": self.journal_id, "next_seq": self.next_seq},
-                          separators=_COMPACT)
-        rest = json.dumps(
+        head = compact_json({"v": STATE_SCHEMA_VERSION, "journal_id": self.journal_id, "next_seq": self.next_seq})
+        rest = compact_json(
             {
                 "stm": self.short_term_memory if include_memory else None,
                 "runs_finished": self.runs_finished,
@@ -169,7 +168,6 @@ class KeyState:
                 **({"failed": [[seq, encode(v, f"failed record #{seq}"), at] for seq, v, at in self.failed]}
                    if self.failed else {}),
             },
-            separators=_COMPACT,
         )
         return f'{head[:-1]},"pending":[{",".join([p.state_entry() for p in self.pending])}],{rest[1:]}'
 
@@ -222,7 +220,7 @@ class KeyState:
             pending=[PendingRecord(p["seq"], _read(read, p["value"], f"queued record #{p['seq']}"), p.get("ts"),
                                    _seq_or_none(p.get("replays")),
                                    # As read (version 2): written again as it was, not encoded anew.
-                                   json.dumps(p, separators=_COMPACT) if version == STATE_SCHEMA_VERSION else None)
+                                   compact_json(p) if version == STATE_SCHEMA_VERSION else None)
                      for p in data["pending"]],
             short_term_memory=memory,
             runs_finished=data["runs_finished"],
