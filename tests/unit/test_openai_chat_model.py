@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any, Dict, List
 
 import openai
@@ -37,6 +38,7 @@ from flink_agents.api.chat_models.errors import (
 from flink_agents.integrations.chat_models.chat_model_utils import to_openai_tool
 from flink_agents.integrations.chat_models.openai.openai_utils import (
     DEFAULT_OPENAI_API_BASE_URL,
+    api_key_or_placeholder,
     convert_from_openai_message,
     convert_to_openai_message,
     convert_to_openai_messages,
@@ -329,21 +331,24 @@ def test_api_key_falls_back_to_env_then_placeholder(monkeypatch):
 def test_no_key_for_openais_own_api_is_refused_before_any_request(monkeypatch):
     """A placeholder key suits a server of the user's own; OpenAI's API
     refuses it (a 401 online, an unreachable server offline, neither naming
-    the missing key): the call fails first, naming where a key comes from."""
+    the missing key): the call fails first, naming where a key comes from.
+    No SDK client is built here, so no request can leave this machine."""
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE_URL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(openai, "api_key", None)
+    built: List[Any] = []
+    for client_class in (openai.OpenAI, openai.AsyncOpenAI):
+        monkeypatch.setattr(client_class, "__init__", lambda *a, **k: built.append(k) or 1 / 0)
     connection = OpenAIChatModelConnection()
-    sent: List[Any] = []
-    monkeypatch.setattr(openai.AsyncOpenAI, "__init__", lambda *a, **k: sent.append(k))  # never built
     try:
-        with pytest.raises(ModelAuthenticationError, match="no API key for https://api.openai.com/v1.*OPENAI_API_KEY"):
+        with pytest.raises(ModelAuthenticationError,
+                           match=f"no API key for {re.escape(DEFAULT_OPENAI_API_BASE_URL)}.*OPENAI_API_KEY"):
             _setup_over(connection).chat([ChatMessage(content="great")])
     finally:
         connection.close()
-    assert sent == []
+    assert built == []
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
-    assert OpenAIChatModelConnection()._sync().api_key == "sk-env"
+    assert api_key_or_placeholder(None, None, "OpenAIChatModelConnection") == "sk-env"
 
 
 def test_missing_model_is_a_clear_error():

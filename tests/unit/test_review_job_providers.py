@@ -192,6 +192,10 @@ def test_the_openai_model_without_a_key_fails_naming_the_variable(
     report an unreachable model when offline)."""
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE_URL"):
         monkeypatch.delenv(variable, raising=False)
+    import openai
+
+    for client_class in (openai.OpenAI, openai.AsyncOpenAI):  # none built: no request leaves this machine
+        monkeypatch.setattr(client_class, "__init__", lambda *a, **k: 1 / 0)
     code = review_analysis.main(["--runner", "local", "--input", str(_write_reviews(tmp_path / "r.jsonl")),
                                  "--output", str(tmp_path / "o.jsonl"), "--model", "openai:gpt-4o-mini"])
     err = capsys.readouterr().err

@@ -116,7 +116,8 @@ class OpenAIEmbeddingModelConnection(BaseEmbeddingModelConnection):
     def _new_client(self, asynchronous: bool) -> Any:
         openai = import_sdk("openai", "all", type(self).__name__)
         options = {
-            "api_key": api_key_or_placeholder(self.api_key, self.base_url, type(self).__name__), "base_url": self.base_url, "timeout": self.request_timeout,
+            "api_key": api_key_or_placeholder(self.api_key, self.base_url, type(self).__name__),
+            "base_url": self.base_url, "timeout": self.request_timeout,
             "max_retries": self.max_retries, "organization": self.organization, "project": self.project,
         }
         return openai.AsyncOpenAI(**options) if asynchronous else openai.OpenAI(**options)

@@ -86,7 +86,7 @@ def api_key_or_placeholder(api_key: str | None, base_url: str | None, owner: str
     key, url = resolve_openai_credentials(api_key, base_url)
     if key:
         return key
-    if url.rstrip("/").startswith(DEFAULT_OPENAI_API_BASE_URL.rsplit("/", 1)[0]):
+    if url.startswith(DEFAULT_OPENAI_API_BASE_URL.rsplit("/", 1)[0]):  # https://api.openai.com
         from flink_agents.api.chat_models.errors import ModelAuthenticationError
 
         raise ModelAuthenticationError(
